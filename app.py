@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""CDK app: one TrainingStack per team file in teams/ (default.yaml -> "TrainingStack").
+
+Synthesize one team with ``npx cdk synth -c team=<name>``. A bad team file stops synth with one
+line per problem (file, field, what is wrong, what to do) and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from aws_cdk import App, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from stacks import TrainingStack
+from team_config import ConfigError, Team, load_teams
+
+TEAMS_DIR = Path(__file__).resolve().parent / "teams"
+
+
+def add_teams(app: App, teams: Sequence[Team]) -> list[TrainingStack]:
+    """One stack per team, and the cdk-nag AwsSolutions gate over the whole app."""
+    stacks = [TrainingStack(app, team.stack_name, team=team.name, config=team.config) for team in teams]
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return stacks
+
+
+def main(app: Optional[App] = None, teams_dir: Path = TEAMS_DIR) -> App:
+    app = app or App()
+    only = app.node.try_get_context("team")
+    try:
+        teams = load_teams(teams_dir, only=only)
+    except ConfigError as exc:
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+    add_teams(app, teams)
+    app.synth()
+    return app
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from stacks.training_stack import TrainingStack
+
+__all__ = ["TrainingStack"]

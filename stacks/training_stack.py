@@ -1,0 +1,81 @@
+"""TrainingStack: one team's network, checkpoint bucket and training clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from team_config import TeamConfig
+from team_config.model import LOG_RETENTION_DAYS, NewVpcConfig
+from training_constructs import CheckpointStore, ClusterNetwork, TrainingCluster
+from training_constructs.training_cluster import TEAM_TAG
+
+
+# CloudWatch's allowed retention values, in the order aws_logs.RetentionDays lists them (INFINITE last).
+RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)]))
+
+
+class TrainingStack(Stack):
+    """Everything one team needs; clusters come from the team file, one ``TrainingCluster`` each."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, team: str, config: TeamConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, description=f"Spot training clusters of team {team}", **kwargs)
+        Tags.of(self).add(TEAM_TAG, team)
+        retention = RETENTION[config.log_retention_days]
+
+        net = config.network
+        existing = net.existing_vpc
+        if existing is not None:
+            self.network = ClusterNetwork(
+                self,
+                "Network",
+                existing_vpc_id=existing.vpc_id,
+                existing_subnet_ids=[s.subnet_id for s in existing.subnets],
+                existing_availability_zones=[s.availability_zone for s in existing.subnets],
+                existing_route_table_ids=[s.route_table_id for s in existing.subnets if s.route_table_id],
+                create_s3_endpoint=existing.create_s3_endpoint,
+            )
+        else:
+            new = net.new_vpc or NewVpcConfig()
+            self.network = ClusterNetwork(
+                self,
+                "Network",
+                cidr=new.cidr,
+                az_count=new.az_count,
+                nat_gateways=new.nat_gateways,
+                flow_log_retention=retention,
+            )
+
+        bucket_cfg = config.checkpoint_bucket
+        self.checkpoints = CheckpointStore(
+            self,
+            "Checkpoints",
+            noncurrent_version_expiration_days=bucket_cfg.noncurrent_version_expiration_days,
+            access_log_expiration_days=bucket_cfg.access_log_expiration_days,
+            removal_policy=RemovalPolicy.RETAIN if bucket_cfg.removal_policy == "retain" else RemovalPolicy.DESTROY,
+        )
+        CfnOutput(self, "CheckpointBucketName", value=self.checkpoints.bucket.bucket_name,
+                  description="S3 bucket holding code and checkpoints (one prefix per cluster)")
+
+        self.clusters: dict[str, TrainingCluster] = {}
+        for spec in config.clusters:
+            cluster = TrainingCluster(
+                self,
+                f"Cluster-{spec.name}",
+                team=team,
+                spec=spec,
+                vpc=self.network.vpc,
+                vpc_subnets=self.network.training_subnets,
+                checkpoint_store=self.checkpoints,
+                log_retention=retention,
+            )
+            self.clusters[spec.name] = cluster
+            CfnOutput(self, f"GroupName-{spec.name}", value=cluster.asg.auto_scaling_group_name,
+                      description=f"Auto Scaling group of cluster {spec.name}")
+            CfnOutput(self, f"LogGroupName-{spec.name}", value=cluster.log_group.log_group_name,
+                      description=f"Log group of cluster {spec.name}")
+            CfnOutput(self, f"JobSpecParameter-{spec.name}", value=cluster.job_spec.parameter_name,
+                      description=f"SSM parameter with the job-spec defaults of cluster {spec.name}")

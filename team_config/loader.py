@@ -1,0 +1,134 @@
+"""Read and validate team files; turn every mistake into one line a person can act on."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from team_config.model import NAME_PATTERN, TeamConfig
+
+DEFAULT_TEAM = "default"
+STACK_PREFIX = "TrainingStack"
+
+
+class ConfigError(Exception):
+    """A team file is wrong. ``str()`` is one line per problem: file, field, what, fix."""
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    path: Path
+    config: TeamConfig
+
+    @property
+    def stack_name(self) -> str:
+        return STACK_PREFIX if self.name == DEFAULT_TEAM else f"{STACK_PREFIX}-{self.name}"
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
+    """The pydantic model that owns the last key of ``loc`` (to list allowed keys)."""
+    model: Any = TeamConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        for candidate in (ann, *getattr(ann, "__args__", ())):
+            for inner in (candidate, *getattr(candidate, "__args__", ())):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    model = inner
+                    break
+            else:
+                continue
+            break
+        else:
+            return None
+    return model
+
+
+def _describe(error: Any) -> str:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        model = _model_at(loc)
+        allowed = sorted(model.model_fields) if model else []
+        guess = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"did you mean '{guess[0]}'? " if guess else ""
+        return f"unknown key '{key}': {hint}allowed keys here: {', '.join(allowed)}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "string_pattern_mismatch":
+        return f"{error['input']!r} does not match the required form {error['ctx']['pattern']}"
+    msg = str(error["msg"])
+    msg = re.sub(r"^Value error, ", "", msg)
+    return f"{msg} (got {error['input']!r})" if kind not in ("value_error",) and not isinstance(error["input"], dict) else msg
+
+
+def load_team(path: Path) -> Team:
+    name = path.stem
+    if not re.match(NAME_PATTERN, name):
+        raise ConfigError(
+            f"{path}: team name '{name}' (from the file name) is not DNS-safe; rename the file to "
+            "lowercase letters, digits and '-', starting with a letter, at most 32 characters"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}; fix the syntax") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the file ({exc.strerror})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys (clusters:, network:, ...), got {type(raw).__name__}")
+    try:
+        config = TeamConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{path}: {_loc(tuple(e['loc'])) or '(top level)'}: {_describe(e)}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+    return Team(name=name, path=path, config=config)
+
+
+def load_teams(teams_dir: Path, only: Optional[str] = None) -> list[Team]:
+    """Every ``*.yaml``/``*.yml`` in ``teams_dir`` (or just team ``only``), default team first."""
+    files = sorted([*teams_dir.glob("*.yaml"), *teams_dir.glob("*.yml")])
+    stems: dict[str, Path] = {}
+    for f in files:
+        if f.stem in stems:
+            raise ConfigError(f"{f}: team '{f.stem}' is also defined by {stems[f.stem]}; keep one file per team")
+        stems[f.stem] = f
+    if only is not None:
+        if only not in stems:
+            known = ", ".join(sorted(stems)) or "none"
+            raise ConfigError(f"{teams_dir}: no team file for -c team={only}; known teams: {known}")
+        files = [stems[only]]
+    if not files:
+        raise ConfigError(f"{teams_dir}: no team files (*.yaml); add teams/{DEFAULT_TEAM}.yaml")
+    errors: list[str] = []
+    teams: list[Team] = []
+    for f in files:
+        try:
+            teams.append(load_team(f))
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return sorted(teams, key=lambda t: (t.name != DEFAULT_TEAM, t.name))

@@ -1,0 +1,231 @@
+"""The team file schema: every knob a team can set, validated at synth.
+
+One file per team in ``teams/``; the file name is the team name. Everything here is
+plain data: no boto3, no CDK, so it loads in milliseconds and can be reused by tools.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+# DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
+NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+INSTANCE_TYPE_PATTERN = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
+InstanceType = Annotated[str, StringConstraints(pattern=INSTANCE_TYPE_PATTERN)]
+
+SnapshotId = Annotated[str, StringConstraints(pattern=r"^snap-[0-9a-f]{8,17}$")]
+AmiId = Annotated[str, StringConstraints(pattern=r"^ami-[0-9a-f]{8,17}$")]
+VpcId = Annotated[str, StringConstraints(pattern=r"^vpc-[0-9a-f]{8,17}$")]
+SubnetId = Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")]
+RouteTableId = Annotated[str, StringConstraints(pattern=r"^rtb-[0-9a-f]{8,17}$")]
+AzName = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
+AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")]
+
+# The values CloudWatch Logs accepts for a log group's retention (days).
+LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545,
+    731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+)
+
+# Deep Learning Base AMI (OSS Nvidia driver, Amazon Linux 2023), public SSM parameters.
+DEFAULT_AMI_PARAMETER = {
+    "x86_64": "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
+    "arm64": "/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
+}
+
+
+def instance_architecture(instance_type: str) -> str:
+    """CPU architecture of an EC2 instance type: Graviton families carry a 'g' after the generation."""
+    family = instance_type.split(".", 1)[0]
+    if family == "a1":
+        return "arm64"
+    match = re.match(r"^[a-z-]+?\d+([a-z-]*)$", family)
+    if match and "g" in match.group(1):
+        return "arm64"
+    return "x86_64"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NewVpcConfig(Strict):
+    cidr: str = Field("10.0.0.0/16", description="IPv4 range of the new VPC, /16 to /24.")
+    az_count: int = Field(1, ge=1, le=3, description="Availability zones the VPC spans.")
+    nat_gateways: int = Field(1, ge=0, le=3, description="NAT gateways for egress (0: nodes reach AWS only through endpoints).")
+
+    @model_validator(mode="after")
+    def _cidr(self) -> "NewVpcConfig":
+        try:
+            net = ipaddress.IPv4Network(self.cidr)
+        except ValueError as exc:
+            raise ValueError(f"cidr {self.cidr!r} is not an IPv4 network ({exc}); use e.g. 10.0.0.0/16") from None
+        if not 16 <= net.prefixlen <= 24:
+            raise ValueError(f"cidr {self.cidr!r} has prefix /{net.prefixlen}; use a /16 to /24 range")
+        if self.nat_gateways > self.az_count:
+            raise ValueError(f"nat_gateways ({self.nat_gateways}) exceeds az_count ({self.az_count}); use at most one per AZ")
+        return self
+
+
+class SubnetConfig(Strict):
+    subnet_id: SubnetId
+    availability_zone: AzName
+    route_table_id: Optional[RouteTableId] = Field(None, description="Route table for the S3 gateway endpoint.")
+
+
+class ExistingVpcConfig(Strict):
+    vpc_id: VpcId
+    subnets: list[SubnetConfig] = Field(min_length=1, description="Subnets the clusters launch into, one per AZ.")
+    create_s3_endpoint: bool = Field(True, description="Add an S3 gateway endpoint on the subnets' route tables.")
+
+    @model_validator(mode="after")
+    def _subnets(self) -> "ExistingVpcConfig":
+        azs = [s.availability_zone for s in self.subnets]
+        if len(set(azs)) != len(azs):
+            raise ValueError("subnets: two subnets in one availability zone; list one subnet per AZ")
+        if self.create_s3_endpoint and any(s.route_table_id is None for s in self.subnets):
+            raise ValueError("subnets: route_table_id is required on every subnet when create_s3_endpoint is true")
+        return self
+
+
+class NetworkConfig(Strict):
+    new_vpc: Optional[NewVpcConfig] = None
+    existing_vpc: Optional[ExistingVpcConfig] = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "NetworkConfig":
+        if self.new_vpc is not None and self.existing_vpc is not None:
+            raise ValueError("set either new_vpc or existing_vpc, not both")
+        return self
+
+    @property
+    def az_count(self) -> int:
+        if self.existing_vpc is not None:
+            return len(self.existing_vpc.subnets)
+        return (self.new_vpc or NewVpcConfig()).az_count
+
+
+class CheckpointBucketConfig(Strict):
+    noncurrent_version_expiration_days: int = Field(30, ge=1, le=3650, description="Days a replaced or deleted checkpoint object stays recoverable.")
+    access_log_expiration_days: int = Field(365, ge=1, le=3650, description="Days S3 server access logs are kept.")
+    removal_policy: Literal["retain", "destroy"] = "retain"
+
+
+class AmiConfig(Strict):
+    image_id: Optional[AmiId] = Field(None, description="A fixed AMI id (region-specific).")
+    ssm_parameter: Optional[Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]+$")]] = Field(
+        None, description="An SSM parameter that holds the AMI id, resolved at deploy time."
+    )
+    root_device_name: Annotated[str, StringConstraints(pattern=r"^/dev/[a-z0-9]+$")] = "/dev/xvda"
+
+    @model_validator(mode="after")
+    def _one(self) -> "AmiConfig":
+        if self.image_id and self.ssm_parameter:
+            raise ValueError("set either image_id or ssm_parameter, not both")
+        return self
+
+
+class WarmPoolConfig(Strict):
+    size: int = Field(ge=1, le=64, description="Number of pre-warmed volumes; at least max_nodes.")
+    snapshot_id: Optional[SnapshotId] = None
+    volume_size_gib: int = Field(200, ge=1, le=16384)
+    iops: int = Field(3000, ge=3000, le=16000)
+    throughput_mibps: int = Field(125, ge=125, le=1000)
+    initialization_rate_mibps: Optional[int] = Field(None, ge=100, le=300, description="EBS provisioned initialization rate.")
+    device_name: Annotated[str, StringConstraints(pattern=r"^/dev/sd[f-p]$")] = "/dev/sdf"
+    removal_policy: Literal["retain", "destroy"] = "retain"
+
+    @model_validator(mode="after")
+    def _snapshot(self) -> "WarmPoolConfig":
+        if self.snapshot_id is None:
+            raise ValueError("snapshot_id is required: the snapshot the warm volumes are created from (snap-...)")
+        return self
+
+
+class JobConfig(Strict):
+    """Defaults for the job spec the boot script reads; a submitted job may override them."""
+
+    command: str = Field("python train.py", min_length=1, description="Entry command run by torchrun, relative to the code directory.")
+    python: AbsPath = Field("/opt/conda/bin/python3", description="Interpreter (of the environment with torch) on the AMI.")
+    nproc_per_node: int = Field(1, ge=1, le=64)
+    checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
+    checkpoint_interval_s: Optional[int] = Field(None, gt=0, description="Fixed interval; unset: Young/Daly from measured cost.")
+    mean_time_between_interruptions_s: int = Field(3600, gt=0, description="Assumed MTBI for the Young/Daly interval.")
+    max_restarts: int = Field(3, ge=0, le=100)
+    interruption_grace_s: int = Field(90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice.")
+    rendezvous_port: int = Field(29400, ge=1024, le=65535)
+
+
+class ClusterConfig(Strict):
+    name: Name
+    instance_types: list[InstanceType] = Field(min_length=1, description="Candidate types, one CPU architecture.")
+    min_nodes: int = Field(1, ge=1, description="Fewest nodes training continues with (torchrun --nnodes MIN:MAX).")
+    desired_nodes: int = Field(1, ge=1, description="Nodes a job asks for by default.")
+    max_nodes: int = Field(ge=1, le=1000, description="Upper bound of the Auto Scaling group.")
+    on_demand_base_capacity: int = Field(0, ge=0)
+    on_demand_percentage_above_base: int = Field(0, ge=0, le=100)
+    spot_allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized"] = "price-capacity-optimized"
+    placement_group: bool = Field(True, description="Launch into a cluster placement group (one AZ).")
+    root_volume_size_gib: int = Field(200, ge=8, le=16384)
+    ami: AmiConfig = AmiConfig()
+    job: JobConfig = JobConfig()
+    warm_pool: Optional[WarmPoolConfig] = None
+
+    @model_validator(mode="after")
+    def _nodes(self) -> "ClusterConfig":
+        if not self.min_nodes <= self.desired_nodes <= self.max_nodes:
+            raise ValueError(
+                f"need min_nodes <= desired_nodes <= max_nodes, got {self.min_nodes} <= "
+                f"{self.desired_nodes} <= {self.max_nodes}"
+            )
+        if len(set(self.instance_types)) != len(self.instance_types):
+            raise ValueError("instance_types: a type is listed twice; list each type once")
+        arches = {t: instance_architecture(t) for t in self.instance_types}
+        if len(set(arches.values())) > 1:
+            listed = ", ".join(f"{t} ({a})" for t, a in arches.items())
+            raise ValueError(f"instance_types mix CPU architectures: {listed}; use types of one architecture")
+        if self.on_demand_base_capacity > self.max_nodes:
+            raise ValueError(
+                f"on_demand_base_capacity ({self.on_demand_base_capacity}) exceeds max_nodes ({self.max_nodes})"
+            )
+        if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
+            raise ValueError(
+                f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "
+                "set size to at least max_nodes so every node finds a warm volume"
+            )
+        return self
+
+    @property
+    def architecture(self) -> str:
+        return instance_architecture(self.instance_types[0])
+
+
+class TeamConfig(Strict):
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    network: NetworkConfig = NetworkConfig()
+    checkpoint_bucket: CheckpointBucketConfig = CheckpointBucketConfig()
+    log_retention_days: int = Field(30, description="CloudWatch retention of training and flow logs.")
+    budget_usd_per_month: Optional[float] = Field(None, gt=0, description="Monthly spend limit for the team.")
+
+    @model_validator(mode="after")
+    def _team(self) -> "TeamConfig":
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
+            raise ValueError(f"log_retention_days {self.log_retention_days} is not a CloudWatch value; use one of {allowed}")
+        names = [c.name for c in self.clusters]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"clusters: name {dupes[0]!r} is used twice; give each cluster a unique name")
+        for i, cluster in enumerate(self.clusters):
+            if cluster.placement_group and self.network.az_count != 1:
+                raise ValueError(
+                    f"clusters[{i}] ({cluster.name}): a cluster placement group lives in one AZ but the network "
+                    f"spans {self.network.az_count}; use one AZ/subnet or set placement_group: false"
+                )
+        return self

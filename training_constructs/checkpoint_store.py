@@ -1,0 +1,128 @@
+"""CheckpointStore: the team's encrypted, versioned S3 bucket for checkpoints and code."""
+
+from __future__ import annotations
+
+import typing
+from typing import Optional
+
+from aws_cdk import CfnElement, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from training_constructs.nag import acknowledge
+
+
+class CheckpointStore(Construct):
+    """Checkpoint bucket: SSE-S3, versioned, public access blocked, TLS only, access-logged.
+
+    Layout: ``<cluster>/code/...`` for job code, ``<cluster>/<job>/ckpt/<step>/`` for checkpoints
+    (a manifest written last makes a checkpoint exist). Lifecycle: incomplete multipart uploads
+    are aborted after 1 day; replaced or deleted object versions expire after
+    ``noncurrent_version_expiration_days``. RETAIN by default: checkpoints outlive the stack.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        noncurrent_version_expiration_days: int = 30,
+        access_log_expiration_days: int = 365,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        access_logs_bucket: Optional[s3.IBucket] = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if access_logs_bucket is None:
+            log_bucket = s3.Bucket(
+                self,
+                "AccessLogs",
+                encryption=s3.BucketEncryption.S3_MANAGED,
+                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+                enforce_ssl=True,
+                object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+                removal_policy=removal_policy,
+                lifecycle_rules=[
+                    s3.LifecycleRule(
+                        id="ExpireAccessLogs",
+                        expiration=Duration.days(access_log_expiration_days),
+                        abort_incomplete_multipart_upload_after=Duration.days(1),
+                    )
+                ],
+            )
+            acknowledge(
+                log_bucket,
+                "AwsSolutions-S1",
+                "This is the access-log bucket of the checkpoint bucket; logging it into itself would loop.",
+            )
+            access_logs_bucket = log_bucket
+        self.access_logs_bucket = access_logs_bucket
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=access_logs_bucket,
+            server_access_logs_prefix="checkpoints/",
+            removal_policy=removal_policy,
+            auto_delete_objects=False,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="AbortIncompleteUploads",
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                ),
+                s3.LifecycleRule(
+                    id="ExpireReplacedVersions",
+                    noncurrent_version_expiration=Duration.days(noncurrent_version_expiration_days),
+                ),
+            ],
+        )
+
+    @staticmethod
+    def cluster_prefix(cluster: str) -> str:
+        """Key prefix (no leading slash, trailing slash) under which one cluster keeps everything."""
+        return f"{cluster}/"
+
+    def cluster_access_policy(self, scope: Construct, construct_id: str, role: iam.IRole, cluster: str) -> iam.Policy:
+        """Read, write and list only ``<cluster>/`` in the bucket: no other cluster's objects, not even their names.
+
+        (``bucket.grant_read_write(role, "<cluster>/*")`` would also allow ``s3:List*`` on the whole bucket.)
+        """
+        prefix = self.cluster_prefix(cluster)
+        policy = iam.Policy(
+            scope,
+            construct_id,
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ListOwnClusterPrefix",
+                    actions=["s3:ListBucket", "s3:ListBucketVersions"],
+                    resources=[self.bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadWriteOwnClusterObjects",
+                    actions=[
+                        "s3:GetObject",
+                        "s3:GetObjectVersion",
+                        "s3:GetObjectAttributes",
+                        "s3:PutObject",
+                        "s3:DeleteObject",
+                        "s3:AbortMultipartUpload",
+                        "s3:ListMultipartUploadParts",
+                    ],
+                    resources=[self.bucket.arn_for_objects(f"{prefix}*")],
+                ),
+            ],
+        )
+        bucket_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.bucket.node.default_child))
+        acknowledge(
+            policy,
+            f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]",
+            f"Objects are created at run time under the cluster's own prefix '{prefix}'; the wildcard "
+            "stops at that prefix, and listing is limited to it by an s3:prefix condition.",
+        )
+        return policy

@@ -1,0 +1,86 @@
+"""ClusterNetwork: the VPC the training nodes live in (new or imported) and its S3 endpoint."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Optional, Sequence
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+
+class ClusterNetwork(Construct):
+    """A VPC fit for multi-node training.
+
+    New VPC (default): ``az_count`` AZs (1 by default, because a cluster placement group lives in
+    one AZ), private subnets with NAT egress, VPC flow logs, an S3 gateway endpoint so checkpoint
+    traffic stays off the NAT. Imported VPC: the given subnets, plus the S3 endpoint on their
+    route tables when asked. No SSH anywhere: access is SSM Session Manager.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cidr: str = "10.0.0.0/16",
+        az_count: int = 1,
+        nat_gateways: int = 1,
+        flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        existing_vpc_id: Optional[str] = None,
+        existing_subnet_ids: Sequence[str] = (),
+        existing_availability_zones: Sequence[str] = (),
+        existing_route_table_ids: Sequence[str] = (),
+        create_s3_endpoint: bool = True,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.vpc: ec2.IVpc
+        if existing_vpc_id:
+            if not existing_subnet_ids or len(existing_subnet_ids) != len(existing_availability_zones):
+                raise ValueError("ClusterNetwork: give one availability zone per existing subnet id")
+            self.vpc = ec2.Vpc.from_vpc_attributes(
+                self,
+                "Vpc",
+                vpc_id=existing_vpc_id,
+                availability_zones=list(existing_availability_zones),
+                private_subnet_ids=list(existing_subnet_ids),
+                private_subnet_route_table_ids=list(existing_route_table_ids) or None,
+            )
+        else:
+            # Per AZ: a small public subnet (NAT only) and a large training subnet; 3 AZs fit.
+            prefix = ipaddress.IPv4Network(cidr).prefixlen
+            vpc = ec2.Vpc(
+                self,
+                "Vpc",
+                ip_addresses=ec2.IpAddresses.cidr(cidr),
+                max_azs=az_count,
+                nat_gateways=nat_gateways,
+                # The default-SG lockdown is a Lambda custom resource; nothing here uses the default SG.
+                restrict_default_security_group=False,
+                subnet_configuration=[
+                    ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=prefix + 4),
+                    ec2.SubnetConfiguration(
+                        name="Training",
+                        subnet_type=(
+                            ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
+                        ),
+                        cidr_mask=prefix + 2,
+                    ),
+                ],
+            )
+            flow_logs = logs.LogGroup(
+                self, "FlowLogs", retention=flow_log_retention, removal_policy=RemovalPolicy.DESTROY
+            )
+            vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs))
+            self.vpc = vpc
+        private = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
+        # Imported subnets are registered as private; a new VPC's training subnets are private too.
+        self.training_subnets = ec2.SubnetSelection(subnet_type=None if existing_vpc_id else private)
+        if create_s3_endpoint:
+            self.s3_endpoint = self.vpc.add_gateway_endpoint(
+                "S3Endpoint",
+                service=ec2.GatewayVpcEndpointAwsService.S3,
+                subnets=[self.training_subnets],
+            )

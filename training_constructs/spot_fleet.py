@@ -1,0 +1,196 @@
+"""SpotFleet: launch template + spot Auto Scaling group (+ cluster placement group, instance role)."""
+
+from __future__ import annotations
+
+import typing
+from typing import Optional, Sequence
+
+import jsii
+from aws_cdk import ArnFormat, CfnElement, Stack
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from training_constructs.nag import acknowledge
+
+ALLOCATION_STRATEGIES = {
+    "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
+    "capacity-optimized": autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
+}
+
+
+@jsii.implements(ec2.IMachineImage)
+class FixedImage:
+    """An AMI id used as given, whatever the stack's region (ec2.MachineImage.generic_linux needs a region map)."""
+
+    def __init__(self, image_id: str) -> None:
+        self.image_id = image_id
+
+    def get_image(self, scope: Construct) -> ec2.MachineImageConfig:
+        return ec2.MachineImageConfig(
+            image_id=self.image_id, os_type=ec2.OperatingSystemType.LINUX, user_data=ec2.UserData.for_linux()
+        )
+
+
+class SpotFleet(Construct):
+    """Spot capacity for one training cluster.
+
+    Launch template: IMDSv2 required, instance metadata tags on (the boot script reads team and
+    cluster from them), encrypted gp3 root volume, detailed monitoring, the given user data and
+    instance profile. Group: MixedInstancesPolicy over ``instance_types`` with on-demand base
+    and percentage (0 by default, all spot) and a capacity-aware spot strategy, capacity
+    rebalance on, min 0 so it can scale to zero, desired capacity left to the jobs.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        vpc_subnets: ec2.SubnetSelection,
+        instance_types: Sequence[str],
+        machine_image: ec2.IMachineImage,
+        user_data: ec2.UserData,
+        max_nodes: int,
+        on_demand_base_capacity: int = 0,
+        on_demand_percentage_above_base: int = 0,
+        spot_allocation_strategy: str = "price-capacity-optimized",
+        placement_group: bool = True,
+        root_volume_size_gib: int = 200,
+        root_device_name: str = "/dev/xvda",
+        role: Optional[iam.IRole] = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not instance_types:
+            raise ValueError("SpotFleet: instance_types needs at least one instance type")
+        if spot_allocation_strategy not in ALLOCATION_STRATEGIES:
+            raise ValueError(f"SpotFleet: spot_allocation_strategy must be one of {sorted(ALLOCATION_STRATEGIES)}")
+
+        self.role: iam.IRole = role or iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"Spot training node role for {Stack.of(self).stack_name}/{construct_id}",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        if role is None:
+            acknowledge(
+                self.role,
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+                "AWS's policy for SSM Session Manager, the only way into a node (no SSH); AWS keeps it current.",
+            )
+        self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
+
+        # Nodes talk to each other on any port (NCCL/gloo, c10d rendezvous); nothing else gets in.
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "NodeSecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=True,
+            description="Training nodes: all traffic between nodes of this cluster, no other ingress",
+        )
+        self.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.all_traffic(), "Node-to-node traffic within the cluster"
+        )
+
+        self.placement_group: Optional[ec2.PlacementGroup] = (
+            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            if placement_group
+            else None
+        )
+
+        self.launch_template = ec2.LaunchTemplate(
+            self,
+            "LaunchTemplate",
+            machine_image=machine_image,
+            user_data=user_data,
+            instance_profile=self.instance_profile,
+            security_group=self.security_group,
+            require_imdsv2=True,
+            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+            http_put_response_hop_limit=2,
+            instance_metadata_tags=True,
+            detailed_monitoring=True,
+            placement_group=self.placement_group,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=root_device_name,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        root_volume_size_gib,
+                        encrypted=True,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+        )
+
+        self.asg = autoscaling.AutoScalingGroup(
+            self,
+            "Group",
+            vpc=vpc,
+            vpc_subnets=vpc_subnets,
+            min_capacity=0,
+            max_capacity=max_nodes,
+            capacity_rebalance=True,
+            group_metrics=[autoscaling.GroupMetrics.all()],
+            mixed_instances_policy=autoscaling.MixedInstancesPolicy(
+                launch_template=self.launch_template,
+                launch_template_overrides=[
+                    autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(t)) for t in instance_types
+                ],
+                instances_distribution=autoscaling.InstancesDistribution(
+                    on_demand_base_capacity=on_demand_base_capacity,
+                    on_demand_percentage_above_base_capacity=on_demand_percentage_above_base,
+                    spot_allocation_strategy=ALLOCATION_STRATEGIES[spot_allocation_strategy],
+                ),
+            ),
+        )
+        acknowledge(
+            self.asg,
+            "AwsSolutions-EC26",
+            "The rule cannot read a mixed-instances launch template and errors out; the launch template "
+            "sets Encrypted: true on the root volume (asserted in tests/test_constructs.py).",
+        )
+        acknowledge(
+            self.asg,
+            "AwsSolutions-AS3",
+            "Spot churn is expected; scaling activity is in the group's activity history and EventBridge, "
+            "and job state (DONE/FAILED) in the bucket and log group.",
+        )
+
+    def scale_policy(self, construct_id: str, role: iam.IRole) -> iam.Policy:
+        """Let ``role`` change this group's desired capacity (scale to zero when a job ends), nothing else.
+
+        A separate policy, not the role's default one: the launch template waits for the default
+        policy, and this policy names the group, which needs the launch template first.
+        """
+        stack = Stack.of(self)
+        group_arn = stack.format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{self.asg.auto_scaling_group_name}",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        policy = iam.Policy(
+            self,
+            construct_id,
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ScaleOwnGroup",
+                    actions=["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+                    resources=[group_arn],
+                )
+            ],
+        )
+        asg_id = stack.get_logical_id(typing.cast(CfnElement, self.asg.node.default_child))
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
+            f"autoScalingGroup:*:autoScalingGroupName/<{asg_id}>]",
+            "The wildcard is the group's UUID, unknown until it exists; the ARN names this one group.",
+        )
+        return policy

@@ -1,0 +1,205 @@
+"""TrainingCluster: one spot training cluster, composed from the smaller constructs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Aws, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
+from training_constructs.checkpoint_store import CheckpointStore
+from training_constructs.nag import acknowledge
+from training_constructs.spot_fleet import FixedImage, SpotFleet
+from training_constructs.training_logs import TrainingLogs
+from training_constructs.warm_volume_pool import POOL_TAG, WarmVolumePool
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap_scripts"
+TEAM_TAG = "spot-training:team"
+CLUSTER_TAG = "spot-training:cluster"
+INSTALL_DIR = "/opt/spot-training"
+
+
+def parameter_path(team: str, cluster: str) -> str:
+    """SSM path of a cluster's parameters: ``job-spec`` (stack defaults), ``current-job`` (written on submit).
+
+    Team-scoped, so two teams' stacks never collide.
+    """
+    return f"/spot-training/{team}/{cluster}"
+
+
+class TrainingCluster(Construct):
+    """Spot fleet, logs, job spec, optional warm volume pool and least-privilege grants for one cluster.
+
+    Exposes ``bucket``, ``asg``, ``role``, ``log_group``, ``placement_group``, ``job_spec``,
+    ``warm_pool``. Every grant is scoped to this cluster: its bucket prefix, its log group, its
+    group, its job-spec parameters, its pool's volumes.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        team: str,
+        spec: ClusterConfig,
+        vpc: ec2.IVpc,
+        vpc_subnets: ec2.SubnetSelection,
+        checkpoint_store: CheckpointStore,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        Tags.of(self).add(CLUSTER_TAG, spec.name)
+        self.bucket = checkpoint_store.bucket
+        self.logs = TrainingLogs(self, "Logs", retention=log_retention)
+        self.log_group = self.logs.log_group
+
+        self.warm_pool = None
+        if spec.warm_pool is not None:
+            pool = spec.warm_pool
+            assert pool.snapshot_id is not None  # enforced by the config model
+            self.warm_pool = WarmVolumePool(
+                self,
+                "WarmPool",
+                pool_name=f"{team}-{spec.name}",
+                size=pool.size,
+                snapshot_id=pool.snapshot_id,
+                availability_zone=vpc.select_subnets(vpc_subnets).availability_zones[0],
+                volume_size_gib=pool.volume_size_gib,
+                iops=pool.iops,
+                throughput_mibps=pool.throughput_mibps,
+                initialization_rate_mibps=pool.initialization_rate_mibps,
+                removal_policy=RemovalPolicy.RETAIN if pool.removal_policy == "retain" else RemovalPolicy.DESTROY,
+            )
+
+        job = spec.job
+        job_spec = {
+            "version": 1,
+            "team": team,
+            "cluster": spec.name,
+            "region": Aws.REGION,
+            "bucket": self.bucket.bucket_name,
+            "prefix": CheckpointStore.cluster_prefix(spec.name),
+            "log_group": self.log_group.log_group_name,
+            "current_job_parameter": f"{parameter_path(team, spec.name)}/current-job",
+            "command": job.command,
+            "python": job.python,
+            "nproc_per_node": job.nproc_per_node,
+            "min_nodes": spec.min_nodes,
+            "desired_nodes": spec.desired_nodes,
+            "max_nodes": spec.max_nodes,
+            "checkpoint_dir": job.checkpoint_dir,
+            "checkpoint_interval_s": job.checkpoint_interval_s,
+            "mean_time_between_interruptions_s": job.mean_time_between_interruptions_s,
+            "max_restarts": job.max_restarts,
+            "interruption_grace_s": job.interruption_grace_s,
+            "rendezvous_port": job.rendezvous_port,
+            "warm_pool": (
+                {"tag_key": POOL_TAG, "pool": self.warm_pool.pool_name, "device_name": spec.warm_pool.device_name}
+                if self.warm_pool is not None and spec.warm_pool is not None
+                else None
+            ),
+        }
+        self.job_spec = ssm.StringParameter(
+            self,
+            "JobSpec",
+            parameter_name=f"{parameter_path(team, spec.name)}/job-spec",
+            description=f"Job-spec defaults of spot training cluster {team}/{spec.name} (read by the node agent)",
+            string_value=stack.to_json_string(job_spec),
+        )
+
+        bootstrap = s3_assets.Asset(self, "BootstrapScripts", path=str(BOOTSTRAP_DIR), exclude=["__pycache__", "*.pyc"])
+        user_data = ec2.UserData.for_linux()
+        user_data.add_commands("set -euo pipefail")
+        archive = user_data.add_s3_download_command(
+            bucket=bootstrap.bucket,
+            bucket_key=bootstrap.s3_object_key,
+            local_file=f"{INSTALL_DIR}/bootstrap.zip",
+            region=Aws.REGION,
+        )
+        user_data.add_commands(
+            f"python3 -m zipfile -e {archive} {INSTALL_DIR}/bootstrap",
+            f"exec bash {INSTALL_DIR}/bootstrap/user_data.sh --region {Aws.REGION} --team {team} "
+            f"--cluster {spec.name} --job-spec-parameter {self.job_spec.parameter_name}",
+        )
+
+        ami = spec.ami
+        machine_image = (
+            FixedImage(ami.image_id)
+            if ami.image_id
+            else ec2.MachineImage.from_ssm_parameter(
+                ami.ssm_parameter or DEFAULT_AMI_PARAMETER[spec.architecture], os=ec2.OperatingSystemType.LINUX
+            )
+        )
+        self.fleet = SpotFleet(
+            self,
+            "Fleet",
+            vpc=vpc,
+            vpc_subnets=vpc_subnets,
+            instance_types=spec.instance_types,
+            machine_image=machine_image,
+            user_data=user_data,
+            max_nodes=spec.max_nodes,
+            on_demand_base_capacity=spec.on_demand_base_capacity,
+            on_demand_percentage_above_base=spec.on_demand_percentage_above_base,
+            spot_allocation_strategy=spec.spot_allocation_strategy,
+            placement_group=spec.placement_group,
+            root_volume_size_gib=spec.root_volume_size_gib,
+            root_device_name=ami.root_device_name,
+        )
+        self.asg = self.fleet.asg
+        self.role = self.fleet.role
+        self.placement_group = self.fleet.placement_group
+
+        # Least privilege, each grant scoped to this cluster.
+        params = [
+            stack.format_arn(service="ssm", resource="parameter", resource_name=f"{parameter_path(team, spec.name)[1:]}/{p}")
+            for p in ("job-spec", "current-job")
+        ]
+        iam.Policy(
+            self,
+            "NodePolicy",
+            roles=[self.role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ReadBootstrapScripts",
+                    actions=["s3:GetObject"],
+                    resources=[bootstrap.bucket.arn_for_objects(bootstrap.s3_object_key)],
+                ),
+                iam.PolicyStatement(sid="ReadOwnJobParameters", actions=["ssm:GetParameter"], resources=params),
+            ],
+        )
+        describe = iam.Policy(
+            self,
+            "DescribePolicy",
+            roles=[self.role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="DescribeForPeerDiscovery",
+                    actions=[
+                        "autoscaling:DescribeAutoScalingGroups",
+                        "autoscaling:DescribeAutoScalingInstances",
+                        "ec2:DescribeInstances",
+                        "ec2:DescribeVolumes",
+                    ],
+                    resources=["*"],
+                )
+            ],
+        )
+        acknowledge(
+            describe,
+            "AwsSolutions-IAM5[Resource::*]",
+            "Read-only Describe* calls for peer discovery and volume claims; these actions support no "
+            "resource-level permissions, so IAM requires Resource '*'.",
+        )
+        checkpoint_store.cluster_access_policy(self, "CheckpointAccess", self.role, spec.name)
+        self.fleet.scale_policy("ScalePolicy", self.role)
+        self.logs.grant_write(self.role)
+        if self.warm_pool is not None:
+            self.warm_pool.grant_claim(self.role, cluster_tag_key=CLUSTER_TAG, cluster=spec.name)
