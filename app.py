@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """CDK app: one TrainingStack per team file in teams/ (default.yaml -> "TrainingStack").
 
-Synthesize one team with ``npx cdk synth -c team=<name>``. A bad team file stops synth with one
+Synthesize one team with ``npx cdk synth -c team=<name>``; read team files from another folder
+with ``-c teams_dir=<path>``. A bad team file stops synth with one
 line per problem (file, field, what is wrong, what to do) and exit code 2.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from aws_cdk import App, Validations
 from cdk_nag import AwsSolutionsChecks
@@ -30,6 +32,7 @@ def add_teams(app: App, teams: Sequence[Team]) -> list[TrainingStack]:
 def main(app: Optional[App] = None, teams_dir: Path = TEAMS_DIR) -> App:
     app = app or App()
     only = app.node.try_get_context("team")
+    teams_dir = Path(app.node.try_get_context("teams_dir") or teams_dir)
     try:
         teams = load_teams(teams_dir, only=only)
     except ConfigError as exc:

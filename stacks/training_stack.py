@@ -13,9 +13,8 @@ from team_config.model import LOG_RETENTION_DAYS, NewVpcConfig
 from training_constructs import CheckpointStore, ClusterNetwork, TrainingCluster
 from training_constructs.training_cluster import TEAM_TAG
 
-
 # CloudWatch's allowed retention values, in the order aws_logs.RetentionDays lists them (INFINITE last).
-RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)]))
+RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
 
 
 class TrainingStack(Stack):
@@ -57,8 +56,12 @@ class TrainingStack(Stack):
             access_log_expiration_days=bucket_cfg.access_log_expiration_days,
             removal_policy=RemovalPolicy.RETAIN if bucket_cfg.removal_policy == "retain" else RemovalPolicy.DESTROY,
         )
-        CfnOutput(self, "CheckpointBucketName", value=self.checkpoints.bucket.bucket_name,
-                  description="S3 bucket holding code and checkpoints (one prefix per cluster)")
+        CfnOutput(
+            self,
+            "CheckpointBucketName",
+            value=self.checkpoints.bucket.bucket_name,
+            description="S3 bucket holding code and checkpoints (one prefix per cluster)",
+        )
 
         self.clusters: dict[str, TrainingCluster] = {}
         for spec in config.clusters:
@@ -73,9 +76,21 @@ class TrainingStack(Stack):
                 log_retention=retention,
             )
             self.clusters[spec.name] = cluster
-            CfnOutput(self, f"GroupName-{spec.name}", value=cluster.asg.auto_scaling_group_name,
-                      description=f"Auto Scaling group of cluster {spec.name}")
-            CfnOutput(self, f"LogGroupName-{spec.name}", value=cluster.log_group.log_group_name,
-                      description=f"Log group of cluster {spec.name}")
-            CfnOutput(self, f"JobSpecParameter-{spec.name}", value=cluster.job_spec.parameter_name,
-                      description=f"SSM parameter with the job-spec defaults of cluster {spec.name}")
+            CfnOutput(
+                self,
+                f"GroupName-{spec.name}",
+                value=cluster.asg.auto_scaling_group_name,
+                description=f"Auto Scaling group of cluster {spec.name}",
+            )
+            CfnOutput(
+                self,
+                f"LogGroupName-{spec.name}",
+                value=cluster.log_group.log_group_name,
+                description=f"Log group of cluster {spec.name}",
+            )
+            CfnOutput(
+                self,
+                f"JobSpecParameter-{spec.name}",
+                value=cluster.job_spec.parameter_name,
+                description=f"SSM parameter with the job-spec defaults of cluster {spec.name}",
+            )

@@ -78,7 +78,11 @@ def _describe(error: Any) -> str:
         return f"{error['input']!r} does not match the required form {error['ctx']['pattern']}"
     msg = str(error["msg"])
     msg = re.sub(r"^Value error, ", "", msg)
-    return f"{msg} (got {error['input']!r})" if kind not in ("value_error",) and not isinstance(error["input"], dict) else msg
+    return (
+        f"{msg} (got {error['input']!r})"
+        if kind not in ("value_error",) and not isinstance(error["input"], dict)
+        else msg
+    )
 
 
 def load_team(path: Path) -> Team:
@@ -102,7 +106,10 @@ def load_team(path: Path) -> Team:
     try:
         config = TeamConfig.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"{path}: {_loc(tuple(e['loc'])) or '(top level)'}: {_describe(e)}" for e in exc.errors()]
+        lines = []
+        for error in exc.errors():
+            field = _loc(tuple(error["loc"]))
+            lines.append(f"{path}: {field + ': ' if field else ''}{_describe(error)}")
         raise ConfigError("\n".join(lines)) from None
     return Team(name=name, path=path, config=config)
 

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
@@ -29,8 +29,28 @@ AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")]
 
 # The values CloudWatch Logs accepts for a log group's retention (days).
 LOG_RETENTION_DAYS = (
-    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545,
-    731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
 )
 
 # Deep Learning Base AMI (OSS Nvidia driver, Amazon Linux 2023), public SSM parameters.
@@ -58,10 +78,12 @@ class Strict(BaseModel):
 class NewVpcConfig(Strict):
     cidr: str = Field("10.0.0.0/16", description="IPv4 range of the new VPC, /16 to /24.")
     az_count: int = Field(1, ge=1, le=3, description="Availability zones the VPC spans.")
-    nat_gateways: int = Field(1, ge=0, le=3, description="NAT gateways for egress (0: nodes reach AWS only through endpoints).")
+    nat_gateways: int = Field(
+        1, ge=0, le=3, description="NAT gateways for egress (0: nodes reach AWS only through endpoints)."
+    )
 
     @model_validator(mode="after")
-    def _cidr(self) -> "NewVpcConfig":
+    def _cidr(self) -> NewVpcConfig:
         try:
             net = ipaddress.IPv4Network(self.cidr)
         except ValueError as exc:
@@ -69,7 +91,9 @@ class NewVpcConfig(Strict):
         if not 16 <= net.prefixlen <= 24:
             raise ValueError(f"cidr {self.cidr!r} has prefix /{net.prefixlen}; use a /16 to /24 range")
         if self.nat_gateways > self.az_count:
-            raise ValueError(f"nat_gateways ({self.nat_gateways}) exceeds az_count ({self.az_count}); use at most one per AZ")
+            raise ValueError(
+                f"nat_gateways ({self.nat_gateways}) exceeds az_count ({self.az_count}); use at most one per AZ"
+            )
         return self
 
 
@@ -85,7 +109,7 @@ class ExistingVpcConfig(Strict):
     create_s3_endpoint: bool = Field(True, description="Add an S3 gateway endpoint on the subnets' route tables.")
 
     @model_validator(mode="after")
-    def _subnets(self) -> "ExistingVpcConfig":
+    def _subnets(self) -> ExistingVpcConfig:
         azs = [s.availability_zone for s in self.subnets]
         if len(set(azs)) != len(azs):
             raise ValueError("subnets: two subnets in one availability zone; list one subnet per AZ")
@@ -99,7 +123,7 @@ class NetworkConfig(Strict):
     existing_vpc: Optional[ExistingVpcConfig] = None
 
     @model_validator(mode="after")
-    def _one(self) -> "NetworkConfig":
+    def _one(self) -> NetworkConfig:
         if self.new_vpc is not None and self.existing_vpc is not None:
             raise ValueError("set either new_vpc or existing_vpc, not both")
         return self
@@ -112,7 +136,9 @@ class NetworkConfig(Strict):
 
 
 class CheckpointBucketConfig(Strict):
-    noncurrent_version_expiration_days: int = Field(30, ge=1, le=3650, description="Days a replaced or deleted checkpoint object stays recoverable.")
+    noncurrent_version_expiration_days: int = Field(
+        30, ge=1, le=3650, description="Days a replaced or deleted checkpoint object stays recoverable."
+    )
     access_log_expiration_days: int = Field(365, ge=1, le=3650, description="Days S3 server access logs are kept.")
     removal_policy: Literal["retain", "destroy"] = "retain"
 
@@ -125,7 +151,7 @@ class AmiConfig(Strict):
     root_device_name: Annotated[str, StringConstraints(pattern=r"^/dev/[a-z0-9]+$")] = "/dev/xvda"
 
     @model_validator(mode="after")
-    def _one(self) -> "AmiConfig":
+    def _one(self) -> AmiConfig:
         if self.image_id and self.ssm_parameter:
             raise ValueError("set either image_id or ssm_parameter, not both")
         return self
@@ -137,12 +163,14 @@ class WarmPoolConfig(Strict):
     volume_size_gib: int = Field(200, ge=1, le=16384)
     iops: int = Field(3000, ge=3000, le=16000)
     throughput_mibps: int = Field(125, ge=125, le=1000)
-    initialization_rate_mibps: Optional[int] = Field(None, ge=100, le=300, description="EBS provisioned initialization rate.")
+    initialization_rate_mibps: Optional[int] = Field(
+        None, ge=100, le=300, description="EBS provisioned initialization rate."
+    )
     device_name: Annotated[str, StringConstraints(pattern=r"^/dev/sd[f-p]$")] = "/dev/sdf"
     removal_policy: Literal["retain", "destroy"] = "retain"
 
     @model_validator(mode="after")
-    def _snapshot(self) -> "WarmPoolConfig":
+    def _snapshot(self) -> WarmPoolConfig:
         if self.snapshot_id is None:
             raise ValueError("snapshot_id is required: the snapshot the warm volumes are created from (snap-...)")
         return self
@@ -151,14 +179,22 @@ class WarmPoolConfig(Strict):
 class JobConfig(Strict):
     """Defaults for the job spec the boot script reads; a submitted job may override them."""
 
-    command: str = Field("python train.py", min_length=1, description="Entry command run by torchrun, relative to the code directory.")
-    python: AbsPath = Field("/opt/conda/bin/python3", description="Interpreter (of the environment with torch) on the AMI.")
+    command: str = Field(
+        "python train.py", min_length=1, description="Entry command run by torchrun, relative to the code directory."
+    )
+    python: AbsPath = Field(
+        "/opt/conda/bin/python3", description="Interpreter (of the environment with torch) on the AMI."
+    )
     nproc_per_node: int = Field(1, ge=1, le=64)
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
-    checkpoint_interval_s: Optional[int] = Field(None, gt=0, description="Fixed interval; unset: Young/Daly from measured cost.")
+    checkpoint_interval_s: Optional[int] = Field(
+        None, gt=0, description="Fixed interval; unset: Young/Daly from measured cost."
+    )
     mean_time_between_interruptions_s: int = Field(3600, gt=0, description="Assumed MTBI for the Young/Daly interval.")
     max_restarts: int = Field(3, ge=0, le=100)
-    interruption_grace_s: int = Field(90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice.")
+    interruption_grace_s: int = Field(
+        90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice."
+    )
     rendezvous_port: int = Field(29400, ge=1024, le=65535)
 
 
@@ -178,7 +214,7 @@ class ClusterConfig(Strict):
     warm_pool: Optional[WarmPoolConfig] = None
 
     @model_validator(mode="after")
-    def _nodes(self) -> "ClusterConfig":
+    def _nodes(self) -> ClusterConfig:
         if not self.min_nodes <= self.desired_nodes <= self.max_nodes:
             raise ValueError(
                 f"need min_nodes <= desired_nodes <= max_nodes, got {self.min_nodes} <= "
@@ -213,11 +249,16 @@ class TeamConfig(Strict):
     log_retention_days: int = Field(30, description="CloudWatch retention of training and flow logs.")
     budget_usd_per_month: Optional[float] = Field(None, gt=0, description="Monthly spend limit for the team.")
 
-    @model_validator(mode="after")
-    def _team(self) -> "TeamConfig":
-        if self.log_retention_days not in LOG_RETENTION_DAYS:
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, days: int) -> int:
+        if days not in LOG_RETENTION_DAYS:
             allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
-            raise ValueError(f"log_retention_days {self.log_retention_days} is not a CloudWatch value; use one of {allowed}")
+            raise ValueError(f"{days} is not a CloudWatch retention value; use one of {allowed}")
+        return days
+
+    @model_validator(mode="after")
+    def _team(self) -> TeamConfig:
         names = [c.name for c in self.clusters]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -227,5 +268,10 @@ class TeamConfig(Strict):
                 raise ValueError(
                     f"clusters[{i}] ({cluster.name}): a cluster placement group lives in one AZ but the network "
                     f"spans {self.network.az_count}; use one AZ/subnet or set placement_group: false"
+                )
+            if cluster.warm_pool is not None and self.network.az_count != 1:
+                raise ValueError(
+                    f"clusters[{i}] ({cluster.name}): a warm volume pool lives in one AZ but the network spans "
+                    f"{self.network.az_count}; use one AZ/subnet or remove warm_pool"
                 )
         return self

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import typing
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import jsii
 from aws_cdk import ArnFormat, CfnElement, Stack

@@ -70,7 +70,9 @@ class TrainingCluster(Construct):
                 pool_name=f"{team}-{spec.name}",
                 size=pool.size,
                 snapshot_id=pool.snapshot_id,
-                availability_zone=vpc.select_subnets(vpc_subnets).availability_zones[0],
+                availability_zone=vpc.select_subnets(
+                    subnet_type=vpc_subnets.subnet_type, subnets=vpc_subnets.subnets
+                ).availability_zones[0],
                 volume_size_gib=pool.volume_size_gib,
                 iops=pool.iops,
                 throughput_mibps=pool.throughput_mibps,
@@ -106,10 +108,11 @@ class TrainingCluster(Construct):
                 else None
             ),
         }
+        job_spec_name = f"{parameter_path(team, spec.name)}/job-spec"
         self.job_spec = ssm.StringParameter(
             self,
             "JobSpec",
-            parameter_name=f"{parameter_path(team, spec.name)}/job-spec",
+            parameter_name=job_spec_name,
             description=f"Job-spec defaults of spot training cluster {team}/{spec.name} (read by the node agent)",
             string_value=stack.to_json_string(job_spec),
         )
@@ -126,7 +129,7 @@ class TrainingCluster(Construct):
         user_data.add_commands(
             f"python3 -m zipfile -e {archive} {INSTALL_DIR}/bootstrap",
             f"exec bash {INSTALL_DIR}/bootstrap/user_data.sh --region {Aws.REGION} --team {team} "
-            f"--cluster {spec.name} --job-spec-parameter {self.job_spec.parameter_name}",
+            f"--cluster {spec.name} --job-spec-parameter {job_spec_name}",
         )
 
         ami = spec.ami
@@ -159,7 +162,9 @@ class TrainingCluster(Construct):
 
         # Least privilege, each grant scoped to this cluster.
         params = [
-            stack.format_arn(service="ssm", resource="parameter", resource_name=f"{parameter_path(team, spec.name)[1:]}/{p}")
+            stack.format_arn(
+                service="ssm", resource="parameter", resource_name=f"{parameter_path(team, spec.name)[1:]}/{p}"
+            )
             for p in ("job-spec", "current-job")
         ]
         iam.Policy(
@@ -202,4 +207,4 @@ class TrainingCluster(Construct):
         self.fleet.scale_policy("ScalePolicy", self.role)
         self.logs.grant_write(self.role)
         if self.warm_pool is not None:
-            self.warm_pool.grant_claim(self.role, cluster_tag_key=CLUSTER_TAG, cluster=spec.name)
+            self.warm_pool.claim_policy("ClaimPolicy", self.role, cluster_tag_key=CLUSTER_TAG, cluster=spec.name)

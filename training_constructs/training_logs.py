@@ -24,4 +24,3 @@ class TrainingLogs(Construct):
 
     def grant_write(self, grantee: iam.IGrantable) -> None:
         self.log_group.grant_write(grantee)
-

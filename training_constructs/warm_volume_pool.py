@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from aws_cdk import RemovalPolicy, Size, Stack, Tags
+from aws_cdk import RemovalPolicy, Size, Stack, Tags, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
+
+from training_constructs.nag import acknowledge
 
 POOL_TAG = "spot-training:warm-pool"
 
@@ -18,7 +20,7 @@ class WarmVolumePool(Construct):
     A replacement spot node attaches a volume that is already initialised instead of paying the
     snapshot's lazy loading on first read. ``initialization_rate_mibps`` (100-300) makes EBS
     initialise each volume at that rate when it is created. Only instances of this cluster may
-    attach or detach the pool's volumes (tag conditions, see ``grant_claim``).
+    attach or detach the pool's volumes (see ``claim_policy``).
     """
 
     def __init__(
@@ -58,26 +60,43 @@ class WarmVolumePool(Construct):
                 removal_policy=removal_policy,
             )
             Tags.of(volume).add(POOL_TAG, pool_name)
+            if not Token.is_unresolved(availability_zone):
+                acknowledge(
+                    volume,
+                    "CloudFormation-Validate::W3010",
+                    "The AZ is the one of the imported subnet the cluster launches into, given in the team file.",
+                )
             self.volumes.append(volume)
 
-    def grant_claim(self, grantee: iam.IGrantable, *, cluster_tag_key: str, cluster: str) -> None:
+    def claim_policy(self, construct_id: str, role: iam.IRole, *, cluster_tag_key: str, cluster: str) -> iam.Policy:
         """Attach/detach exactly this pool's volumes (ARN and tag), only to instances tagged with this cluster."""
         stack = Stack.of(self)
-        grantee.grant_principal.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ClaimOwnPoolVolumes",
-                actions=["ec2:AttachVolume", "ec2:DetachVolume"],
-                resources=[
-                    stack.format_arn(service="ec2", resource="volume", resource_name=v.volume_id) for v in self.volumes
-                ],
-                conditions={"StringEquals": {f"aws:ResourceTag/{POOL_TAG}": self.pool_name}},
-            )
+        policy = iam.Policy(
+            self,
+            construct_id,
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ClaimOwnPoolVolumes",
+                    actions=["ec2:AttachVolume", "ec2:DetachVolume"],
+                    resources=[
+                        stack.format_arn(service="ec2", resource="volume", resource_name=v.volume_id)
+                        for v in self.volumes
+                    ],
+                    conditions={"StringEquals": {f"aws:ResourceTag/{POOL_TAG}": self.pool_name}},
+                ),
+                iam.PolicyStatement(
+                    sid="AttachToOwnClusterInstances",
+                    actions=["ec2:AttachVolume", "ec2:DetachVolume"],
+                    resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+                    conditions={"StringEquals": {f"aws:ResourceTag/{cluster_tag_key}": cluster}},
+                ),
+            ],
         )
-        grantee.grant_principal.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="AttachToOwnClusterInstances",
-                actions=["ec2:AttachVolume", "ec2:DetachVolume"],
-                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
-                conditions={"StringEquals": {f"aws:ResourceTag/{cluster_tag_key}": cluster}},
-            )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+            f"Spot instance ids are only known at launch; the statement is limited to instances tagged "
+            f"{cluster_tag_key}={cluster} and to this pool's volumes, listed by ARN.",
         )
+        return policy

@@ -1,0 +1,36 @@
+"""Helpers to synthesize TrainingStacks in-process (one jsii runtime for the whole test run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+from stacks import TrainingStack
+from team_config import TeamConfig
+
+CONTEXT = json.loads((Path(__file__).resolve().parent.parent / "cdk.json").read_text())["context"]
+
+CLUSTER: dict[str, Any] = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
+
+
+def team_config(**overrides: Any) -> TeamConfig:
+    return TeamConfig.model_validate({"clusters": [CLUSTER], **overrides})
+
+
+def synth(config: TeamConfig, team: str = "team-a", outdir: str | None = None) -> tuple[TrainingStack, Template]:
+    app = App(context=CONTEXT, outdir=outdir)
+    stack = TrainingStack(app, f"TrainingStack-{team}", team=team, config=config)
+    return stack, Template.from_stack(stack)
+
+
+def resources(template: Template, type_name: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in template.find_resources(type_name).values()]
+
+
+def joined(value: Any) -> str:
+    """Flatten an Fn::Join / Fn::Sub / Ref structure into text, for substring checks."""
+    return json.dumps(value, sort_keys=True)

@@ -1,0 +1,159 @@
+"""The whole app: every team file synthesizes, cdk-nag and cfn-lint are clean, teams never collide."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_ec2 as ec2
+
+import app as cdk_app
+from team_config import load_teams
+from tests.synth import CONTEXT, team_config
+
+# Physical-name properties: a literal value here would collide when two teams deploy to one account.
+NAME_PROPERTIES = {
+    "BucketName",
+    "RoleName",
+    "LogGroupName",
+    "AutoScalingGroupName",
+    "LaunchTemplateName",
+    "GroupName",
+    "InstanceProfileName",
+    "PolicyName",
+    "TopicName",
+    "Name",
+    "ManagedPolicyName",
+}
+
+
+def literal_names(template: dict[str, Any]) -> set[tuple[str, str]]:
+    names = set()
+    for resource in template["Resources"].values():
+        for key, value in resource.get("Properties", {}).items():
+            if key in NAME_PROPERTIES and isinstance(value, str) and resource["Type"] != "AWS::IAM::Policy":
+                names.add((resource["Type"], value))
+    return names
+
+
+@pytest.fixture(scope="module")
+def assembly(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Path:
+    """`app.py` over the shipped teams/ plus a team exercising every optional feature, with the cdk-nag gate on."""
+    teams_dir = tmp_path_factory.mktemp("teams")
+    for f in (repo / "teams").glob("*.yaml"):
+        (teams_dir / f.name).write_text(f.read_text())
+    (teams_dir / "everything.yaml").write_text(
+        json.dumps(
+            {
+                "network": {
+                    "existing_vpc": {
+                        "vpc_id": "vpc-0123456789abcdef0",
+                        "subnets": [
+                            {
+                                "subnet_id": "subnet-0123456789abcdef0",
+                                "availability_zone": "us-east-1a",
+                                "route_table_id": "rtb-01234567",
+                            }
+                        ],
+                    }
+                },
+                "budget_usd_per_month": 1000,
+                "clusters": [
+                    {
+                        "name": "pool",
+                        "instance_types": ["g5.xlarge", "g6.xlarge"],
+                        "max_nodes": 2,
+                        "desired_nodes": 2,
+                        "on_demand_base_capacity": 1,
+                        "warm_pool": {"size": 2, "snapshot_id": "snap-0123456789abcdef0"},
+                    },
+                    {
+                        "name": "arm",
+                        "instance_types": ["c7g.large", "m7g.large"],
+                        "max_nodes": 1,
+                        "placement_group": False,
+                        "ami": {"ssm_parameter": "/my/ami"},
+                    },
+                ],
+            }
+        )
+    )
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    # Runs the same entry point as `npx cdk synth`; raises if cdk-nag reports anything unacknowledged.
+    cdk_app.main(App(context={**CONTEXT, "teams_dir": str(teams_dir)}, outdir=str(outdir)), teams_dir=teams_dir)
+    return outdir
+
+
+def test_one_stack_per_team_file(assembly: Path, repo: Path) -> None:
+    manifest = json.loads((assembly / "manifest.json").read_text())
+    stacks = {k for k, v in manifest["artifacts"].items() if v["type"] == "aws:cloudformation:stack"}
+    expected = {t.stack_name for t in load_teams(repo / "teams")} | {"TrainingStack-everything"}
+    assert stacks == expected
+    assert "TrainingStack" in stacks
+
+
+def test_cdk_nag_reports_nothing_unacknowledged(assembly: Path) -> None:
+    report = (
+        json.loads((assembly / "validation-report.json").read_text())
+        if (assembly / "validation-report.json").exists()
+        else {"pluginReports": []}
+    )
+    violations = [v for p in report["pluginReports"] for v in p.get("violations", [])]
+    assert violations == []
+
+
+def test_cdk_nag_gate_fails_synth_on_an_open_security_group(tmp_path: Path) -> None:
+    """The gate can fail: an SSH-from-anywhere rule stops synth with the cdk-nag finding."""
+    app = App(context=CONTEXT, outdir=str(tmp_path))
+    [stack] = cdk_app.add_teams(app, [type("T", (), {"name": "x", "stack_name": "S", "config": team_config()})()])
+    sg = stack.clusters["main"].fleet.security_group
+    sg.add_ingress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(22))
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        app.synth()
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    rules = {v["ruleName"] for p in report["pluginReports"] for v in p["violations"]}
+    assert "AwsSolutions-EC23" in rules
+
+
+def test_cfn_lint_reports_no_errors(assembly: Path) -> None:
+    templates = sorted(str(p) for p in assembly.glob("*.template.json"))
+    assert len(templates) >= 3
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run(
+        [str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300
+    )
+    errors = [line for line in result.stdout.splitlines() if ":E" in line]
+    assert errors == [], result.stdout
+    # Exit code bits: 2 errors, 4 warnings, 8 informational; anything but 4/8 is a failure.
+    assert result.returncode & ~(4 | 8) == 0, result.stdout + result.stderr
+
+
+def test_two_teams_side_by_side_have_no_colliding_physical_names(assembly: Path) -> None:
+    templates = {p.name: json.loads(p.read_text()) for p in assembly.glob("*.template.json")}
+    seen: dict[tuple[str, str], str] = {}
+    for name, template in templates.items():
+        for physical in literal_names(template):
+            assert physical not in seen, f"{physical} is fixed in both {seen[physical]} and {name}"
+            seen[physical] = name
+    # The only fixed names are the team-scoped SSM parameters.
+    assert {n for _, n in seen} == {
+        f"/spot-training/{team}/{cluster}/job-spec"
+        for team, cluster in [
+            ("default", "main"),
+            ("research", "a100"),
+            ("research", "dev"),
+            ("everything", "pool"),
+            ("everything", "arm"),
+        ]
+    }
+
+
+def test_team_context_synthesizes_only_that_team(tmp_path: Path, repo: Path) -> None:
+    app = App(context={**CONTEXT, "team": "research"}, outdir=str(tmp_path))
+    cdk_app.main(app)
+    assert [s.stack_name for s in app.node.children if isinstance(s, Stack)] == ["TrainingStack-research"]

@@ -1,0 +1,263 @@
+"""The team file is the user interface: every mistake is one line naming file, field and fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from team_config import ConfigError, instance_architecture, load_team, load_teams
+
+GOOD_CLUSTER = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
+
+
+def write(tmp_path: Path, doc: object, name: str = "team-a.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return path
+
+
+def error_for(tmp_path: Path, doc: object, name: str = "team-a.yaml") -> str:
+    path = write(tmp_path, doc, name)
+    with pytest.raises(ConfigError) as exc:
+        load_team(path)
+    message = str(exc.value)
+    assert message.startswith(f"{path}: "), message
+    assert "\n" not in message, f"expected one line, got: {message!r}"
+    assert "Traceback" not in message
+    return message
+
+
+def cluster(**overrides: object) -> dict:
+    return {"clusters": [{**GOOD_CLUSTER, **overrides}]}
+
+
+def test_shipped_team_files_are_valid(repo: Path) -> None:
+    teams = load_teams(repo / "teams")
+    assert teams[0].name == "default"
+    assert teams[0].stack_name == "TrainingStack"
+    assert all(t.stack_name == f"TrainingStack-{t.name}" for t in teams[1:])
+
+
+def test_defaults_are_safe(tmp_path: Path) -> None:
+    team = load_team(write(tmp_path, cluster()))
+    c = team.config.clusters[0]
+    assert (c.on_demand_base_capacity, c.on_demand_percentage_above_base) == (0, 0)
+    assert c.placement_group and c.spot_allocation_strategy == "price-capacity-optimized"
+    assert team.config.checkpoint_bucket.removal_policy == "retain"
+    assert team.config.network.az_count == 1
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            cluster(min_nodes=3, desired_nodes=2, max_nodes=4),
+            "clusters[0]: need min_nodes <= desired_nodes <= max_nodes, got 3 <= 2 <= 4",
+            id="min>desired",
+        ),
+        pytest.param(
+            cluster(desired_nodes=5, max_nodes=4),
+            "need min_nodes <= desired_nodes <= max_nodes, got 1 <= 5 <= 4",
+            id="desired>max",
+        ),
+        pytest.param(
+            cluster(instance_types=[]),
+            "clusters[0].instance_types: List should have at least 1 item",
+            id="no-instance-types",
+        ),
+        pytest.param(
+            cluster(instance_types=["g5.xlarge", "g5g.xlarge"]),
+            "instance_types mix CPU architectures: g5.xlarge (x86_64), g5g.xlarge (arm64); use types of one",
+            id="mixed-architectures",
+        ),
+        pytest.param(
+            cluster(instance_types=["g5xlarge"]),
+            "clusters[0].instance_types[0]: 'g5xlarge' does not match the required form",
+            id="bad-type",
+        ),
+        pytest.param(
+            cluster(instance_types=["g5.xlarge", "g5.xlarge"]),
+            "instance_types: a type is listed twice",
+            id="duplicate-type",
+        ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"az_count": 2, "nat_gateways": 1}}},
+            "team-a.yaml: clusters[0] (main): a cluster placement group lives in one AZ but the network "
+            "spans 2; use one AZ/subnet or set placement_group: false",
+            id="placement-group-two-azs",
+        ),
+        pytest.param(
+            {
+                **cluster(),
+                "network": {
+                    "existing_vpc": {
+                        "vpc_id": "vpc-0123456789abcdef0",
+                        "subnets": [
+                            {
+                                "subnet_id": "subnet-0123456789abcdef0",
+                                "availability_zone": "us-east-1a",
+                                "route_table_id": "rtb-01234567",
+                            },
+                            {
+                                "subnet_id": "subnet-0123456789abcdef1",
+                                "availability_zone": "us-east-1b",
+                                "route_table_id": "rtb-01234568",
+                            },
+                        ],
+                    }
+                },
+            },
+            "a cluster placement group lives in one AZ but the network spans 2",
+            id="placement-group-two-subnets",
+        ),
+        pytest.param(
+            cluster(warm_pool={"size": 1, "snapshot_id": "snap-0123456789abcdef0"}),
+            "warm_pool.size (1) is below max_nodes (2); set size to at least max_nodes",
+            id="pool-too-small",
+        ),
+        pytest.param(
+            {
+                **cluster(placement_group=False, warm_pool={"size": 2, "snapshot_id": "snap-0123456789abcdef0"}),
+                "network": {"new_vpc": {"az_count": 2}},
+            },
+            "clusters[0] (main): a warm volume pool lives in one AZ but the network spans 2",
+            id="pool-two-azs",
+        ),
+        pytest.param(
+            cluster(name="GPU_A"),
+            "clusters[0].name: 'GPU_A' does not match the required form ^[a-z]",
+            id="cluster-name-not-dns",
+        ),
+        pytest.param(
+            {"clusters": [GOOD_CLUSTER, GOOD_CLUSTER]},
+            "clusters: name 'main' is used twice; give each cluster a unique name",
+            id="duplicate-cluster",
+        ),
+        pytest.param(
+            {**cluster(), "log_retention_days": 10},
+            "log_retention_days: 10 is not a CloudWatch retention value; use one of 1, 3, 5, 7, 14, 30",
+            id="retention",
+        ),
+        pytest.param(
+            cluster(max_node=4),
+            "clusters[0].max_node: unknown key 'max_node': did you mean 'max_nodes'?",
+            id="typo-key",
+        ),
+        pytest.param(
+            {**cluster(), "budget_usd_per_month": -5},
+            "budget_usd_per_month: Input should be greater than 0 (got -5)",
+            id="negative-budget",
+        ),
+        pytest.param(
+            cluster(job={"checkpoint_interval_s": 0}),
+            "clusters[0].job.checkpoint_interval_s: Input should be greater than 0 (got 0)",
+            id="zero-interval",
+        ),
+        pytest.param(
+            cluster(job={"interruption_grace_s": 150}),
+            "clusters[0].job.interruption_grace_s: Input should be less than 120 (got 150)",
+            id="grace>notice",
+        ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"cidr": "10.0.0.0/8"}}},
+            "network.new_vpc: cidr '10.0.0.0/8' has prefix /8; use a /16 to /24 range",
+            id="cidr",
+        ),
+        pytest.param(
+            {
+                **cluster(placement_group=False),
+                "network": {
+                    "existing_vpc": {
+                        "vpc_id": "vpc-0123456789abcdef0",
+                        "subnets": [{"subnet_id": "subnet-0123456789abcdef0", "availability_zone": "us-east-1a"}],
+                    }
+                },
+            },
+            "route_table_id is required on every subnet when create_s3_endpoint is true",
+            id="no-route-table",
+        ),
+        pytest.param({"clusters": []}, "clusters: List should have at least 1 item", id="no-clusters"),
+        pytest.param(cluster(max_nodes=None), "clusters[0].max_nodes: Input should be a valid integer", id="max-null"),
+        pytest.param("clusters: [\n  - name: main\n", "not valid YAML at line", id="yaml-syntax"),
+        pytest.param(
+            "- just\n- a list\n", "expected a mapping of keys (clusters:, network:, ...), got list", id="not-a-mapping"
+        ),
+    ],
+)
+def test_bad_team_file_is_one_line(tmp_path: Path, doc: object, expected: str) -> None:
+    assert expected in error_for(tmp_path, doc)
+
+
+def test_unknown_top_level_key_lists_allowed_keys(tmp_path: Path) -> None:
+    message = error_for(tmp_path, {**cluster(), "log_retention": 30})
+    assert "log_retention: unknown key 'log_retention': did you mean 'log_retention_days'?" in message
+    assert "allowed keys here: budget_usd_per_month, checkpoint_bucket, clusters" in message
+
+
+def test_team_name_comes_from_file_and_must_be_dns_safe(tmp_path: Path) -> None:
+    message = error_for(tmp_path, cluster(), name="Team_A.yaml")
+    assert "team name 'Team_A' (from the file name) is not DNS-safe; rename the file" in message
+
+
+def test_two_files_for_one_team_are_refused(tmp_path: Path) -> None:
+    write(tmp_path, cluster(), "a.yaml")
+    write(tmp_path, cluster(), "a.yml")
+    with pytest.raises(ConfigError, match=r"a.yml: team 'a' is also defined by .*a.yaml; keep one file per team"):
+        load_teams(tmp_path)
+
+
+def test_unknown_team_selection_names_known_teams(tmp_path: Path) -> None:
+    write(tmp_path, cluster(), "default.yaml")
+    with pytest.raises(ConfigError, match=r"no team file for -c team=nope; known teams: default$"):
+        load_teams(tmp_path, only="nope")
+
+
+def test_every_bad_file_is_reported_not_just_the_first(tmp_path: Path) -> None:
+    write(tmp_path, cluster(max_nodes=0), "a.yaml")
+    write(tmp_path, {**cluster(), "log_retention_days": 2}, "b.yaml")
+    with pytest.raises(ConfigError) as exc:
+        load_teams(tmp_path)
+    lines = str(exc.value).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{tmp_path / 'a.yaml'}: clusters[0].max_nodes")
+    assert lines[1].startswith(f"{tmp_path / 'b.yaml'}: log_retention_days: 2 is not a CloudWatch retention value")
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "arch"),
+    [
+        ("g5.xlarge", "x86_64"),
+        ("p4d.24xlarge", "x86_64"),
+        ("m7i-flex.large", "x86_64"),
+        ("g6e.2xlarge", "x86_64"),
+        ("g5g.xlarge", "arm64"),
+        ("m7gd.large", "arm64"),
+        ("c6gn.16xlarge", "arm64"),
+        ("a1.large", "arm64"),
+        ("hpc7g.16xlarge", "arm64"),
+        ("im4gn.large", "arm64"),
+        ("x2gd.large", "arm64"),
+        ("trn1n.32xlarge", "x86_64"),
+    ],
+)
+def test_instance_architecture(instance_type: str, arch: str) -> None:
+    assert instance_architecture(instance_type) == arch
+
+
+def test_app_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path, repo: Path) -> None:
+    """The real entry point (`python3 app.py`, what `cdk synth` runs) on a bad team folder."""
+    write(tmp_path, cluster(min_nodes=3, max_nodes=2, desired_nodes=2), "default.yaml")
+    env = {**os.environ, "CDK_CONTEXT_JSON": f'{{"teams_dir": "{tmp_path}"}}', "CDK_OUTDIR": str(tmp_path / "out")}
+    result = subprocess.run([sys.executable, "app.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {tmp_path / 'default.yaml'}: clusters[0]: "
+        "need min_nodes <= desired_nodes <= max_nodes, got 3 <= 2 <= 2"
+    ]

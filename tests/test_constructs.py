@@ -1,0 +1,432 @@
+"""Each construct's duties, asserted on the synthesized template (never on hashed logical ids)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from tests.synth import CLUSTER, joined, resources, synth, team_config
+
+EXISTING_VPC = {
+    "vpc_id": "vpc-0123456789abcdef0",
+    "subnets": [
+        {"subnet_id": "subnet-0123456789abcdef0", "availability_zone": "eu-west-1b", "route_table_id": "rtb-0123456789"}
+    ],
+}
+WARM_POOL = {
+    "size": 3,
+    "snapshot_id": "snap-0123456789abcdef0",
+    "volume_size_gib": 300,
+    "iops": 6000,
+    "throughput_mibps": 500,
+    "initialization_rate_mibps": 300,
+}
+
+
+@pytest.fixture(scope="module")
+def default() -> Template:
+    return synth(team_config(log_retention_days=14))[1]
+
+
+@pytest.fixture(scope="module")
+def variant() -> Template:
+    """Imported VPC, two clusters, on-demand base, no placement group on one, a warm pool on the other."""
+    config = team_config(
+        network={"existing_vpc": EXISTING_VPC},
+        clusters=[
+            {
+                **CLUSTER,
+                "name": "big",
+                "max_nodes": 3,
+                "on_demand_base_capacity": 1,
+                "on_demand_percentage_above_base": 25,
+                "spot_allocation_strategy": "capacity-optimized",
+                "warm_pool": WARM_POOL,
+                "ami": {"image_id": "ami-0123456789abcdef0", "root_device_name": "/dev/sda1"},
+            },
+            {**CLUSTER, "name": "small", "placement_group": False, "instance_types": ["m7g.large", "c7g.large"]},
+        ],
+        checkpoint_bucket={"removal_policy": "destroy", "noncurrent_version_expiration_days": 7},
+    )
+    return synth(config)[1]
+
+
+# ---- ClusterNetwork -------------------------------------------------------------------------------------------
+
+
+def test_new_vpc_single_az_with_s3_gateway_endpoint_and_flow_logs(default: Template) -> None:
+    default.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.0.0.0/16"})
+    default.resource_count_is("AWS::EC2::NatGateway", 1)
+    training_subnets = [s for s in resources(default, "AWS::EC2::Subnet") if not s["Properties"]["MapPublicIpOnLaunch"]]
+    assert len(training_subnets) == 1, "one AZ by default: one training subnet"
+    [endpoint] = resources(default, "AWS::EC2::VPCEndpoint")
+    assert endpoint["Properties"]["VpcEndpointType"] == "Gateway"
+    assert joined(endpoint["Properties"]["ServiceName"]).endswith('".s3"]]}')
+    assert len(endpoint["Properties"]["RouteTableIds"]) == 1, "the training subnet's route table"
+    default.has_resource_properties("AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL"})
+
+
+def test_imported_vpc_uses_given_subnet_and_route_table(variant: Template) -> None:
+    variant.resource_count_is("AWS::EC2::VPC", 0)
+    variant.has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {"VpcId": "vpc-0123456789abcdef0", "RouteTableIds": ["rtb-0123456789"], "VpcEndpointType": "Gateway"},
+    )
+    for group in resources(variant, "AWS::AutoScaling::AutoScalingGroup"):
+        assert group["Properties"]["VPCZoneIdentifier"] == ["subnet-0123456789abcdef0"]
+
+
+def test_security_group_is_self_referencing_with_no_open_ingress(default: Template, variant: Template) -> None:
+    for template in (default, variant):
+        groups = template.find_resources("AWS::EC2::SecurityGroup")
+        assert groups
+        for sg in groups.values():
+            for rule in sg["Properties"].get("SecurityGroupIngress", []):
+                assert rule.get("CidrIp") != "0.0.0.0/0" and rule.get("CidrIpv6") != "::/0", rule
+        ingress = resources(template, "AWS::EC2::SecurityGroupIngress")
+        assert ingress, "node-to-node rule missing"
+        for rule in ingress:
+            props = rule["Properties"]
+            assert "CidrIp" not in props and "CidrIpv6" not in props, props
+            assert props["IpProtocol"] == "-1"
+            assert props["SourceSecurityGroupId"] == props["GroupId"], "must reference its own group"
+            assert props["GroupId"]["Fn::GetAtt"][0] in groups
+
+
+# ---- SpotFleet ------------------------------------------------------------------------------------------------
+
+
+def test_placement_group_cluster_strategy_per_cluster(default: Template, variant: Template) -> None:
+    default.resource_count_is("AWS::EC2::PlacementGroup", 1)
+    default.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
+    variant.resource_count_is("AWS::EC2::PlacementGroup", 1)  # "small" opted out
+    placed = [
+        lt
+        for lt in resources(variant, "AWS::EC2::LaunchTemplate")
+        if "Placement" in lt["Properties"]["LaunchTemplateData"]
+    ]
+    assert len(placed) == 1
+
+
+def test_launch_template_imdsv2_tags_encrypted_gp3_root(default: Template) -> None:
+    default.has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {
+                    "MetadataOptions": {
+                        "HttpTokens": "required",
+                        "InstanceMetadataTags": "enabled",
+                        "HttpPutResponseHopLimit": 2,
+                    },
+                    "BlockDeviceMappings": [
+                        {
+                            "DeviceName": "/dev/xvda",
+                            "Ebs": {
+                                "Encrypted": True,
+                                "VolumeType": "gp3",
+                                "VolumeSize": 200,
+                                "DeleteOnTermination": True,
+                            },
+                        }
+                    ],
+                    "IamInstanceProfile": Match.any_value(),
+                    "Placement": {"GroupName": Match.any_value()},
+                }
+            )
+        },
+    )
+
+
+def test_user_data_downloads_bootstrap_asset_and_runs_it_with_cluster_identity(default: Template) -> None:
+    [lt] = resources(default, "AWS::EC2::LaunchTemplate")
+    text = joined(lt["Properties"]["LaunchTemplateData"]["UserData"])
+    assert "set -euo pipefail" in text
+    assert "aws s3 cp 's3://" in text and "cdk-hnb659fds-assets-" in text and ".zip" in text
+    assert "python3 -m zipfile -e /opt/spot-training/bootstrap.zip /opt/spot-training/bootstrap" in text
+    assert "bootstrap/user_data.sh --region " in text
+    assert "--team team-a --cluster main --job-spec-parameter /spot-training/team-a/main/job-spec" in text
+
+
+def test_fixed_ami_and_root_device(variant: Template) -> None:
+    variant.has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {
+                    "ImageId": "ami-0123456789abcdef0",
+                    "BlockDeviceMappings": [Match.object_like({"DeviceName": "/dev/sda1"})],
+                }
+            )
+        },
+    )
+
+
+def test_default_ami_is_the_deep_learning_ami_parameter_for_the_architecture(
+    default: Template, variant: Template
+) -> None:
+    params = json.dumps(default.to_json()["Parameters"])
+    assert "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id" in params
+    assert "/aws/service/deeplearning/ami/arm64/" in json.dumps(variant.to_json()["Parameters"])
+
+
+def test_group_mixed_instances_all_spot_by_default(default: Template) -> None:
+    default.has_resource_properties(
+        "AWS::AutoScaling::AutoScalingGroup",
+        {
+            "MinSize": "0",
+            "MaxSize": "2",
+            "CapacityRebalance": True,
+            "DesiredCapacity": Match.absent(),
+            "MixedInstancesPolicy": {
+                "InstancesDistribution": {
+                    "OnDemandBaseCapacity": 0,
+                    "OnDemandPercentageAboveBaseCapacity": 0,
+                    "SpotAllocationStrategy": "price-capacity-optimized",
+                },
+                "LaunchTemplate": Match.object_like(
+                    {"Overrides": [{"InstanceType": "g5.xlarge"}, {"InstanceType": "g5.2xlarge"}]}
+                ),
+            },
+            "Tags": Match.array_with(
+                [
+                    {"Key": "spot-training:cluster", "PropagateAtLaunch": True, "Value": "main"},
+                    {"Key": "spot-training:team", "PropagateAtLaunch": True, "Value": "team-a"},
+                ]
+            ),
+        },
+    )
+
+
+def test_group_on_demand_mix_from_config(variant: Template) -> None:
+    variant.has_resource_properties(
+        "AWS::AutoScaling::AutoScalingGroup",
+        {
+            "MaxSize": "3",
+            "MixedInstancesPolicy": Match.object_like(
+                {
+                    "InstancesDistribution": {
+                        "OnDemandBaseCapacity": 1,
+                        "OnDemandPercentageAboveBaseCapacity": 25,
+                        "SpotAllocationStrategy": "capacity-optimized",
+                    }
+                }
+            ),
+        },
+    )
+
+
+# ---- IAM: least privilege -------------------------------------------------------------------------------------
+
+
+def policies(template: Template) -> list[dict[str, Any]]:
+    return [s for p in resources(template, "AWS::IAM::Policy") for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_instance_role_trusts_ec2_with_ssm_core_and_a_profile(default: Template) -> None:
+    default.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": Match.object_like(
+                {
+                    "Statement": [
+                        Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"})
+                    ]
+                }
+            ),
+            "ManagedPolicyArns": [
+                Match.object_like(
+                    {
+                        "Fn::Join": [
+                            "",
+                            ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"],
+                        ]
+                    }
+                )
+            ],
+        },
+    )
+    default.resource_count_is("AWS::IAM::InstanceProfile", 1)
+
+
+def test_bucket_access_is_limited_to_the_cluster_prefix(default: Template) -> None:
+    s3 = [
+        s
+        for s in policies(default)
+        if any(a.startswith("s3:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
+    ]
+    listing = [s for s in s3 if "s3:ListBucket" in s["Action"]]
+    assert len(listing) == 1 and listing[0]["Condition"] == {"StringLike": {"s3:prefix": ["main/", "main/*"]}}
+    objects = [s for s in s3 if "s3:PutObject" in s["Action"]]
+    assert len(objects) == 1
+    assert joined(objects[0]["Resource"]).endswith('"/main/*"]]}')
+    for statement in s3:
+        assert "*" not in str(statement["Action"]), "no s3 action wildcards"
+        assert statement["Resource"] != "*"
+
+
+def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template) -> None:
+    statements = policies(default)
+    [training_logs] = [k for k in default.find_resources("AWS::Logs::LogGroup") if "FlowLogs" not in k]
+    log_writes = [s for s in statements if "logs:PutLogEvents" in s["Action"]]
+    assert {"Fn::GetAtt": [training_logs, "Arn"]} in [s["Resource"] for s in log_writes]
+    assert all(s["Resource"] != "*" for s in log_writes)
+    [scale] = [s for s in statements if s.get("Sid") == "ScaleOwnGroup"]
+    [group_id] = default.find_resources("AWS::AutoScaling::AutoScalingGroup").keys()
+    assert scale["Action"] == ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"]
+    assert joined(scale["Resource"]).endswith(
+        f':autoScalingGroup:*:autoScalingGroupName/", {{"Ref": "{group_id}"}}]]}}'
+    )
+    [params] = [s for s in statements if s.get("Sid") == "ReadOwnJobParameters"]
+    names = {re.search(r":parameter(/[^\"]+)", joined(r)).group(1) for r in params["Resource"]}  # type: ignore[union-attr]
+    assert names == {"/spot-training/team-a/main/job-spec", "/spot-training/team-a/main/current-job"}
+
+
+def test_only_describe_actions_get_resource_star(default: Template, variant: Template) -> None:
+    for template in (default, variant):
+        for statement in policies(template):
+            if statement["Resource"] == "*":
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                assert all(a.split(":")[1].startswith("Describe") for a in actions), statement
+
+
+# ---- CheckpointStore ------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_bucket_encrypted_versioned_private_retained(default: Template) -> None:
+    default.has_resource(
+        "AWS::S3::Bucket",
+        {
+            "DeletionPolicy": "Retain",
+            "UpdateReplacePolicy": "Retain",
+            "Properties": Match.object_like(
+                {
+                    "VersioningConfiguration": {"Status": "Enabled"},
+                    "BucketEncryption": {
+                        "ServerSideEncryptionConfiguration": [
+                            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+                        ]
+                    },
+                    "PublicAccessBlockConfiguration": {
+                        "BlockPublicAcls": True,
+                        "BlockPublicPolicy": True,
+                        "IgnorePublicAcls": True,
+                        "RestrictPublicBuckets": True,
+                    },
+                    "LoggingConfiguration": Match.object_like({"LogFilePrefix": "checkpoints/"}),
+                    "LifecycleConfiguration": {
+                        "Rules": Match.array_with(
+                            [
+                                Match.object_like(
+                                    {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
+                                ),
+                                Match.object_like(
+                                    {"NoncurrentVersionExpiration": {"NoncurrentDays": 30}, "Status": "Enabled"}
+                                ),
+                            ]
+                        )
+                    },
+                }
+            ),
+        },
+    )
+
+
+def test_every_bucket_denies_plain_http(default: Template) -> None:
+    buckets = default.find_resources("AWS::S3::Bucket")
+    denied = set()
+    for policy in resources(default, "AWS::S3::BucketPolicy"):
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Deny" and statement.get("Condition") == {
+                "Bool": {"aws:SecureTransport": "false"}
+            }:
+                denied.add(policy["Properties"]["Bucket"]["Ref"])
+    assert denied == set(buckets)
+
+
+def test_removal_policy_and_version_expiry_follow_config(variant: Template) -> None:
+    variant.has_resource(
+        "AWS::S3::Bucket",
+        {
+            "DeletionPolicy": "Delete",
+            "Properties": Match.object_like(
+                {
+                    "VersioningConfiguration": {"Status": "Enabled"},
+                    "LifecycleConfiguration": {
+                        "Rules": Match.array_with(
+                            [Match.object_like({"NoncurrentVersionExpiration": {"NoncurrentDays": 7}})]
+                        )
+                    },
+                }
+            ),
+        },
+    )
+
+
+# ---- TrainingLogs, job spec, outputs ---------------------------------------------------------------------------
+
+
+def test_log_groups_have_explicit_retention(default: Template) -> None:
+    groups = resources(default, "AWS::Logs::LogGroup")
+    assert len(groups) == 2  # training + flow logs
+    assert all(g["Properties"]["RetentionInDays"] == 14 for g in groups)
+
+
+def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
+    [param] = resources(default, "AWS::SSM::Parameter")
+    assert param["Properties"]["Name"] == "/spot-training/team-a/main/job-spec"
+    value = joined(param["Properties"]["Value"])
+    for fragment in (
+        '\\"cluster\\":\\"main\\"',
+        '\\"prefix\\":\\"main/\\"',
+        '\\"nproc_per_node\\":1',
+        '\\"min_nodes\\":1',
+        '\\"max_nodes\\":2',
+        '\\"interruption_grace_s\\":90',
+        '\\"checkpoint_dir\\":\\"/opt/ml/checkpoints\\"',
+    ):
+        assert fragment in value, fragment
+    # Unset values (no warm pool, Young/Daly interval) are left out of the JSON; the agent reads them as null.
+    assert "warm_pool" not in value and "checkpoint_interval_s" not in value
+
+
+def test_outputs_name_bucket_group_log_group_and_job_spec(default: Template) -> None:
+    outputs = default.to_json()["Outputs"]
+    descriptions = {v["Description"] for v in outputs.values()}
+    assert descriptions >= {
+        "S3 bucket holding code and checkpoints (one prefix per cluster)",
+        "Auto Scaling group of cluster main",
+        "Log group of cluster main",
+        "SSM parameter with the job-spec defaults of cluster main",
+    }
+
+
+# ---- WarmVolumePool -------------------------------------------------------------------------------------------
+
+
+def test_warm_pool_volumes_from_snapshot_in_the_cluster_az(variant: Template) -> None:
+    volumes = resources(variant, "AWS::EC2::Volume")
+    assert len(volumes) == 3
+    for volume in volumes:
+        assert volume["DeletionPolicy"] == "Retain"
+        props = volume["Properties"]
+        assert props["SnapshotId"] == "snap-0123456789abcdef0"
+        assert props["AvailabilityZone"] == "eu-west-1b"
+        assert (props["Encrypted"], props["VolumeType"], props["Size"]) == (True, "gp3", 300)
+        assert (props["Iops"], props["Throughput"], props["VolumeInitializationRate"]) == (6000, 500, 300)
+        assert {"Key": "spot-training:warm-pool", "Value": "team-a-big"} in props["Tags"]
+
+
+def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
+    statements = {s.get("Sid"): s for s in policies(variant)}
+    volumes = statements["ClaimOwnPoolVolumes"]
+    assert volumes["Action"] == ["ec2:AttachVolume", "ec2:DetachVolume"]
+    assert volumes["Condition"] == {"StringEquals": {"aws:ResourceTag/spot-training:warm-pool": "team-a-big"}}
+    volume_ids = set(variant.find_resources("AWS::EC2::Volume"))
+    assert {r["Fn::Join"][1][-1]["Ref"] for r in volumes["Resource"]} == volume_ids, "exact volume ARNs, no wildcard"
+    instances = statements["AttachToOwnClusterInstances"]
+    assert instances["Condition"] == {"StringEquals": {"aws:ResourceTag/spot-training:cluster": "big"}}
