@@ -160,6 +160,7 @@ class AmiConfig(Strict):
 class WarmPoolConfig(Strict):
     size: int = Field(ge=1, le=64, description="Number of pre-warmed volumes; at least max_nodes.")
     snapshot_id: Optional[SnapshotId] = None
+    ami_id: Optional[AmiId] = Field(None, description="AMI whose root snapshot the volumes copy (resolve it first).")
     volume_size_gib: int = Field(200, ge=1, le=16384)
     iops: int = Field(3000, ge=3000, le=16000)
     throughput_mibps: int = Field(125, ge=125, le=1000)
@@ -171,8 +172,13 @@ class WarmPoolConfig(Strict):
 
     @model_validator(mode="after")
     def _snapshot(self) -> WarmPoolConfig:
+        if self.snapshot_id is None and self.ami_id is not None:
+            raise ValueError(
+                f"ami_id {self.ami_id} is not resolved to its root snapshot yet; run "
+                "`python -m team_config.resolve_snapshots <team file>` to add snapshot_id"
+            )
         if self.snapshot_id is None:
-            raise ValueError("snapshot_id is required: the snapshot the warm volumes are created from (snap-...)")
+            raise ValueError("snapshot_id (snap-...) or ami_id (ami-...) is required: what the warm volumes copy")
         return self
 
 
@@ -259,10 +265,18 @@ class TeamConfig(Strict):
 
     @model_validator(mode="after")
     def _team(self) -> TeamConfig:
-        names = [c.name for c in self.clusters]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"clusters: name {dupes[0]!r} is used twice; give each cluster a unique name")
+        seen: dict[str, str] = {}
+        for cluster in self.clusters:
+            # Stack outputs and construct ids drop the '-', so 'a-1' and 'a1' would clash there.
+            key = cluster.name.replace("-", "")
+            if key in seen:
+                same = seen[key] == cluster.name
+                raise ValueError(
+                    f"clusters: name {cluster.name!r} is used twice; give each cluster a unique name"
+                    if same
+                    else f"clusters: names {seen[key]!r} and {cluster.name!r} differ only by '-'; rename one"
+                )
+            seen[key] = cluster.name
         for i, cluster in enumerate(self.clusters):
             if cluster.placement_group and self.network.az_count != 1:
                 raise ValueError(

@@ -199,6 +199,11 @@ def test_unknown_top_level_key_lists_allowed_keys(tmp_path: Path) -> None:
     assert "allowed keys here: budget_usd_per_month, checkpoint_bucket, clusters" in message
 
 
+def test_cluster_names_that_differ_only_by_dash_are_refused(tmp_path: Path) -> None:
+    message = error_for(tmp_path, {"clusters": [{**GOOD_CLUSTER, "name": "a-1"}, {**GOOD_CLUSTER, "name": "a1"}]})
+    assert message.endswith("clusters: names 'a-1' and 'a1' differ only by '-'; rename one")
+
+
 def test_team_name_comes_from_file_and_must_be_dns_safe(tmp_path: Path) -> None:
     message = error_for(tmp_path, cluster(), name="Team_A.yaml")
     assert "team name 'Team_A' (from the file name) is not DNS-safe; rename the file" in message

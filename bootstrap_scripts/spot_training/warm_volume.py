@@ -1,0 +1,135 @@
+"""Claim a pre-warmed EBS volume from the cluster's pool at boot; give it back on the way out.
+
+Runs on the instance: Python 3.8+, stdlib + boto3 only. Nodes race for volumes: each lists the
+pool's *available* volumes in its AZ (in its own shuffled order, to spread the herd) and tries
+``attach-volume``; EC2 lets exactly one attachment of a volume succeed and answers the losers
+``VolumeInUse``/``IncorrectState``, so a loser moves on to the next volume. With no volume left
+the node boots from its root volume and says so (slower first reads, never stuck).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import time
+from typing import Callable, List, Optional, Sequence
+
+from botocore.exceptions import ClientError
+
+log = logging.getLogger("spot_training.warm_volume")
+
+# Answers that mean "another node got there first / this one is not usable": try the next volume.
+LOST_RACE = {"VolumeInUse", "IncorrectState", "InvalidVolume.ZoneMismatch", "InvalidVolume.NotFound"}
+
+
+def free_volumes(ec2, *, tag_key: str, pool: str, availability_zone: str) -> List[str]:
+    pages = ec2.get_paginator("describe_volumes").paginate(
+        Filters=[
+            {"Name": f"tag:{tag_key}", "Values": [pool]},
+            {"Name": "availability-zone", "Values": [availability_zone]},
+            {"Name": "status", "Values": ["available"]},
+        ]
+    )
+    return sorted(v["VolumeId"] for page in pages for v in page["Volumes"])
+
+
+def _attachment_state(ec2, volume_id: str, instance_id: str) -> Optional[str]:
+    [volume] = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"]
+    for attachment in volume.get("Attachments", []):
+        if attachment.get("InstanceId") == instance_id:
+            return attachment.get("State")
+    return None if volume["State"] == "available" else volume["State"]
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float, poll_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def claim_volume(
+    ec2,
+    *,
+    instance_id: str,
+    availability_zone: str,
+    tag_key: str,
+    pool: str,
+    device: str,
+    timeout_s: float = 120.0,
+    poll_s: float = 1.0,
+    rng: Optional[random.Random] = None,
+) -> Optional[str]:
+    """Attach one free volume of ``pool`` to this instance; the volume id, or None if none is free."""
+    candidates = free_volumes(ec2, tag_key=tag_key, pool=pool, availability_zone=availability_zone)
+    (rng or random.Random(instance_id)).shuffle(candidates)  # noqa: S311 - spreading load, not secrecy
+    for volume_id in candidates:
+        try:
+            ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in LOST_RACE:
+                log.info("warm volume %s not claimable (%s); trying the next", volume_id, code)
+                continue
+            raise
+        wait_for(
+            lambda v=volume_id: _attachment_state(ec2, v, instance_id) == "attached",
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            what=f"{volume_id} to attach",
+        )
+        log.info("claimed warm volume %s from pool %s as %s", volume_id, pool, device)
+        return volume_id
+    log.warning(
+        "no free warm volume in pool %s in %s (%d tried); booting from the root volume: first reads will be slower",
+        pool,
+        availability_zone,
+        len(candidates),
+    )
+    return None
+
+
+def release_volume(
+    ec2, *, volume_id: str, instance_id: str, device: str, timeout_s: float = 60.0, poll_s: float = 1.0
+) -> None:
+    """Detach so the next node can claim the volume; returns once it is available again."""
+    ec2.detach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
+    wait_for(
+        lambda: ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]["State"] == "available",
+        timeout_s=timeout_s,
+        poll_s=poll_s,
+        what=f"{volume_id} to detach",
+    )
+    log.info("released warm volume %s", volume_id)
+
+
+def block_device(volume_id: str, device: str) -> str:
+    """The kernel's name for an attached volume: Nitro exposes EBS as NVMe, found by the volume id."""
+    nvme = f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{volume_id.replace('-', '')}"
+    return nvme if os.path.exists(nvme) else device
+
+
+def mount_commands(block: str, fstype: str, mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:
+    """Commands that mount the warm volume and bind its copies of ``bind_paths`` over the root's.
+
+    The volume is a copy of the AMI's root snapshot: XFS refuses a second filesystem with the
+    root's UUID unless mounted with ``nouuid``. Binding e.g. ``/opt/conda`` makes the training
+    environment read from the warm volume instead of the lazily loaded root volume.
+    """
+    options = ["-o", "nouuid"] if fstype == "xfs" else []
+    commands = [["mkdir", "-p", mountpoint], ["mount", *options, block, mountpoint]]
+    for path in bind_paths:
+        commands.append(["mount", "--bind", f"{mountpoint.rstrip('/')}{path}", path])
+    return commands
+
+
+def unmount_commands(mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:
+    return [["umount", path] for path in reversed(bind_paths)] + [["umount", mountpoint]]
+
+
+def run(commands: Sequence[Sequence[str]]) -> None:
+    for command in commands:
+        subprocess.run(list(command), check=True)  # noqa: S603 - fixed argv, no shell

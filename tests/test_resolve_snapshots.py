@@ -1,0 +1,100 @@
+"""AMI id -> root snapshot, written into the team file by a helper (never at synth)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from team_config import load_team
+from team_config.resolve_snapshots import main
+
+TEAM = """\
+# research team
+clusters:
+  - name: main          # the big one
+    instance_types: [g5.xlarge, g5.2xlarge]
+    max_nodes: 2
+    warm_pool:
+      size: 2
+      ami_id: {ami}     # our training AMI
+      volume_size_gib: 100
+  - name: other
+    instance_types: [g5.xlarge]
+    max_nodes: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    saved = dict(os.environ)
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
+    os.environ.pop("AWS_PROFILE", None)
+    yield f"http://{host}:{port}"
+    os.environ.clear()
+    os.environ.update(saved)
+    server.stop()
+
+
+def test_unresolved_ami_is_a_config_error_that_names_the_helper(tmp_path: Path) -> None:
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami="ami-0123456789abcdef0"))
+    with pytest.raises(
+        Exception,
+        match=r"ami_id ami-0123456789abcdef0 is not resolved to its root snapshot yet; "
+        r"run `python -m team_config.resolve_snapshots <team file>`",
+    ):
+        load_team(path)
+
+
+def test_helper_writes_the_root_snapshot_and_keeps_comments(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ec2 = boto3.client("ec2")
+    base = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=base, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ami = ec2.create_image(InstanceId=instance, Name="training-ami")["ImageId"]
+    [image] = ec2.describe_images(ImageIds=[ami])["Images"]
+    expected = next(
+        m["Ebs"]["SnapshotId"] for m in image["BlockDeviceMappings"] if m["DeviceName"] == image["RootDeviceName"]
+    )
+
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami=ami))
+    assert main([str(path)]) == 0
+    text = path.read_text()
+    assert (
+        f"      ami_id: {ami}     # our training AMI\n      snapshot_id: {expected}  # root snapshot of {ami}" in text
+    )
+    assert text.startswith("# research team\n") and "# the big one" in text
+    assert load_team(path).config.clusters[0].warm_pool.snapshot_id == expected  # type: ignore[union-attr]
+    assert f"{ami} -> {expected} (us-east-1)" in capsys.readouterr().out
+
+    assert main([str(path)]) == 0, "second run: nothing left to resolve"
+    assert path.read_text() == text
+
+
+def test_unknown_ami_is_one_line_and_the_file_is_untouched(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami="ami-00000000000000000"))
+    before = path.read_text()
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}: ") and "\n" not in err and "ami-00000000000000000" in err
+    assert path.read_text() == before

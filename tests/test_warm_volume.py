@@ -1,0 +1,175 @@
+"""Warm-pool claims against moto with EC2's attachment rules (emulator/ebs_strict.py).
+
+moto alone would let two nodes attach one volume; with the strict layer exactly one wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from moto.server import ThreadedMotoServer
+
+from emulator import ebs_strict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bootstrap_scripts"))
+from spot_training import warm_volume
+
+TAG = "spot-training:warm-pool"
+POOL = "team-a-main"
+AZ = "us-east-1a"
+DEVICE = "/dev/sdf"
+NODES = 8
+ROUNDS = 20
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    ebs_strict.install()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def client(endpoint: str) -> Any:
+    return boto3.client(
+        "ec2",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture(scope="module")
+def cloud(endpoint: str) -> dict[str, list[str]]:
+    """A pool of 8 in us-east-1a, decoys (other pool, other AZ), and 9 instances in us-east-1a."""
+    ec2 = client(endpoint)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+
+    def volumes(count: int, pool: str, az: str) -> list[str]:
+        return [
+            ec2.create_volume(
+                AvailabilityZone=az,
+                Size=10,
+                VolumeType="gp3",
+                Encrypted=True,
+                TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": TAG, "Value": pool}]}],
+            )["VolumeId"]
+            for _ in range(count)
+        ]
+
+    pool = volumes(NODES, POOL, AZ)
+    decoys = volumes(2, "team-b-main", AZ) + volumes(2, POOL, "us-east-1b")
+    reservation = ec2.run_instances(
+        ImageId=image,
+        MinCount=NODES + 1,
+        MaxCount=NODES + 1,
+        InstanceType="g5.xlarge",
+        Placement={"AvailabilityZone": AZ},
+    )
+    instances = [i["InstanceId"] for i in reservation["Instances"]]
+    return {"pool": pool, "decoys": decoys, "instances": instances}
+
+
+def claim(endpoint: str, instance_id: str, seed: int) -> str | None:
+    return warm_volume.claim_volume(
+        client(endpoint),
+        instance_id=instance_id,
+        availability_zone=AZ,
+        tag_key=TAG,
+        pool=POOL,
+        device=DEVICE,
+        timeout_s=10,
+        poll_s=0.05,
+        rng=random.Random(seed),
+    )
+
+
+def release_all(endpoint: str, claims: dict[str, str]) -> None:
+    ec2 = client(endpoint)
+    for instance_id, volume_id in claims.items():
+        warm_volume.release_volume(
+            ec2, volume_id=volume_id, instance_id=instance_id, device=DEVICE, timeout_s=10, poll_s=0.05
+        )
+
+
+def test_emulator_refuses_a_second_attachment_like_ec2(endpoint: str, cloud: dict[str, list[str]]) -> None:
+    ec2 = client(endpoint)
+    volume, (first, second) = cloud["pool"][0], cloud["instances"][:2]
+    ec2.attach_volume(VolumeId=volume, InstanceId=first, Device=DEVICE)
+    try:
+        with pytest.raises(ClientError) as exc:
+            ec2.attach_volume(VolumeId=volume, InstanceId=second, Device=DEVICE)
+        assert exc.value.response["Error"]["Code"] == "VolumeInUse"
+        with pytest.raises(ClientError) as zone:
+            ec2.attach_volume(VolumeId=cloud["decoys"][-1], InstanceId=second, Device=DEVICE)
+        assert zone.value.response["Error"]["Code"] == "InvalidVolume.ZoneMismatch"
+    finally:
+        ec2.detach_volume(VolumeId=volume, InstanceId=first, Device=DEVICE)
+
+
+def test_eight_nodes_racing_for_eight_volumes_never_share_one(endpoint: str, cloud: dict[str, list[str]]) -> None:
+    nodes = cloud["instances"][:NODES]
+    ec2 = client(endpoint)
+    for round_ in range(ROUNDS):
+        # Every node starts from the same shuffled order in odd rounds: the worst case, all collide.
+        seeds = [round_] * NODES if round_ % 2 else list(range(round_ * NODES, (round_ + 1) * NODES))
+        with ThreadPoolExecutor(max_workers=NODES) as pool:
+            results = list(pool.map(lambda args: claim(endpoint, *args), zip(nodes, seeds, strict=True)))
+        assert None not in results, f"round {round_}: a node found no volume although the pool had one per node"
+        claimed = [v for v in results if v is not None]
+        assert sorted(claimed) == sorted(cloud["pool"]), f"round {round_}: volumes shared or taken from outside"
+        volumes = {v["VolumeId"]: v for v in ec2.describe_volumes(VolumeIds=cloud["pool"])["Volumes"]}
+        for instance_id, volume_id in zip(nodes, claimed, strict=True):
+            [attachment] = volumes[volume_id]["Attachments"]
+            assert attachment["InstanceId"] == instance_id and attachment["Device"] == DEVICE
+        release_all(endpoint, dict(zip(nodes, claimed, strict=True)))
+
+
+def test_ninth_node_falls_back_and_a_released_volume_is_claimable_again(
+    endpoint: str, cloud: dict[str, list[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    nodes, ninth = cloud["instances"][:NODES], cloud["instances"][NODES]
+    claims = {node: claim(endpoint, node, seed) for seed, node in enumerate(nodes)}
+    assert None not in claims.values()
+    with caplog.at_level(logging.WARNING, logger="spot_training.warm_volume"):
+        assert claim(endpoint, ninth, 99) is None
+    assert f"no free warm volume in pool {POOL} in {AZ} (0 tried); booting from the root volume" in caplog.text
+
+    leaver = nodes[3]
+    freed = claims.pop(leaver)
+    assert freed is not None
+    release_all(endpoint, {leaver: freed})
+    assert claim(endpoint, ninth, 99) == freed
+    release_all(endpoint, {**claims, ninth: freed})  # type: ignore[dict-item]
+    assert set(warm_volume.free_volumes(client(endpoint), tag_key=TAG, pool=POOL, availability_zone=AZ)) == set(
+        cloud["pool"]
+    )
+
+
+def test_mount_commands_bind_the_environment_and_handle_xfs_uuid_clash() -> None:
+    cmds = warm_volume.mount_commands("/dev/nvme1n1p1", "xfs", "/mnt/warm", ["/opt/conda"])
+    assert cmds == [
+        ["mkdir", "-p", "/mnt/warm"],
+        ["mount", "-o", "nouuid", "/dev/nvme1n1p1", "/mnt/warm"],
+        ["mount", "--bind", "/mnt/warm/opt/conda", "/opt/conda"],
+    ]
+    assert warm_volume.mount_commands("/dev/xvdf", "ext4", "/mnt/warm", [])[1] == ["mount", "/dev/xvdf", "/mnt/warm"]
+    assert warm_volume.unmount_commands("/mnt/warm", ["/opt/conda", "/usr/local"]) == [
+        ["umount", "/usr/local"],
+        ["umount", "/opt/conda"],
+        ["umount", "/mnt/warm"],
+    ]
