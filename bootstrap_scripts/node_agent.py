@@ -1,0 +1,1050 @@
+#!/usr/bin/env python3
+"""Node agent: runs one training job on one spot instance and loses nothing when the instance goes.
+
+Started by ``user_data.sh`` (which reads the instance identity from IMDSv2). Python 3.8+, stdlib + boto3 only.
+
+What it does, in order: read and validate the job (SSM job-spec parameter merged with the per-job
+``current-job`` parameter); hook for claiming a warm volume (not implemented here); download and safely
+unpack the code; restore the newest *complete* checkpoint from S3; find the peers (InService instances of
+the Auto Scaling group, lowest instance id = rendezvous host); run torchrun; meanwhile poll IMDS for spot
+interruption notices and rebalance recommendations, sync the checkpoint directory to S3 and ship logs to
+CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED`` (and scale to 0).
+
+S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
+  ckpt/<step>/<files...>                 one checkpoint; ``ckpt/<step>/spot-training-manifest.json`` is
+                                         written last (size + sha256 of every file). No manifest: it does not exist.
+  nodes/<instance-id>/done               a node finished (barrier before the job's DONE)
+  DONE, FAILED                           job markers (JSON)
+Logs: log group from the job spec, stream ``<job>/<instance-id>``.
+
+Local checkpoint directory (``checkpoint_dir`` of the spec):
+  <step>/                                a complete checkpoint (a directory named by an integer appears atomically:
+                                         written elsewhere, then renamed; the helper spot_training.checkpoint does so)
+  any other files (no integer dirs)      "flat" layout of an unmodified script: snapshotted when unchanged for one poll
+  .spot-training/                        agent state (sync-state.json, save-request); dot entries are never synced
+
+Environment given to the trainer (besides torchrun's RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, ...):
+  SPOT_TRAINING_JOB_ID, SPOT_TRAINING_CHECKPOINT_DIR, SPOT_TRAINING_RESUME_STEP (step restored, "" if none),
+  SPOT_TRAINING_RESUMED ("1"/"0"), SPOT_TRAINING_CHECKPOINT_INTERVAL_S ("" = Young/Daly), SPOT_TRAINING_MTBI_S,
+  SPOT_TRAINING_INSTANCE_ID, SPOT_TRAINING_NODE_INDEX (position among the sorted peers; 0 = rendezvous host),
+  SPOT_TRAINING_NUM_PEERS, SPOT_TRAINING_ATTEMPT (0, 1, ... per restart), PYTHONPATH (+ this directory).
+
+Environment read by the agent:
+  AWS_EC2_METADATA_SERVICE_ENDPOINT   IMDS base URL (default http://169.254.169.254), as botocore reads it
+  AWS_ENDPOINT_URL                    AWS endpoint for every client (an emulator)
+  SPOT_TRAINING_PEER_ADDRESS_MAP      path of a JSON file {private_ip: address}; peers' private IPs are mapped
+                                      through it (default identity). For single-machine emulation map every
+                                      private IP to a loopback address; the agent then also sets
+                                      GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME/TP_SOCKET_IFNAME=lo (unless set).
+  SPOT_TRAINING_NODE_ROOT             prefix for the node's local paths (checkpoint_dir, work dir), so several
+                                      emulated nodes can share one machine (default: none, i.e. "/")
+  SPOT_TRAINING_WORK_DIR              where code is unpacked (default <node root>/opt/spot-training/work)
+  SPOT_TRAINING_POLL_INTERVAL_S       IMDS / sync poll interval (default 5)
+  SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S   peer discovery and rendezvous join timeout (default 600)
+  SPOT_TRAINING_DONE_BARRIER_S        how long a finished node waits for its peers' done markers (default 120)
+  SPOT_TRAINING_KEEP_CHECKPOINTS      complete checkpoints kept in S3 (default 2; the newest is never deleted)
+
+Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED written); 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MANIFEST = "spot-training-manifest.json"
+STATE_DIR = ".spot-training"
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
+TRANSFER = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=8)
+PARALLEL_FILES = 8
+# Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
+JOB_KEYS = {
+    "job_id",
+    "code_key",
+    "command",
+    "python",
+    "nproc_per_node",
+    "min_nodes",
+    "desired_nodes",
+    "max_nodes",
+    "nodes",
+    "checkpoint_interval_s",
+    "mean_time_between_interruptions_s",
+    "max_restarts",
+    "interruption_grace_s",
+}
+SPEC_KEYS = {
+    "version",
+    "team",
+    "cluster",
+    "region",
+    "bucket",
+    "prefix",
+    "log_group",
+    "current_job_parameter",
+    "command",
+    "python",
+    "nproc_per_node",
+    "min_nodes",
+    "desired_nodes",
+    "max_nodes",
+    "checkpoint_dir",
+    "checkpoint_interval_s",
+    "mean_time_between_interruptions_s",
+    "max_restarts",
+    "interruption_grace_s",
+    "rendezvous_port",
+    "warm_pool",
+}
+
+
+class AgentError(Exception):
+    """A one-line reason the agent stops (bad job spec, missing code, unreadable checkpoint)."""
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise AgentError(f"{name}={value!r} is not a number") from None
+
+
+# ----------------------------------------------------------------------------------------------- logging
+class LogShipper:
+    """Sends lines to a CloudWatch Logs stream in batches from a background thread; never fails the agent."""
+
+    MAX_EVENTS, MAX_BYTES, MAX_MESSAGE = 5000, 900_000, 200_000
+
+    def __init__(self, client: Any, group: str, stream: str, flush_s: float = 2.0) -> None:
+        self.client, self.group, self.stream, self.flush_s = client, group, stream, flush_s
+        self.pending: List[Dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.warned = False
+        try:
+            client.create_log_stream(logGroupName=group, logStreamName=stream)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceAlreadyExistsException":
+                self._warn(exc)
+        self.thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
+        self.thread.start()
+
+    def emit(self, line: str) -> None:
+        with self.lock:
+            self.pending.append({"timestamp": int(time.time() * 1000), "message": line[: self.MAX_MESSAGE] or " "})
+
+    def _warn(self, exc: Exception) -> None:
+        if not self.warned:
+            self.warned = True
+            print(f"node-agent: warning: cannot ship logs to {self.group}/{self.stream}: {exc}", file=sys.stderr)
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.flush_s):
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            events, self.pending = sorted(self.pending, key=lambda e: e["timestamp"]), []
+        while events:
+            batch: List[Dict[str, Any]] = []
+            size = 0
+            while events and len(batch) < self.MAX_EVENTS and size + len(events[0]["message"]) + 26 <= self.MAX_BYTES:
+                size += len(events[0]["message"].encode()) + 26
+                batch.append(events.pop(0))
+            try:
+                self.client.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=batch)
+            except Exception as exc:
+                self._warn(exc)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+        self.flush()
+
+
+class Log:
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        self.shipper: Optional[LogShipper] = None
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} node-agent {self.instance_id} {message}"
+        print(line, file=sys.stderr, flush=True)
+        if self.shipper is not None:
+            self.shipper.emit(line)
+
+    def raw(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if self.shipper is not None:
+            self.shipper.emit(line)
+
+
+class Timed:
+    """``with Timed(log, "restore"):`` logs how long a step took."""
+
+    def __init__(self, log: Callable[[str], None], what: str) -> None:
+        self.log, self.what = log, what
+
+    def __enter__(self) -> "Timed":
+        self.start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.monotonic() - self.start
+        self.log(f"step '{self.what}' took {self.seconds:.2f} s{' (failed)' if exc[0] else ''}")
+
+
+# ----------------------------------------------------------------------------------------------- job spec
+class Job:
+    """The validated job: the stack's spec merged with the submitted job's overrides."""
+
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        self.spec = spec
+        self.job_id: str = spec["job_id"]
+        self.bucket: str = spec["bucket"]
+        self.prefix: str = spec["prefix"]
+        self.code_key: str = spec["code_key"]
+        self.argv: List[str] = spec["argv"]
+        self.python: str = spec["python"]
+        self.nproc_per_node: int = spec["nproc_per_node"]
+        self.min_nodes: int = spec["min_nodes"]
+        self.max_nodes: int = spec["max_nodes"]
+        self.checkpoint_dir: str = spec["checkpoint_dir"]
+        self.checkpoint_interval_s: Optional[float] = spec["checkpoint_interval_s"]
+        self.mtbi_s: float = spec["mean_time_between_interruptions_s"]
+        self.max_restarts: int = spec["max_restarts"]
+        self.grace_s: float = spec["interruption_grace_s"]
+        self.rendezvous_port: int = spec["rendezvous_port"]
+        self.log_group: str = spec["log_group"]
+        self.warm_pool: Optional[Dict[str, Any]] = spec["warm_pool"]
+
+    @property
+    def job_prefix(self) -> str:
+        return f"{self.prefix}{self.job_id}/"
+
+
+def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
+    value = d.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise AgentError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
+    return value
+
+
+def _number(d: Dict[str, Any], key: str, optional: bool = False) -> Optional[float]:
+    value = d.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise AgentError(f"{key} must be a positive number{' or null' if optional else ''}, got {value!r}")
+    return float(value)
+
+
+def parse_command(command: Any) -> List[str]:
+    """The entry command as torchrun arguments (script or ``-m module``, then its arguments). Never run by a shell."""
+    if not isinstance(command, str) or not command.strip():
+        raise AgentError(f"command must be a non-empty string, got {command!r}")
+    bad = sorted(SHELL_CHARS.intersection(command))
+    if bad:
+        shown = "".join(bad).encode("unicode_escape").decode()
+        raise AgentError(f"command contains shell syntax {shown!r}: it runs without a shell; put the logic in a script")
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise AgentError(f"command cannot be parsed ({exc}): {command!r}") from None
+    if words[0] not in ("python", "python3") or len(words) < 2:
+        raise AgentError(f"command must be 'python SCRIPT [ARGS]' or 'python -m MODULE [ARGS]', got {command!r}")
+    if words[1] == "-m":
+        if len(words) < 3 or not MODULE_RE.match(words[2]):
+            raise AgentError(f"command: 'python -m' needs a module name, got {command!r}")
+        return words[1:]
+    script = words[1]
+    if script.startswith(("-", "/")) or ".." in script.split("/"):
+        raise AgentError(f"command: the script must be a path inside the code archive, got {script!r}")
+    return words[1:]
+
+
+def validate_job(spec: Any, current: Any, current_name: str) -> Job:
+    if not isinstance(spec, dict):
+        raise AgentError("job spec is not a JSON object")
+    if spec.get("version") != 1:
+        raise AgentError(f"job spec version {spec.get('version')!r} is not supported (expected 1)")
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise AgentError(f"job spec has unknown key(s): {', '.join(unknown)}")
+    if not isinstance(current, dict):
+        raise AgentError(f"{current_name} is not a JSON object")
+    unknown = sorted(set(current) - JOB_KEYS)
+    if unknown:
+        raise AgentError(
+            f"{current_name} has unknown key(s): {', '.join(unknown)} (allowed: {', '.join(sorted(JOB_KEYS))})"
+        )
+    merged = dict(spec)
+    merged.update(current)
+    job_id = merged.get("job_id")
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise AgentError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
+    for key in ("bucket", "prefix", "log_group"):
+        if not isinstance(merged.get(key), str) or not merged[key]:
+            raise AgentError(f"{key} must be a non-empty string, got {merged.get(key)!r}")
+    if merged["prefix"] != f"{merged.get('cluster')}/":
+        raise AgentError(f"prefix must be '<cluster>/', got {merged['prefix']!r} for cluster {merged.get('cluster')!r}")
+    code_key = merged.get("code_key")
+    if not isinstance(code_key, str) or not code_key.startswith(merged["prefix"]) or ".." in code_key.split("/"):
+        raise AgentError(
+            f"code_key must be an S3 key under {merged['prefix']!r} (the cluster's prefix), got {code_key!r}"
+        )
+    for key in ("python", "checkpoint_dir"):
+        value = merged.get(key)
+        if not isinstance(value, str) or not value.startswith("/") or ".." in value.split("/"):
+            raise AgentError(f"{key} must be an absolute path, got {value!r}")
+    merged["argv"] = parse_command(merged.get("command"))
+    _int(merged, "nproc_per_node", 1, 64)
+    _int(merged, "min_nodes", 1, 1000)
+    _int(merged, "max_nodes", merged["min_nodes"], 1000)
+    if "nodes" in merged:
+        _int(merged, "nodes", merged["min_nodes"], merged["max_nodes"])
+    _int(merged, "max_restarts", 0, 100)
+    _int(merged, "rendezvous_port", 1024, 65535)
+    _number(merged, "checkpoint_interval_s", optional=True)
+    _number(merged, "mean_time_between_interruptions_s")
+    _number(merged, "interruption_grace_s")
+    warm = merged.get("warm_pool")
+    if warm is not None and not (isinstance(warm, dict) and {"tag_key", "pool", "device_name"} <= set(warm)):
+        raise AgentError(f"warm_pool must be null or {{tag_key, pool, device_name}}, got {warm!r}")
+    return Job(merged)
+
+
+def load_job(ssm: Any, spec_parameter: str) -> Job:
+    spec = _read_parameter(ssm, spec_parameter, required=True)
+    current_name = spec.get("current_job_parameter") if isinstance(spec, dict) else None
+    if not isinstance(current_name, str) or not current_name.startswith("/"):
+        raise AgentError(f"current_job_parameter must be an SSM parameter name, got {current_name!r}")
+    current = _read_parameter(ssm, current_name, required=False)
+    if current is None:
+        raise AgentError(f"no job submitted: SSM parameter {current_name} does not exist (submit a job first)")
+    return validate_job(spec, current, current_name)
+
+
+def _read_parameter(ssm: Any, name: str, required: bool) -> Any:
+    try:
+        value = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound" and not required:
+            return None
+        raise AgentError(f"cannot read SSM parameter {name}: {exc.response.get('Error', {}).get('Code')}") from None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise AgentError(f"SSM parameter {name} is not valid JSON: {exc}") from None
+
+
+# ----------------------------------------------------------------------------------------------- code
+def safe_extract(archive: str, dest: str) -> None:
+    """Unpack a tar archive, refusing absolute paths, '..', links and device files."""
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            for m in members:
+                parts = m.name.replace("\\", "/").split("/")
+                if m.name.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", m.name):
+                    raise AgentError(f"code archive member {m.name!r} escapes the code directory")
+                if not (m.isfile() or m.isdir()):
+                    raise AgentError(f"code archive member {m.name!r} is a link or special file; only files and dirs")
+            for m in members:
+                target = os.path.join(dest, m.name)
+                if m.isdir():
+                    os.makedirs(target, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(target) or dest, exist_ok=True)
+                src = tar.extractfile(m)
+                assert src is not None
+                with src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                os.chmod(target, 0o755 if m.mode & 0o111 else 0o644)
+    except tarfile.TarError as exc:
+        raise AgentError(f"code archive is not a readable tar file: {exc}") from None
+
+
+def download_code(s3: Any, job: Job, work_dir: str) -> str:
+    code_dir = os.path.join(work_dir, job.job_id, "code")
+    shutil.rmtree(code_dir, ignore_errors=True)
+    os.makedirs(code_dir)
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        archive = os.path.join(tmp, "code.tar")
+        try:
+            s3.download_file(job.bucket, job.code_key, archive, Config=TRANSFER)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                raise AgentError(f"code object s3://{job.bucket}/{job.code_key} does not exist") from None
+            raise AgentError(f"cannot download s3://{job.bucket}/{job.code_key}: {code}") from None
+        safe_extract(archive, code_dir)
+    target = job.argv[0] if job.argv[0] != "-m" else None
+    if target is not None and not os.path.isfile(os.path.join(code_dir, target)):
+        raise AgentError(f"command script {target!r} is not in the code archive s3://{job.bucket}/{job.code_key}")
+    return code_dir
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(2**20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def young_daly_s(cost_s: float, mtbi_s: float) -> float:
+    """Checkpoint interval minimising expected lost work: sqrt(2 * checkpoint cost * MTBI)."""
+    return math.sqrt(2.0 * max(cost_s, 0.0) * mtbi_s)
+
+
+class CheckpointStore:
+    """Checkpoints in S3 under ``<job>/ckpt/<step>/``; the manifest is written last and verified on restore."""
+
+    def __init__(self, s3: Any, bucket: str, prefix: str, job_id: str, log: Callable[[str], None]) -> None:
+        self.s3, self.bucket, self.prefix, self.job_id, self.log = s3, bucket, prefix, job_id, log
+
+    def listing(self) -> Dict[int, Dict[str, int]]:
+        """{step: {relative key: size}} of everything under ckpt/, complete or not."""
+        out: Dict[int, Dict[str, int]] = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for obj in page.get("Contents", []):
+                step, _, rel = obj["Key"][len(self.prefix) :].partition("/")
+                if step.isdigit() and rel:
+                    out.setdefault(int(step), {})[rel] = obj["Size"]
+        return out
+
+    def complete_steps(self, listing: Optional[Dict[int, Dict[str, int]]] = None) -> List[int]:
+        """Steps with a manifest, newest first (whether their objects verify is checked on restore)."""
+        listing = self.listing() if listing is None else listing
+        return sorted((s for s, objs in listing.items() if MANIFEST in objs), reverse=True)
+
+    def upload(self, step: int, files: Dict[str, str], layout: str) -> float:
+        """Upload ``files`` ({relative name: local path}) in parallel (multipart when large), then the manifest."""
+        start = time.monotonic()
+        base = f"{self.prefix}{step}/"
+
+        def put(item: Tuple[str, str]) -> Tuple[str, Dict[str, Any]]:
+            rel, path = item
+            size, digest = os.path.getsize(path), sha256_file(path)
+            self.s3.upload_file(path, self.bucket, base + rel, Config=TRANSFER)
+            return rel, {"size": size, "sha256": digest}
+
+        with ThreadPoolExecutor(PARALLEL_FILES) as pool:
+            entries = dict(pool.map(put, sorted(files.items())))
+        manifest = {
+            "version": 1,
+            "job_id": self.job_id,
+            "step": step,
+            "layout": layout,
+            "created_at": time.time(),
+            "files": entries,
+        }
+        self.s3.put_object(Bucket=self.bucket, Key=base + MANIFEST, Body=json.dumps(manifest, indent=1).encode())
+        return time.monotonic() - start
+
+    def download_verified(self, step: int, sizes: Dict[str, int], dest: str) -> Dict[str, Any]:
+        """Download checkpoint ``step`` into ``dest``; raises AgentError unless every object verifies."""
+        base = f"{self.prefix}{step}/"
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=base + MANIFEST)["Body"].read()
+            manifest = json.loads(body)
+            files = manifest["files"]
+            assert isinstance(files, dict) and manifest.get("step") == step
+        except (ClientError, ValueError, KeyError, TypeError, AssertionError) as exc:
+            raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
+        for rel, meta in files.items():
+            if ".." in rel.split("/") or rel.startswith("/") or rel == MANIFEST:
+                raise AgentError(f"checkpoint {step}: manifest lists an unsafe name {rel!r}")
+            if sizes.get(rel) != meta.get("size"):
+                raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size")
+
+        def get(item: Tuple[str, Dict[str, Any]]) -> None:
+            rel, meta = item
+            path = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.s3.download_file(self.bucket, base + rel, path, Config=TRANSFER)
+            if os.path.getsize(path) != meta["size"] or sha256_file(path) != meta["sha256"]:
+                raise AgentError(f"checkpoint {step}: object {rel} fails its sha256 check")
+
+        with ThreadPoolExecutor(PARALLEL_FILES) as pool:
+            list(pool.map(get, files.items()))
+        return manifest
+
+    def restore_newest(self, checkpoint_dir: str) -> Optional[Tuple[int, str]]:
+        """Put the newest checkpoint whose objects all verify into the checkpoint dir; (step, layout) or None.
+
+        Checkpoints without a manifest are ignored; a corrupt or partial one is skipped for the next older one.
+        If checkpoints exist but none verifies, that is an error: never silently start over.
+        """
+        listing = self.listing()
+        steps = self.complete_steps(listing)
+        reasons = []
+        for step in steps:
+            local = os.path.join(checkpoint_dir, str(step))
+            if os.path.isdir(local):
+                self.log(f"checkpoint {step} already present locally; not downloading")
+                return step, "step"
+            tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
+            try:
+                manifest = self.download_verified(step, listing[step], tmp)
+            except AgentError as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                reasons.append(str(exc))
+                self.log(f"skipping {exc}")
+                continue
+            layout = manifest.get("layout", "step")
+            if layout == "flat":
+                for rel in manifest["files"]:
+                    target = os.path.join(checkpoint_dir, rel)
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    os.replace(os.path.join(tmp, rel), target)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                os.replace(tmp, local)
+            return step, layout
+        if steps:
+            raise AgentError(f"no readable checkpoint among {len(steps)} in S3; newest: {reasons[0]}")
+        return None
+
+    def prune(self, keep: int) -> None:
+        """Delete all but the ``keep`` newest complete checkpoints, and leftovers older than the newest complete one.
+
+        The newest complete checkpoint is never deleted; of an old checkpoint the manifest goes first.
+        """
+        listing = self.listing()
+        complete = self.complete_steps(listing)
+        if not complete:
+            return
+        keep_steps = set(complete[: max(keep, 1)])
+        for step in sorted(listing):
+            if step in keep_steps or step >= complete[0]:
+                continue
+            keys = sorted(listing[step], key=lambda rel: rel != MANIFEST)  # manifest first
+            for rel in keys:
+                self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
+
+
+class Syncer:
+    """Uploads what the trainer writes into the checkpoint directory, with the manifest rule."""
+
+    def __init__(self, store: CheckpointStore, job: Job, log: Callable[[str], None], keep: int) -> None:
+        self.store, self.job, self.log, self.keep = store, job, log, keep
+        self.dir = job.checkpoint_dir
+        self.lock = threading.Lock()
+        self.uploaded = set(store.complete_steps())
+        self.last_upload_s = 0.0
+        self.flat_seen: Optional[List[Tuple[str, int, int]]] = None
+        self.flat_uploaded: Optional[List[Tuple[str, int, int]]] = None
+        self.flat_due = 0.0
+        self.failures = 0
+
+    @property
+    def newest(self) -> Optional[int]:
+        return max(self.uploaded) if self.uploaded else None
+
+    def local_steps(self) -> List[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(self.dir, n)))
+
+    def _flat_files(self) -> Dict[str, str]:
+        files = {}
+        for root, dirs, names in os.walk(self.dir):
+            rel_root = os.path.relpath(root, self.dir)
+            dirs[:] = [d for d in dirs if not d.startswith(".") and not (rel_root == "." and d.isdigit())]
+            for name in names:
+                if not name.startswith("."):
+                    rel = os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")
+                    files[rel] = os.path.join(root, name)
+        return files
+
+    def sync(self, final: bool = False) -> Optional[int]:
+        """One sync round; ``final`` when the trainer has exited (no stability wait). Returns the newest step."""
+        with self.lock:
+            try:
+                self._sync(final)
+                self.failures = 0
+            except (OSError, ClientError) as exc:  # a file vanished mid-upload, or S3 hiccup: next round
+                self.failures += 1
+                self.log(f"checkpoint sync failed ({type(exc).__name__}: {exc}); will retry")
+            return self.newest
+
+    def _record(self, step: int, seconds: float) -> None:
+        self.uploaded.add(step)
+        self.last_upload_s = seconds
+        self.log(f"checkpoint {step} durable in s3://{self.store.bucket}/{self.store.prefix}{step}/ ({seconds:.2f} s)")
+        state_dir = os.path.join(self.dir, STATE_DIR)
+        os.makedirs(state_dir, exist_ok=True)
+        with open(os.path.join(state_dir, "sync-state.json.tmp"), "w") as f:
+            json.dump({"last_uploaded_step": step, "last_upload_s": seconds}, f)
+        os.replace(os.path.join(state_dir, "sync-state.json.tmp"), os.path.join(state_dir, "sync-state.json"))
+        self.store.prune(self.keep)
+
+    def _sync(self, final: bool) -> None:
+        steps = self.local_steps()
+        if steps:
+            newest = steps[-1]
+            if newest not in self.uploaded and (self.newest is None or newest > self.newest):
+                root = os.path.join(self.dir, str(newest))
+                files = {}
+                for dirpath, _, names in os.walk(root):
+                    for name in names:
+                        path = os.path.join(dirpath, name)
+                        files[os.path.relpath(path, root).replace(os.sep, "/")] = path
+                self._record(newest, self.store.upload(newest, files, "step"))
+            for old in steps[:-1]:  # the newest local one stays for a restart on this node
+                if self.newest is not None and old < self.newest:
+                    shutil.rmtree(os.path.join(self.dir, str(old)), ignore_errors=True)
+            return
+        files = self._flat_files()
+        if not files:
+            return
+        fingerprint = sorted((rel, os.stat(p).st_size, os.stat(p).st_mtime_ns) for rel, p in files.items())
+        stable = final or fingerprint == self.flat_seen
+        self.flat_seen = fingerprint
+        due = final or time.monotonic() >= self.flat_due
+        if stable and due and fingerprint != self.flat_uploaded:
+            step = (self.newest or 0) + 1
+            self._record(step, self.store.upload(step, files, "flat"))
+            self.flat_uploaded = fingerprint
+            interval = self.job.checkpoint_interval_s or young_daly_s(self.last_upload_s, self.job.mtbi_s)
+            self.flat_due = time.monotonic() + interval
+
+
+# ----------------------------------------------------------------------------------------------- IMDS
+class Imds:
+    """IMDSv2 client; the endpoint comes from AWS_EC2_METADATA_SERVICE_ENDPOINT like botocore's."""
+
+    def __init__(self, endpoint: Optional[str] = None, timeout_s: float = 2.0) -> None:
+        default = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or "http://169.254.169.254"
+        self.endpoint = (endpoint or default).rstrip("/")
+        if not self.endpoint.startswith(("http://", "https://")):
+            raise AgentError(f"IMDS endpoint must be http(s)://, got {self.endpoint!r}")
+        self.timeout_s = timeout_s
+        self.token: Optional[str] = None
+
+    def _token(self) -> str:
+        request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
+            f"{self.endpoint}/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "21600"}
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310 - fixed http(s) URL
+            return resp.read().decode()
+
+    def get(self, path: str) -> Optional[str]:
+        """``latest/meta-data/<path>``; None when IMDS answers 404 (e.g. no interruption notice)."""
+        for attempt in range(2):
+            if self.token is None:
+                self.token = self._token()
+            request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
+                f"{self.endpoint}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": self.token}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310
+                    return resp.read().decode()
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                if exc.code == 401 and attempt == 0:
+                    self.token = None
+                    continue
+                raise
+        return None
+
+
+# ----------------------------------------------------------------------------------------------- peers
+def load_address_map() -> Dict[str, str]:
+    path = os.environ.get("SPOT_TRAINING_PEER_ADDRESS_MAP")
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        assert isinstance(data, dict)
+        for key, value in data.items():
+            ipaddress.ip_address(key)
+            ipaddress.ip_address(value)
+    except (OSError, ValueError, AssertionError) as exc:
+        raise AgentError(f"SPOT_TRAINING_PEER_ADDRESS_MAP {path}: not a JSON object of IP -> IP ({exc})") from None
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def discover_peers(asg: Any, ec2: Any, group: str) -> List[Tuple[str, str]]:
+    """(instance id, private IP) of the group's InService instances, sorted by id: element 0 hosts the rendezvous."""
+    groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+    if not groups:
+        raise AgentError(f"Auto Scaling group {group} does not exist")
+    ids = sorted(i["InstanceId"] for i in groups[0]["Instances"] if i.get("LifecycleState") == "InService")
+    if not ids:
+        return []
+    ips: Dict[str, str] = {}
+    for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
+        for reservation in page["Reservations"]:
+            for inst in reservation["Instances"]:
+                if inst.get("PrivateIpAddress"):
+                    ips[inst["InstanceId"]] = inst["PrivateIpAddress"]
+    return [(i, ips[i]) for i in ids if i in ips]
+
+
+# ----------------------------------------------------------------------------------------------- agent
+class Agent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.instance_id: str = args.instance_id
+        self.log = Log(self.instance_id)
+        session = boto3.session.Session(region_name=args.region)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+        self.ssm, self.s3, self.asg, self.ec2, self.logs = (
+            session.client(name, endpoint_url=endpoint) for name in ("ssm", "s3", "autoscaling", "ec2", "logs")
+        )
+        self.imds = Imds()
+        self.poll_s = env_float("SPOT_TRAINING_POLL_INTERVAL_S", 5.0)
+        self.join_timeout_s = env_float("SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S", 600.0)
+        self.barrier_s = env_float("SPOT_TRAINING_DONE_BARRIER_S", 120.0)
+        self.keep = int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2))
+        self.node_root = os.environ.get("SPOT_TRAINING_NODE_ROOT", "").rstrip("/")
+        self.work_dir = os.environ.get("SPOT_TRAINING_WORK_DIR") or self.node_root + "/opt/spot-training/work"
+        self.address_map = load_address_map()
+        self.stop_signal = threading.Event()
+        self.peers: List[Tuple[str, str]] = []
+        self.notice_newest: Optional[int] = None
+        self.notice_at = 0.0
+
+    # -- small S3 helpers
+    def put_marker(self, job: Job, name: str, body: Dict[str, Any]) -> None:
+        body = dict(body, job_id=job.job_id, instance_id=self.instance_id, time=time.time())
+        self.s3.put_object(Bucket=job.bucket, Key=job.job_prefix + name, Body=json.dumps(body).encode())
+
+    def marker(self, job: Job, name: str) -> Optional[Dict[str, Any]]:
+        try:
+            return json.loads(self.s3.get_object(Bucket=job.bucket, Key=job.job_prefix + name)["Body"].read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+
+    def group_name(self) -> str:
+        if self.args.asg_name:
+            return str(self.args.asg_name)
+        found = self.asg.describe_auto_scaling_instances(InstanceIds=[self.instance_id])["AutoScalingInstances"]
+        if not found:
+            raise AgentError(f"instance {self.instance_id} is not in an Auto Scaling group")
+        return str(found[0]["AutoScalingGroupName"])
+
+    def scale_to_zero(self, group: str) -> None:
+        try:
+            self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
+            self.log(f"set desired capacity of {group} to 0")
+        except ClientError as exc:
+            self.log(f"could not scale {group} to 0: {exc}")
+
+    def claim_warm_volume(self, job: Job) -> None:
+        """Hook: claim and mount a free volume of the warm pool (separate issue; not implemented here)."""
+        if job.warm_pool is not None:
+            self.log(
+                f"warm pool {job.warm_pool.get('pool')!r} configured; volume claiming is not implemented "
+                "in this agent yet: using the root volume"
+            )
+
+    # -- peers and torchrun
+    def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
+        deadline = time.monotonic() + self.join_timeout_s
+        while True:
+            peers = discover_peers(self.asg, self.ec2, group)
+            if len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers):
+                return peers[: job.max_nodes]
+            if time.monotonic() > deadline:
+                raise AgentError(
+                    f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s"
+                )
+            time.sleep(self.poll_s)
+
+    def torchrun_command(self, job: Job, peers: List[Tuple[str, str]]) -> Tuple[List[str], Dict[str, str]]:
+        host_id, host_ip = peers[0]
+        host = self.address_map.get(host_ip, host_ip)
+        own_ip = dict(peers)[self.instance_id]
+        local = self.address_map.get(own_ip, own_ip)
+        is_host = "true" if host_id == self.instance_id else "false"
+        cmd = [
+            job.python,
+            "-m",
+            "spot_training.launch",
+            f"--nnodes={job.min_nodes}:{job.max_nodes}",
+            f"--nproc-per-node={job.nproc_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={host}:{job.rendezvous_port}",
+            f"--rdzv-id={job.job_id}",
+            f"--rdzv-conf=is_host={is_host},join_timeout={int(self.join_timeout_s)}",
+            f"--local-addr={local}",
+            "--max-restarts=0",
+            *job.argv,
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
+        env["SPOT_TRAINING_STORE_BIND_ADDRESS"] = local  # see spot_training/launch.py
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(int(job.grace_s))
+        if ipaddress.ip_address(local).is_loopback:  # emulation: keep gloo/NCCL/tensorpipe on loopback
+            for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+                env.setdefault(name, "lo")
+        return cmd, env
+
+    def run_trainer(
+        self, job: Job, code_dir: str, cmd: List[str], env: Dict[str, str], syncer: Syncer
+    ) -> Tuple[int, bool]:
+        """Run torchrun until it exits or an interruption notice stops it; returns (exit code, interrupted)."""
+        self.log(f"running: {shlex.join(cmd)}")
+        proc = subprocess.Popen(  # noqa: S603 - argv list built from the validated job, no shell
+            cmd, cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        assert proc.stdout is not None
+        stdout = proc.stdout
+
+        def pump() -> None:
+            for raw in iter(stdout.readline, b""):
+                self.log.raw(f"[trainer {self.instance_id}] {raw.decode(errors='replace').rstrip()}")
+
+        reader = threading.Thread(target=pump, name="trainer-output", daemon=True)
+        reader.start()
+        stop_sync = threading.Event()
+
+        def sync_loop() -> None:
+            while not stop_sync.wait(self.poll_s):
+                syncer.sync()
+
+        sync_thread = threading.Thread(target=sync_loop, name="checkpoint-sync", daemon=True)
+        sync_thread.start()
+        rebalance_seen: Optional[str] = None
+        notice: Optional[str] = None
+        try:
+            while proc.poll() is None:
+                if self.stop_signal.is_set():
+                    notice = "agent received SIGTERM"
+                else:
+                    try:
+                        action = self.imds.get("spot/instance-action")
+                        rebalance = self.imds.get("events/recommendations/rebalance")
+                    except (OSError, urllib.error.URLError) as exc:
+                        self.log(f"IMDS poll failed: {exc}")
+                        action = rebalance = None
+                    if action:
+                        notice = f"spot interruption notice {action.strip()}"
+                    elif rebalance and rebalance != rebalance_seen:
+                        rebalance_seen = rebalance
+                        self.log(f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint")
+                        os.makedirs(os.path.join(job.checkpoint_dir, STATE_DIR), exist_ok=True)
+                        open(os.path.join(job.checkpoint_dir, STATE_DIR, "save-request"), "w").close()
+                if notice:
+                    self.notice_at = time.monotonic()
+                    self.notice_newest = (syncer.store.complete_steps() or [None])[0]
+                    self.stop_trainer(proc, job, notice)
+                    break
+                self.stop_signal.wait(self.poll_s)
+        finally:
+            stop_sync.set()
+            sync_thread.join()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            reader.join(timeout=10)
+        return proc.returncode, notice is not None
+
+    def stop_trainer(self, proc: "subprocess.Popen[bytes]", job: Job, notice: str) -> None:
+        self.log(f"{notice}: sending SIGTERM to the trainer, grace {job.grace_s:.0f} s")
+        with Timed(self.log, "trainer emergency checkpoint and exit"):
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=job.grace_s)
+            except subprocess.TimeoutExpired:
+                self.log(f"trainer still running after {job.grace_s:.0f} s grace: killing it")
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
+        with Timed(self.log, "restore checkpoint"):
+            os.makedirs(job.checkpoint_dir, exist_ok=True)
+            restored = store.restore_newest(job.checkpoint_dir)
+        local = Syncer(store, job, self.log, self.keep).local_steps()
+        resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
+        self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
+        with Timed(self.log, "peer discovery"):
+            self.peers = self.wait_for_peers(group, job)
+        ids = [i for i, _ in self.peers]
+        self.log(f"peers: {', '.join(ids)}; rendezvous host {ids[0]}")
+        cmd, env = self.torchrun_command(job, self.peers)
+        env.update(
+            {
+                "SPOT_TRAINING_JOB_ID": job.job_id,
+                "SPOT_TRAINING_CHECKPOINT_DIR": job.checkpoint_dir,
+                "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None else str(resume_step),
+                "SPOT_TRAINING_RESUMED": "0" if resume_step is None else "1",
+                "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": ""
+                if job.checkpoint_interval_s is None
+                else str(job.checkpoint_interval_s),
+                "SPOT_TRAINING_MTBI_S": str(job.mtbi_s),
+                "SPOT_TRAINING_INSTANCE_ID": self.instance_id,
+                "SPOT_TRAINING_NODE_INDEX": str(ids.index(self.instance_id)),
+                "SPOT_TRAINING_NUM_PEERS": str(len(ids)),
+                "SPOT_TRAINING_ATTEMPT": str(attempt),
+            }
+        )
+        syncer = Syncer(store, job, self.log, self.keep)
+        with Timed(self.log, f"training attempt {attempt}"):
+            rc, interrupted = self.run_trainer(job, code_dir, cmd, env, syncer)
+        with Timed(self.log, "final checkpoint sync"):
+            syncer.sync(final=True)
+        return rc, interrupted
+
+    def wait_durable(self, job: Job, store: CheckpointStore, before: Optional[int], deadline: float) -> None:
+        """After a notice: wait (until the grace ends) for a checkpoint newer than ``before`` in S3.
+
+        The newer checkpoint may be another node's (rank 0 writes it)."""
+        while True:
+            steps = store.complete_steps()
+            if steps and (before is None or steps[0] > before):
+                self.log(f"emergency checkpoint {steps[0]} is durable in S3")
+                return
+            if time.monotonic() >= deadline:
+                self.log(f"no checkpoint newer than {before} in S3 within the grace; the last durable one stays")
+                return
+            time.sleep(min(self.poll_s, 1.0))
+
+    def finish(self, job: Job, group: str) -> None:
+        """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and scale to 0."""
+        self.put_marker(job, f"nodes/{self.instance_id}/done", {})
+        deadline = time.monotonic() + self.barrier_s
+        waiting = [i for i, _ in self.peers if i != self.instance_id]
+        while waiting and time.monotonic() < deadline and self.marker(job, "DONE") is None:
+            waiting = [i for i in waiting if self.marker(job, f"nodes/{i}/done") is None]
+            if waiting:
+                time.sleep(min(self.poll_s, 1.0))
+        if waiting:
+            self.log(f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; finishing anyway")
+        self.put_marker(job, "DONE", {"peers": [i for i, _ in self.peers]})
+        self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
+        self.scale_to_zero(group)
+
+    def fail(self, job: Job, group: str, reason: str) -> int:
+        self.put_marker(job, "FAILED", {"reason": reason})
+        self.log(f"job {job.job_id} FAILED: {reason}")
+        self.scale_to_zero(group)
+        return EXIT_FAILED
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
+        job = load_job(self.ssm, self.args.job_spec_parameter)
+        for key, expected in (("team", self.args.team), ("cluster", self.args.cluster)):
+            if job.spec.get(key) != expected:
+                raise AgentError(f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}")
+        job.checkpoint_dir = self.node_root + job.checkpoint_dir
+        self.log.shipper = LogShipper(self.logs, job.log_group, f"{job.job_id}/{self.instance_id}")
+        try:
+            return self._run(job)
+        except AgentError as exc:
+            self.log(f"error: {exc}")
+            raise
+        finally:
+            self.log.shipper.close()
+
+    def _run(self, job: Job) -> int:
+        self.log(
+            f"job {job.job_id}: code s3://{job.bucket}/{job.code_key}, command {job.spec['command']!r}, "
+            f"nodes {job.min_nodes}:{job.max_nodes} x {job.nproc_per_node}"
+        )
+        group = self.group_name()
+        for name in ("DONE", "FAILED"):
+            found = self.marker(job, name)
+            if found is not None:
+                self.log(f"job {job.job_id} is already {name}; nothing to run")
+                self.scale_to_zero(group)
+                return 0 if name == "DONE" else EXIT_FAILED
+        self.claim_warm_volume(job)
+        os.makedirs(self.work_dir, exist_ok=True)
+        with Timed(self.log, "download code"):
+            code_dir = download_code(self.s3, job, self.work_dir)
+        store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, self.log)
+        failures, attempt = 0, 0
+        while True:
+            before = (store.complete_steps() or [None])[0]
+            try:
+                rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
+            except AgentError as exc:
+                if str(exc).startswith("no readable checkpoint"):
+                    self.fail(job, group, str(exc))
+                raise
+            if interrupted:
+                self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
+                self.log("interrupted: exiting cleanly; the group replaces this instance")
+                return 0
+            if rc == 0:
+                self.finish(job, group)
+                return 0
+            after = (store.complete_steps() or [None])[0]
+            progressed = after is not None and (before is None or after > before)
+            failures = 0 if progressed else failures + 1
+            self.log(
+                f"trainer exited with code {rc}; {'progress was made' if progressed else 'no new checkpoint'}; "
+                f"restarts without progress: {failures}/{job.max_restarts}"
+            )
+            if failures > job.max_restarts:
+                return self.fail(
+                    job,
+                    group,
+                    f"trainer exited with code {rc} after {failures - 1} restart(s) without a new checkpoint",
+                )
+            attempt += 1
+            time.sleep(min(self.poll_s, 5.0))
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Spot training node agent (started by user_data.sh).")
+    p.add_argument("--region", required=True)
+    p.add_argument("--team", required=True)
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--job-spec-parameter", required=True)
+    p.add_argument("--instance-id", required=True)
+    p.add_argument("--availability-zone", default="")
+    p.add_argument("--launch-index", default="0")
+    p.add_argument("--asg-name", default="", help="aws:autoscaling:groupName tag (looked up when empty)")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        return Agent(args).run()
+    except AgentError as exc:
+        print(f"node-agent: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

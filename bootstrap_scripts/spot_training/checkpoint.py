@@ -1,0 +1,275 @@
+"""Checkpoint helper for training scripts on spot nodes (importable as ``spot_training.checkpoint``).
+
+    ckpt = Checkpointer(model, optimizer, scheduler)       # directory from SPOT_TRAINING_CHECKPOINT_DIR
+    restored = ckpt.restore()                              # None, or .step and .extra (your data position)
+    for ...:
+        train one step
+        if ckpt.step(step, extra={"epoch": e, "batch": b + 1}):   # saves when due; True after SIGTERM
+            sys.exit(EXIT_INTERRUPTED)                     # the emergency checkpoint is on disk
+    ckpt.close()
+
+What is saved: model, optimizer and scheduler state dicts, the RNG states (python, numpy, torch CPU and CUDA)
+of *every* rank, and ``extra`` (data position; must be the same on every rank). With the same world size, a
+run resumed from a checkpoint continues bit for bit like the uninterrupted run.
+
+Protocol with the node agent: a checkpoint is the directory ``<dir>/<step>/`` (file ``state.pt``); it is written
+as ``<dir>/.tmp-<step>-<pid>/`` and renamed when complete, so a directory named by an integer is always
+complete. Rank 0 writes; the agent uploads it to S3 (objects, then a manifest) and prunes old ones. Saving is
+asynchronous: ``step()`` copies the state to CPU memory (training waits only for that) and a background thread
+serialises it to disk; the agent's upload is a separate process, so S3 never blocks training.
+
+When to save (collective: every rank must call ``step()`` at every step): after SIGTERM (emergency checkpoint,
+then ``step()`` returns True), when the agent asks (``<dir>/.spot-training/save-request``, on a rebalance
+recommendation), and every interval: ``interval_s`` / SPOT_TRAINING_CHECKPOINT_INTERVAL_S, or Young/Daly
+``sqrt(2 * cost * MTBI)`` with the measured cost of the last checkpoint (copy + write + the agent's last upload)
+and MTBI from SPOT_TRAINING_MTBI_S (default 3600 s). Rank 0 decides; the decision is all-reduced.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy ships with torch wheels in practice
+    np = None  # type: ignore[assignment]
+
+STATE_FILE = "state.pt"
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM: "stopped by the signal, state saved"
+_SAVE, _STOP = 1, 2
+
+
+class Restored:
+    def __init__(self, step: int, extra: Dict[str, Any]) -> None:
+        self.step, self.extra = step, extra
+
+    def __repr__(self) -> str:
+        return f"Restored(step={self.step}, extra={self.extra!r})"
+
+
+def _to_cpu(obj: Any) -> Any:
+    """A deep copy with every tensor cloned to CPU, so later in-place updates cannot leak into a pending save."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_cpu(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def _torch_load(data: bytes) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    except TypeError:  # torch < 1.13 has no weights_only
+        return torch.load(io.BytesIO(data), map_location="cpu")
+
+
+def rng_state() -> Dict[str, Any]:
+    state: Dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if np is not None:
+        state["numpy"] = np.random.get_state()
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if np is not None and "numpy" in state:
+        np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any = None,
+        scheduler: Any = None,
+        *,
+        directory: Optional[str] = None,
+        interval_s: Optional[float] = None,
+        handle_sigterm: bool = True,
+    ) -> None:
+        self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.directory = directory or os.environ.get("SPOT_TRAINING_CHECKPOINT_DIR") or "checkpoints"
+        env_interval = os.environ.get("SPOT_TRAINING_CHECKPOINT_INTERVAL_S", "")
+        self.interval_s = interval_s if interval_s is not None else (float(env_interval) if env_interval else None)
+        self.mtbi_s = float(os.environ.get("SPOT_TRAINING_MTBI_S") or 3600)
+        self.stop_requested = threading.Event()
+        self.last_cost_s = 0.0
+        self.last_save = time.monotonic()
+        self.saved_step: Optional[int] = None
+        self._writer: Optional[threading.Thread] = None
+        self._write_error: Optional[BaseException] = None
+        if handle_sigterm and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
+
+    # -- distributed helpers (all no-ops without an initialised process group)
+    @property
+    def distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank() if self.distributed else 0
+
+    def _device(self) -> torch.device:
+        if dist.get_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _all_max(self, value: int) -> int:
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self._device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def _gather(self, obj: Any) -> List[Any]:
+        if not self.distributed:
+            return [obj]
+        out: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+
+    # -- local checkpoints
+    def local_steps(self) -> List[int]:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            int(n) for n in names if n.isdigit() and os.path.isfile(os.path.join(self.directory, n, STATE_FILE))
+        )
+
+    def restore(self) -> Optional[Restored]:
+        """Load the newest checkpoint any rank has (collective); None on a fresh start."""
+        steps = self.local_steps()
+        mine = steps[-1] if steps else -1
+        found = self._gather(mine)
+        target = max(found)
+        if target < 0:
+            return None
+        source = found.index(target)
+        data: Optional[bytes] = None
+        if self.rank == source:
+            with open(os.path.join(self.directory, str(target), STATE_FILE), "rb") as f:
+                data = f.read()
+        if self.distributed:
+            box = [data]
+            dist.broadcast_object_list(box, src=source)
+            data = box[0]
+        assert data is not None
+        state = _torch_load(data)
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None and state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        rngs = state["rng"]
+        if self.rank < len(rngs):
+            set_rng_state(rngs[self.rank])
+        self.saved_step = target
+        self.last_save = time.monotonic()
+        return Restored(state["step"], state.get("extra") or {})
+
+    # -- saving
+    def _interval(self) -> float:
+        if self.interval_s is not None:
+            return self.interval_s
+        upload_s = 0.0
+        try:
+            with open(os.path.join(self.directory, ".spot-training", "sync-state.json")) as f:
+                upload_s = float(json.load(f).get("last_upload_s", 0.0))
+        except (OSError, ValueError):
+            pass
+        return math.sqrt(2.0 * (self.last_cost_s + upload_s) * self.mtbi_s)
+
+    def step(self, step: int, extra: Optional[Dict[str, Any]] = None) -> bool:
+        """Call after every optimizer step on every rank. Saves when due; True when the trainer must stop."""
+        flag = _STOP if self.stop_requested.is_set() else 0
+        request = os.path.join(self.directory, ".spot-training", "save-request")
+        if not flag and self.rank == 0:
+            if time.monotonic() - self.last_save >= self._interval() or os.path.exists(request):
+                flag = _SAVE
+        flag = self._all_max(flag)
+        if flag:
+            self.save(step, extra, block=flag == _STOP)
+            if self.rank == 0 and os.path.exists(request):
+                os.remove(request)
+        if flag == _STOP:
+            self.stop_requested.set()
+        return flag == _STOP
+
+    def save(self, step: int, extra: Optional[Dict[str, Any]] = None, block: bool = False) -> None:
+        """Collective: snapshot the state now, write ``<dir>/<step>/`` in the background (or before returning)."""
+        start = time.monotonic()
+        rngs = self._gather(rng_state())
+        if self.rank == 0:
+            self.wait()
+            snapshot = {
+                "step": step,
+                "model": _to_cpu(self.model.state_dict()),
+                "optimizer": _to_cpu(self.optimizer.state_dict()) if self.optimizer is not None else None,
+                "scheduler": _to_cpu(self.scheduler.state_dict()) if self.scheduler is not None else None,
+                "rng": rngs,
+                "extra": _to_cpu(extra or {}),
+                "world_size": len(rngs),
+            }
+            copy_s = time.monotonic() - start
+            self.last_cost_s = max(self.last_cost_s, copy_s)  # until the write has been measured
+            self._writer = threading.Thread(target=self._write, args=(step, snapshot, copy_s), daemon=False)
+            self._writer.start()
+            if block:
+                self.wait()
+        self.last_save = time.monotonic()
+
+    def _write(self, step: int, snapshot: Dict[str, Any], copy_s: float) -> None:
+        start = time.monotonic()
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            final = os.path.join(self.directory, str(step))
+            tmp = os.path.join(self.directory, f".tmp-{step}-{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            path = os.path.join(tmp, STATE_FILE)
+            with open(path, "wb") as f:
+                torch.save(snapshot, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if os.path.isdir(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            self.saved_step = step
+            self.last_cost_s = copy_s + time.monotonic() - start
+        except BaseException as exc:  # surfaced by wait()
+            self._write_error = exc
+
+    def wait(self) -> None:
+        """Block until the pending write is on disk; re-raises a failed write."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._write_error is not None:
+            error, self._write_error = self._write_error, None
+            raise RuntimeError(f"writing the checkpoint failed: {error}") from error
+
+    def close(self) -> None:
+        self.wait()

@@ -1,0 +1,80 @@
+"""``python -m emulator up``: start the emulated cloud, bootstrap, deploy, print what clients need, wait for Ctrl-C.
+
+    python -m emulator up [--stack TrainingStack ...] [--run-dir DIR]
+
+Prints the endpoint, the environment a client needs (``export`` lines) and the stack outputs, then
+keeps the emulator running until Ctrl-C or SIGTERM, and stops it (no process or port left behind).
+The run directory (server log, CDK log, cloud assembly, TLS files) is kept and its path printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from emulator.cloud import EmulatedCloud, EmulatorError
+from emulator.deploy import bootstrap, deploy
+
+_SHOWN_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_CA_BUNDLE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_EC2_METADATA_DISABLED",
+)
+
+
+def up(stacks: list[str], run_dir: Path, *, wait: bool = True) -> int:
+    print(f"Run directory (logs): {run_dir}", flush=True)
+    with EmulatedCloud(run_dir=run_dir) as cloud:
+        print(f"Emulated AWS endpoint: {cloud.endpoint_url}  (account {cloud.account_id}, {cloud.region})", flush=True)
+        started = time.monotonic()
+        took = bootstrap(cloud)
+        print(f"cdk bootstrap: {took:.1f} s", flush=True)
+        started = time.monotonic()
+        outputs = deploy(cloud, *stacks)
+        print(f"cdk deploy {' '.join(stacks)}: {time.monotonic() - started:.1f} s", flush=True)
+        print("\nStack outputs:")
+        for key, value in sorted(outputs.items()):
+            print(f"  {key} = {value}")
+        env = cloud.client_env()
+        print("\nClient environment:")
+        for key in _SHOWN_ENV:
+            print(f"  export {key}={shlex.quote(env[key])}")
+        if wait:
+            print("\nRunning; press Ctrl-C to stop.", flush=True)
+            threading.Event().wait()  # until KeyboardInterrupt / SystemExit (SIGTERM)
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulator", description=(__doc__ or "").splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="start, bootstrap, deploy, wait for Ctrl-C")
+    p_up.add_argument("--stack", action="append", help="stack to deploy (repeatable; default TrainingStack)")
+    p_up.add_argument("--run-dir", type=Path, help="directory for logs and TLS files (default: a new temp dir)")
+    p_up.add_argument("--no-wait", action="store_true", help="stop right after deploying (for scripts)")
+    args = parser.parse_args(argv)
+    # Ctrl-C must stop us even when started from a shell that made background jobs ignore SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="spot-training-emulator-"))
+    try:
+        return up(args.stack or ["TrainingStack"], run_dir, wait=not args.no_wait)
+    except KeyboardInterrupt:
+        print("\nStopped.", file=sys.stderr)
+        return 130
+    except EmulatorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""``EmulatedCloud``: start the emulator's AWS endpoint (moto + compat layer) and always stop it again.
+
+    with EmulatedCloud(run_dir=Path("emulator-run")) as cloud:
+        boto3.client("ec2", **cloud.boto3_kwargs()).describe_vpcs()
+        subprocess.run([...], env=cloud.client_env())
+
+The server runs as a child process (``python -m emulator.server``) rather than a thread, so that
+moto's global state never mixes with a test process that uses ``moto.mock_aws`` itself, and so that
+stopping it is a matter of ending one process. It is stopped when the ``with`` block ends, however
+it ends: normally, by an exception, by Ctrl-C (KeyboardInterrupt) or by SIGTERM (turned into
+``SystemExit`` while the block runs in the main thread). If this process dies without unwinding
+(SIGKILL), the server notices that its stdin pipe closed and stops by itself.
+
+Later, a node launcher can hook in here: it needs only ``endpoint_url`` and ``boto3_kwargs()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Optional, Union
+
+from emulator.settings import ACCESS_KEY_ID, ACCOUNT_ID, REGION, SECRET_ACCESS_KEY
+from emulator.tls import TlsFiles, make_tls_files
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Public SSM parameters the templates resolve at deploy time (AMI ids); see cfn_compat item 5.
+DEFAULT_PUBLIC_AMI_PARAMETERS = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
+    "/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
+)
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+SignalHandler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
+
+
+class EmulatorError(RuntimeError):
+    """The emulator could not start, or a step against it failed."""
+
+
+def client_env(endpoint_url: str, ca_bundle: Path, base: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Environment for any AWS client (CDK CLI, AWS CLI, boto3) that must talk to the emulator only.
+
+    Fake static credentials; no profile, config file or instance metadata lookups (those could
+    reach a real account or 169.254.169.254); a fixed region; the run's CA for TLS.
+    """
+    env = dict(os.environ if base is None else base)
+    for key in list(env):
+        if key.startswith("AWS_") and key not in ("AWS_EC2_METADATA_DISABLED",):
+            del env[key]
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint_url,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CA_BUNDLE": str(ca_bundle),
+            "NODE_EXTRA_CA_CERTS": str(ca_bundle),
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "CDK_DEFAULT_ACCOUNT": ACCOUNT_ID,
+            "CDK_DEFAULT_REGION": REGION,
+        }
+    )
+    return env
+
+
+class EmulatedCloud:
+    """The emulated AWS endpoint, as a context manager. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        run_dir: Optional[Path] = None,
+        host: str = "127.0.0.1",
+        public_ami_parameters: tuple[str, ...] = DEFAULT_PUBLIC_AMI_PARAMETERS,
+    ) -> None:
+        """``run_dir`` keeps the server log and the run's TLS files; default: a temporary directory removed on stop."""
+        if not host.startswith("127."):
+            raise ValueError("the emulator only listens on loopback (127.0.0.0/8)")
+        self.host = host
+        self._given_run_dir = run_dir
+        self.run_dir: Optional[Path] = None
+        self.public_ami_parameters = public_ami_parameters
+        self.port: Optional[int] = None
+        self.insecure_port: Optional[int] = None
+        self.pid: Optional[int] = None
+        self.tls: Optional[TlsFiles] = None
+        self.seeded_parameters: dict[str, str] = {}
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._log: Any = None
+        self._temp_dir: Optional[tempfile.TemporaryDirectory[str]] = None
+        self._previous_sigterm: SignalHandler = None
+        self._lock = threading.Lock()
+
+    # -- addresses ---------------------------------------------------------------------------------
+
+    @property
+    def endpoint_url(self) -> str:
+        """``https://localhost:PORT``: moto reads bucket names out of template URLs by host name."""
+        if self.port is None:
+            raise EmulatorError("the emulator is not running")
+        return f"https://localhost:{self.port}"
+
+    @property
+    def insecure_endpoint_url(self) -> str:
+        """Plain HTTP to the same emulated cloud; only useful to show that TLS-only policies deny it."""
+        if self.insecure_port is None:
+            raise EmulatorError("the emulator is not running")
+        return f"http://localhost:{self.insecure_port}"
+
+    @property
+    def ca_bundle(self) -> Path:
+        if self.tls is None:
+            raise EmulatorError("the emulator is not running")
+        return self.tls.ca_cert
+
+    @property
+    def server_log(self) -> Path:
+        if self.run_dir is None:
+            raise EmulatorError("the emulator is not running")
+        return self.run_dir / "moto-server.log"
+
+    @property
+    def account_id(self) -> str:
+        return ACCOUNT_ID
+
+    @property
+    def region(self) -> str:
+        return REGION
+
+    def client_env(self, base: Optional[dict[str, str]] = None) -> dict[str, str]:
+        return client_env(self.endpoint_url, self.ca_bundle, base)
+
+    def boto3_kwargs(self, *, insecure: bool = False) -> dict[str, Any]:
+        """Keyword arguments for ``boto3.client(service, **kwargs)`` aimed at the emulator."""
+        return {
+            "endpoint_url": self.insecure_endpoint_url if insecure else self.endpoint_url,
+            "region_name": REGION,
+            "aws_access_key_id": ACCESS_KEY_ID,
+            "aws_secret_access_key": SECRET_ACCESS_KEY,
+            "verify": str(self.ca_bundle),
+        }
+
+    def client(self, service: str, *, insecure: bool = False) -> Any:
+        import boto3
+
+        return boto3.session.Session().client(service, **self.boto3_kwargs(insecure=insecure))
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> EmulatedCloud:
+        with self._lock:
+            if self._proc is not None:
+                raise EmulatorError("the emulator is already running")
+            if self._given_run_dir is not None:
+                self.run_dir = self._given_run_dir
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            else:
+                self._temp_dir = tempfile.TemporaryDirectory(prefix="emulator-")
+                self.run_dir = Path(self._temp_dir.name)
+            self.tls = make_tls_files(self.run_dir / "tls")
+            cmd = [
+                sys.executable, "-m", "emulator.server", "--host", self.host, "--exit-on-stdin-eof",
+                "--tls-cert", str(self.tls.server_cert), "--tls-key", str(self.tls.server_key),
+            ]  # fmt: skip
+            for name in self.public_ami_parameters:
+                cmd += ["--public-ami-parameter", name]
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+            self._log = open(self.server_log, "ab")
+            self._proc = subprocess.Popen(  # noqa: S603 (our own module, fixed arguments)
+                cmd,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.PIPE,  # closed by us (or by the kernel when we die): the server then stops
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                start_new_session=True,  # Ctrl-C reaches us; we stop the server in order
+            )
+        try:
+            info = self._read_announcement(self._proc)
+        except BaseException:
+            self.stop()
+            raise
+        self.port = int(info["port"])
+        self.insecure_port = int(info["insecure_port"])
+        self.pid = int(info["pid"])
+        self.seeded_parameters = dict(info.get("seeded", {}))
+        return self
+
+    @staticmethod
+    def _read_announcement(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        line = b""
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EmulatorError(f"the emulator did not start within {START_TIMEOUT_S:.0f} s")
+            ready, _, _ = select.select([proc.stdout], [], [], min(remaining, 1.0))
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:
+                    raise EmulatorError(f"the emulator exited during start (exit code {proc.poll()}); see its log")
+                line += chunk
+            elif proc.poll() is not None:
+                raise EmulatorError(f"the emulator exited during start (exit code {proc.returncode}); see its log")
+        return dict(json.loads(line.decode().splitlines()[0]))
+
+    def stop(self) -> None:
+        """Stop the server and wait for it: SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``. Idempotent."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is not None:
+                for stream in (proc.stdin, proc.stdout):
+                    if stream is not None:
+                        stream.close()
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=STOP_TIMEOUT_S)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(timeout=STOP_TIMEOUT_S)
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            if self._temp_dir is not None:
+                self._temp_dir.cleanup()
+                self._temp_dir = None
+            self.port = self.insecure_port = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> EmulatedCloud:
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+        try:
+            return self.start()
+        except BaseException:
+            self._restore_sigterm()
+            raise
+
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            self.stop()
+        finally:
+            self._restore_sigterm()
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+
+def _raise_system_exit(signum: int, frame: Optional[FrameType]) -> None:
+    raise SystemExit(128 + signum)

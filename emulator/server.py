@@ -1,0 +1,159 @@
+"""The emulator's AWS endpoint: moto's server app, with the compatibility layer installed first.
+
+Run as ``python -m emulator.server --tls-cert server.pem --tls-key server.key``. It binds an HTTPS
+listener (the endpoint) and a plain-HTTP listener (only to show that TLS-only policies deny it),
+both on loopback and on ports the kernel picks (so there is no race between choosing a port and
+binding it), prints one JSON line ``{"port": N, "insecure_port": M, "pid": P, "seeded": {...}}`` on
+stdout and serves until SIGTERM or SIGINT (or until stdin closes, with ``--exit-on-stdin-eof``).
+
+Order matters: :func:`emulator.cfn_compat.install` (and :func:`emulator.ebs_strict.install`) run before
+the server handles its first request, because moto builds its CloudFormation type map once, from the
+subclasses that exist then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import ssl
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any, Optional
+
+from emulator import cfn_compat, ebs_strict
+from emulator.settings import ACCOUNT_ID, REGION
+
+
+def _with_transport(app: Any, secure: bool) -> Callable[..., Iterable[bytes]]:
+    """WSGI wrapper: tell the compat layer whether this request came over TLS (``aws:SecureTransport``)."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        with cfn_compat.request_transport(secure=secure):
+            # moto answers synchronously: materialise the body while the context is set.
+            return list(app(environ, start_response))
+
+    return wrapped
+
+
+def serve(
+    host: str,
+    tls_cert: str,
+    tls_key: str,
+    public_ami_parameters: list[str],
+    *,
+    port: int = 0,
+    insecure_port: int = 0,
+    exit_on_stdin_eof: bool = False,
+) -> None:
+    """Install the compat layer, seed public parameters, bind, announce the ports, serve until told to stop."""
+    # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
+    # go to stderr, i.e. the server log that emulator.deploy checks.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    cfn_compat.install()
+    ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
+    seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    app = DomainDispatcherApplication(create_backend_app)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(tls_cert, tls_key)
+    servers = [
+        make_server(
+            host,
+            port,
+            _with_transport(app, True),
+            threaded=True,
+            request_handler=MotoRequestHandler,
+            ssl_context=context,
+        ),
+        make_server(
+            host, insecure_port, _with_transport(app, False), threaded=True, request_handler=MotoRequestHandler
+        ),
+    ]
+    stopping = threading.Event()
+
+    def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if exit_on_stdin_eof:
+        # The launcher holds the other end of stdin: EOF means it is gone (even after SIGKILL).
+        threading.Thread(target=_stop_on_eof, args=(stop,), daemon=True, name="stdin-watch").start()
+    threads = [
+        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2}, name=f"serve-{s.server_port}")
+        for s in servers
+    ]
+    for t in threads:
+        t.start()
+    print(
+        json.dumps(
+            {
+                "port": servers[0].server_port,
+                "insecure_port": servers[1].server_port,
+                "pid": os.getpid(),
+                "seeded": seeded,
+            }
+        ),
+        flush=True,
+    )
+    try:
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        for s in servers:
+            s.shutdown()
+        for t in threads:
+            t.join(timeout=10)
+        for s in servers:
+            s.server_close()
+
+
+def _stop_on_eof(stop: Callable[[], None]) -> None:
+    while sys.stdin.buffer.read(4096):
+        pass
+    stop()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulator.server", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="HTTPS port (default 0: any free port)")
+    parser.add_argument("--insecure-port", type=int, default=0, help="plain-HTTP port (default 0: any free port)")
+    parser.add_argument("--tls-cert", required=True, help="PEM server certificate chain for localhost")
+    parser.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--public-ami-parameter",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="public SSM parameter (/aws/service/...) to seed with an AMI id moto knows; repeatable",
+    )
+    parser.add_argument(
+        "--exit-on-stdin-eof", action="store_true", help="stop when stdin closes (used by the launcher)"
+    )
+    args = parser.parse_args(argv)
+    if not args.host.startswith("127."):
+        parser.error("the emulator only listens on loopback (127.0.0.0/8)")
+    serve(
+        args.host,
+        args.tls_cert,
+        args.tls_key,
+        args.public_ami_parameter,
+        port=args.port,
+        insecure_port=args.insecure_port,
+        exit_on_stdin_eof=args.exit_on_stdin_eof,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

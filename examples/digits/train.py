@@ -1,0 +1,124 @@
+"""Example spot training job: a small MLP on scikit-learn's digits (ships inside the package, no download).
+
+Runs as a plain script (one process) or under torchrun (DistributedDataParallel: gloo on CPU, NCCL on GPU).
+Deterministic given --seed: the data order of epoch e is a permutation seeded by (seed, e), every other random
+draw (init, dropout) comes from RNGs the checkpoint helper saves and restores. So an interrupted-and-resumed
+run ends with the same weights, bit for bit, as an uninterrupted one (same world size).
+
+    python train.py --epochs 5 --output model.pt          # locally
+    job spec command: python train.py --epochs 5          # on the cluster (node agent + torchrun)
+
+The checkpoint helper comes from the node's bootstrap directory (the agent puts it on PYTHONPATH); run
+locally with PYTHONPATH=bootstrap_scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from spot_training.checkpoint import EXIT_INTERRUPTED, Checkpointer
+from torch import nn
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32, help="per process")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--output", default="", help="write the final state_dict here (rank 0)")
+    p.add_argument("--step-sleep-s", type=float, default=0.0, help="slow each step down (demos and tests)")
+    return p.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=120))
+    rank = dist.get_rank() if world > 1 else 0
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    )
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+
+    digits = load_digits()
+    x_all = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y_all = torch.tensor(digits.target, dtype=torch.int64)
+    split = torch.randperm(len(y_all), generator=torch.Generator().manual_seed(1234))
+    train_idx, test_idx = split[:1400], split[1400:]
+    x_test, y_test = x_all[test_idx].to(device), y_all[test_idx].to(device)
+
+    model: nn.Module = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10)).to(device)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+
+    ckpt = Checkpointer(model, optimizer, scheduler)
+    restored = ckpt.restore()
+    step, start_epoch, start_batch = 0, 0, 0
+    if restored is not None:
+        step, start_epoch, start_batch = restored.step, restored.extra["epoch"], restored.extra["batch"]
+        if rank == 0:
+            print(f"resumed from step {step} (epoch {start_epoch}, batch {start_batch})", flush=True)
+    elif rank == 0:
+        print("starting fresh", flush=True)
+
+    batches = len(train_idx) // world // args.batch_size
+    for epoch in range(start_epoch, args.epochs):
+        order = train_idx[
+            torch.randperm(len(train_idx), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+        ]
+        shard = order[rank::world]
+        model.train()
+        for b in range(start_batch if epoch == start_epoch else 0, batches):
+            idx = shard[b * args.batch_size : (b + 1) * args.batch_size]
+            loss = F.cross_entropy(model(x_all[idx].to(device)), y_all[idx].to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if rank == 0 and step % 10 == 0:
+                print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
+            if args.step_sleep_s:
+                time.sleep(args.step_sleep_s)
+            if ckpt.step(step, extra={"epoch": epoch, "batch": b + 1}):
+                if rank == 0:
+                    print(f"interrupted: checkpoint {step} saved, exiting", flush=True)
+                return EXIT_INTERRUPTED
+        scheduler.step()
+        model.eval()
+        with torch.no_grad():
+            accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+        if rank == 0:
+            print(f"epoch {epoch} done: step {step} test accuracy {accuracy:.3f} world size {world}", flush=True)
+    ckpt.close()
+    if rank == 0 and args.output:
+        torch.save(getattr(model, "module", model).state_dict(), args.output)
+    if rank == 0:
+        print(f"training finished at step {step}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Bad job specs, bad arguments and missing code fail with one line a user can act on; nothing runs."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import node_agent
+import pytest
+
+from .conftest import BOOTSTRAP, Cluster, address_map
+
+ALLOWED = ", ".join(sorted(node_agent.JOB_KEYS))
+
+
+def job_error(cluster: Cluster, current: Any) -> str:
+    cluster.aws.ssm.put_parameter(
+        Name=cluster.current_parameter,
+        Value=current if isinstance(current, str) else json.dumps(current),
+        Type="String",
+        Overwrite=True,
+    )
+    with pytest.raises(node_agent.AgentError) as info:
+        node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            {"command": "python train.py; rm -rf /"},
+            "command contains shell syntax ';': it runs without a shell; put the logic in a script",
+        ),
+        (
+            {"command": "python train.py $(curl evil)"},
+            "command contains shell syntax '$()': it runs without a shell; put the logic in a script",
+        ),
+        (
+            {"command": "bash -c 'python train.py'"},
+            "command must be 'python SCRIPT [ARGS]' or 'python -m MODULE [ARGS]', got \"bash -c 'python train.py'\"",
+        ),
+        (
+            {"command": "python ../../etc/evil.py"},
+            "command: the script must be a path inside the code archive, got '../../etc/evil.py'",
+        ),
+        (
+            {"command": "python 'unterminated"},
+            'command cannot be parsed (No closing quotation): "python \'unterminated"',
+        ),
+        ({"job_id": "My_Job"}, "job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got 'My_Job'"),
+        (
+            {"job_id": "x;reboot"},
+            "job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got 'x;reboot'",
+        ),
+        ({"nproc_per_node": 0}, "nproc_per_node must be an integer from 1 to 64, got 0"),
+        ({"min_nodes": 3, "max_nodes": 2}, "max_nodes must be an integer from 3 to 1000, got 2"),
+        ({"interruption_grace_s": "90"}, "interruption_grace_s must be a positive number, got '90'"),
+        ({"python": "python3"}, "python must be an absolute path, got 'python3'"),
+        ({"gpus": 8}, f"/spot-training/team-a/CLUSTER/current-job has unknown key(s): gpus (allowed: {ALLOWED})"),
+    ],
+)
+def test_bad_job_gives_one_line_error(make_cluster: Any, override: dict[str, Any], expected: str) -> None:
+    cluster: Cluster = make_cluster()
+    current = {"job_id": "job-1", "code_key": f"{cluster.name}/code/job-1.tar.gz", **override}
+    assert job_error(cluster, current) == expected.replace("CLUSTER", cluster.name)
+
+
+def test_code_key_outside_the_cluster_prefix_is_rejected(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    message = job_error(cluster, {"job_id": "job-1", "code_key": "other-cluster/code.tar.gz"})
+    assert message == (
+        f"code_key must be an S3 key under '{cluster.name}/' (the cluster's prefix), got 'other-cluster/code.tar.gz'"
+    )
+
+
+def test_spec_version_and_missing_or_broken_current_job(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    with pytest.raises(node_agent.AgentError, match=r"^no job submitted: SSM parameter .*/current-job does not exist"):
+        node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
+    assert job_error(cluster, "{not json").startswith(f"SSM parameter {cluster.current_parameter} is not valid JSON:")
+    cluster.spec["version"] = 2
+    cluster.put_spec()
+    assert job_error(cluster, {"job_id": "j"}) == "job spec version 2 is not supported (expected 1)"
+
+
+def test_valid_job_merges_overrides(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    cluster.submit("job-7", {"train.py": ""}, "python -m pkg.train --lr '0.1 0.2'", nproc_per_node=2)
+    job = node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
+    assert (job.job_id, job.nproc_per_node, job.argv) == ("job-7", 2, ["-m", "pkg.train", "--lr", "0.1 0.2"])
+    assert job.job_prefix == f"{cluster.name}/job-7/"
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def test_user_data_rejects_a_bad_spec_before_running_anything(
+    make_cluster: Any, make_nodes: Any, tmp_path: Path
+) -> None:
+    cluster: Cluster = make_cluster()
+    marker = tmp_path / "pwned"
+    cluster.submit("job-1", {"train.py": ""}, f"python train.py && touch {marker}")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait() == 2
+    assert last_line(node.text) == (
+        "node-agent: error: command contains shell syntax '&': it runs without a shell; put the logic in a script"
+    )
+    assert not marker.exists()
+    assert not (node.dir / "root").exists()  # nothing downloaded, nothing started
+
+
+def test_missing_code_object(make_cluster: Any, make_nodes: Any) -> None:
+    cluster: Cluster = make_cluster()
+    cluster.submit("job-1", {"train.py": ""}, "python train.py")
+    cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=f"{cluster.name}/code/job-1.tar.gz")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait() == 2
+    assert last_line(node.text) == (
+        f"node-agent: error: code object s3://{cluster.bucket}/{cluster.name}/code/job-1.tar.gz does not exist"
+    )
+
+
+def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nodes: Any) -> None:
+    cluster: Cluster = make_cluster()
+    (node,) = make_nodes(cluster)
+    node.imds.tags["spot-training:cluster"] = "someone-else"
+    assert node.start({}).wait() == 2
+    assert last_line(node.text) == (
+        f"user-data: error: instance tag spot-training:cluster=someone-else does not match --cluster {cluster.name}"
+    )
+    assert "PUT /latest/api/token" in node.imds.requests  # IMDSv2: a token first
+
+
+@pytest.mark.parametrize("path", ["node_agent.py", "spot_training/checkpoint.py", "spot_training/launch.py"])
+def test_on_node_code_parses_as_python_38(path: str) -> None:
+    """The node's Python may be 3.8: no 3.9+ grammar (a syntax-level check; runtime APIs are kept 3.8 by review)."""
+    source = (BOOTSTRAP / path).read_text()
+    ast.parse(source, feature_version=(3, 8))
+    assert "from __future__ import annotations" in source  # so list[str]-style annotations are never evaluated

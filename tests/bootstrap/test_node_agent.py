@@ -1,0 +1,121 @@
+"""End to end on one machine: user_data.sh -> node agent -> torchrun -> the digits example, against moto.
+
+Each emulated instance is a process tree with its own IMDS mock on its own 127.0.0.x address; moto's 10.x
+private IPs are mapped to those loopback addresses and never contacted.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from .conftest import EXAMPLE, Cluster, Node, address_map
+
+TRAIN = {"train.py": EXAMPLE.read_text()}
+EPOCHS = 3
+
+
+def weights_equal(a: Path, b: Path) -> bool:
+    sa, sb = torch.load(a), torch.load(b)
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Filled by test_job_runs_to_done: the uninterrupted run's final weights."""
+    return {}
+
+
+def test_job_runs_to_done(make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any]) -> None:
+    """One node trains the example to the end: DONE marker, desired capacity 0, logs shipped per job and node."""
+    cluster: Cluster = make_cluster(nodes=1)
+    out = tmp_path / "reference.pt"
+    cluster.submit("ref-run", TRAIN, f"python train.py --epochs {EPOCHS} --seed 7 --output {out}")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait() == 0, node.text
+
+    assert cluster.marker("ref-run", "DONE") is not None
+    assert cluster.marker("ref-run", "FAILED") is None
+    assert cluster.desired_capacity() == 0
+    assert out.is_file()
+    assert re.search(rf"epoch {EPOCHS - 1} done: step \d+ test accuracy 0\.9\d+ world size 1", node.text)
+    shipped = "\n".join(cluster.log_messages("ref-run", node.instance_id))
+    assert "training finished" in shipped and "DONE" in shipped
+    reference["weights"] = out
+
+
+def test_interruption_checkpoint_then_resume_is_bitwise_identical(
+    make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    """Notice -> SIGTERM -> emergency checkpoint durable in S3 within the grace; a replacement instance resumes
+    from it and ends with weights bitwise identical to the uninterrupted run."""
+    if "weights" not in reference:
+        pytest.skip("needs test_job_runs_to_done (the uninterrupted reference run)")
+    cluster: Cluster = make_cluster(nodes=1, checkpoint_interval_s=1, interruption_grace_s=30)
+    out = tmp_path / "resumed.pt"
+    cluster.submit(
+        "resume-run", TRAIN, f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
+    )
+    (first,) = make_nodes(cluster)
+    first.start(address_map([first]))
+    for line in first.lines():  # bounded by the run itself: it ends after EPOCHS epochs at the latest
+        if "durable in s3://" in line:
+            first.imds.interrupt()
+            break
+    assert first.wait() == 0, first.text
+    saved = re.search(r"interrupted: checkpoint (\d+) saved", first.text)
+    assert saved, first.text
+    step = int(saved.group(1))
+    assert f"emergency checkpoint {step} is durable in S3" in first.text
+    assert "killing it" not in first.text  # the trainer stopped within the grace
+    assert cluster.manifests("resume-run")[0] == step
+    assert cluster.marker("resume-run", "DONE") is None
+    assert not out.exists()
+
+    # AWS takes the instance; the group launches a replacement, which boots as a new node.
+    cluster.aws.asg.terminate_instance_in_auto_scaling_group(
+        InstanceId=first.instance_id, ShouldDecrementDesiredCapacity=False
+    )
+    (second,) = make_nodes(cluster)
+    assert second.instance_id != first.instance_id
+    assert second.start(address_map([second])).wait() == 0, second.text
+    assert f"resumed from step {step}" in second.text
+    assert cluster.marker("resume-run", "DONE") is not None
+    assert cluster.desired_capacity() == 0
+    assert weights_equal(out, reference["weights"])
+
+
+def test_two_nodes_rendezvous_over_loopback(make_cluster: Any, make_nodes: Any, tmp_path: Path) -> None:
+    """Two nodes find each other through the ASG, elect the lowest instance id as host, and train with DDP."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("ddp-run", TRAIN, "python train.py --epochs 2 --seed 1")
+    nodes: list[Node] = make_nodes(cluster)
+    mapping = address_map(nodes)
+    for node in nodes:
+        node.start(mapping)
+    codes = [node.wait() for node in nodes]
+    assert codes == [0, 0], "\n\n".join(n.text for n in nodes)
+    host = min(n.instance_id for n in nodes)
+    for node in nodes:
+        assert f"rendezvous host {host}" in node.text
+        assert f"--rdzv-endpoint={nodes[0].host}:" in node.text  # the host's loopback address, not its 10.x IP
+    assert re.search(r"test accuracy 0\.\d+ world size 2", "\n".join(n.text for n in nodes))
+    assert cluster.marker("ddp-run", "DONE") is not None
+    assert cluster.desired_capacity() == 0
+
+
+def test_repeated_failure_writes_failed_and_scales_to_zero(make_cluster: Any, make_nodes: Any) -> None:
+    """A trainer that keeps failing without a new checkpoint: max_restarts restarts, then FAILED and capacity 0."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
+    cluster.submit("bad-run", {"fail.py": "import sys\nsys.exit(3)\n"}, "python fail.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait() == 1, node.text
+    failed = cluster.marker("bad-run", "FAILED")
+    assert failed is not None
+    assert failed["reason"] == "trainer exited with code 1 after 1 restart(s) without a new checkpoint"
+    assert node.text.count("training attempt") == 2
+    assert cluster.desired_capacity() == 0
