@@ -68,7 +68,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -307,6 +307,8 @@ def validate_job(spec: Any, current: Any, current_name: str) -> Job:
         )
     merged = dict(spec)
     merged.update(current)
+    for key in ("checkpoint_interval_s", "warm_pool"):  # the stack leaves unset values out of the JSON
+        merged.setdefault(key, None)
     job_id = merged.get("job_id")
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise AgentError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
@@ -699,12 +701,20 @@ def load_address_map() -> Dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
-def discover_peers(asg: Any, ec2: Any, group: str) -> List[Tuple[str, str]]:
-    """(instance id, private IP) of the group's InService instances, sorted by id: element 0 hosts the rendezvous."""
+def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] = None) -> List[Tuple[str, str]]:
+    """(instance id, private IP) of the group's InService instances, sorted by id: element 0 hosts the rendezvous.
+
+    Instances in ``leaving`` (they announced an interruption notice) are left out: they are still InService
+    until the group replaces them, but will not join another rendezvous.
+    """
     groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
     if not groups:
         raise AgentError(f"Auto Scaling group {group} does not exist")
-    ids = sorted(i["InstanceId"] for i in groups[0]["Instances"] if i.get("LifecycleState") == "InService")
+    ids = sorted(
+        i["InstanceId"]
+        for i in groups[0]["Instances"]
+        if i.get("LifecycleState") == "InService" and i["InstanceId"] not in (leaving or set())
+    )
     if not ids:
         return []
     ips: Dict[str, str] = {}
@@ -734,7 +744,7 @@ class Agent:
         self.keep = int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2))
         self.node_root = os.environ.get("SPOT_TRAINING_NODE_ROOT", "").rstrip("/")
         self.work_dir = os.environ.get("SPOT_TRAINING_WORK_DIR") or self.node_root + "/opt/spot-training/work"
-        self.address_map = load_address_map()
+        load_address_map()  # a broken map is a bad input: say so before anything runs
         self.stop_signal = threading.Event()
         self.peers: List[Tuple[str, str]] = []
         self.notice_newest: Optional[int] = None
@@ -761,6 +771,27 @@ class Agent:
             raise AgentError(f"instance {self.instance_id} is not in an Auto Scaling group")
         return str(found[0]["AutoScalingGroupName"])
 
+    def leaving_nodes(self, job: Job) -> Set[str]:
+        """Instances of this job that announced they are going (``nodes/<id>/leaving``)."""
+        prefix = job.job_prefix + "nodes/"
+        found = set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
+                if name == "leaving":
+                    found.add(instance_id)
+        return found
+
+    def leave_group(self, group: str) -> None:
+        """Hand the instance back now (the group launches a replacement) instead of idling until the reclaim."""
+        try:
+            self.asg.terminate_instance_in_auto_scaling_group(
+                InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=False
+            )
+            self.log(f"left {group}: the group launches a replacement")
+        except ClientError as exc:
+            self.log(f"could not leave {group} ({exc}); the instance goes when EC2 reclaims it")
+
     def scale_to_zero(self, group: str) -> None:
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
@@ -780,7 +811,7 @@ class Agent:
     def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
         deadline = time.monotonic() + self.join_timeout_s
         while True:
-            peers = discover_peers(self.asg, self.ec2, group)
+            peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
             if len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers):
                 return peers[: job.max_nodes]
             if time.monotonic() > deadline:
@@ -791,9 +822,10 @@ class Agent:
 
     def torchrun_command(self, job: Job, peers: List[Tuple[str, str]]) -> Tuple[List[str], Dict[str, str]]:
         host_id, host_ip = peers[0]
-        host = self.address_map.get(host_ip, host_ip)
+        address_map = load_address_map()  # re-read: replacement nodes join the map while we run
+        host = address_map.get(host_ip, host_ip)
         own_ip = dict(peers)[self.instance_id]
-        local = self.address_map.get(own_ip, own_ip)
+        local = address_map.get(own_ip, own_ip)
         is_host = "true" if host_id == self.instance_id else "false"
         cmd = [
             job.python,
@@ -864,6 +896,7 @@ class Agent:
                         os.makedirs(os.path.join(job.checkpoint_dir, STATE_DIR), exist_ok=True)
                         open(os.path.join(job.checkpoint_dir, STATE_DIR, "save-request"), "w").close()
                 if notice:
+                    self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
                     self.notice_at = time.monotonic()
                     self.notice_newest = (syncer.store.complete_steps() or [None])[0]
                     self.stop_trainer(proc, job, notice)
@@ -1003,6 +1036,9 @@ class Agent:
             if interrupted:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
+                if self.log.shipper is not None:
+                    self.log.shipper.flush()
+                self.leave_group(group)
                 return 0
             if rc == 0:
                 self.finish(job, group)

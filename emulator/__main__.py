@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from emulator.cloud import EmulatedCloud, EmulatorError
+from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
 
 _SHOWN_ENV = (
@@ -62,11 +62,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     p_up.add_argument("--stack", action="append", help="stack to deploy (repeatable; default TrainingStack)")
     p_up.add_argument("--run-dir", type=Path, help="directory for logs and TLS files (default: a new temp dir)")
     p_up.add_argument("--no-wait", action="store_true", help="stop right after deploying (for scripts)")
+    p_demo = sub.add_parser("demo", help="deploy, run the example job through a spot interruption, print a summary")
+    p_demo.add_argument("--run-dir", type=Path, help="directory for all logs (default: demo-output/run-<time>)")
+    p_demo.add_argument("--epochs", type=int, default=8, help="epochs of the example job (default 8)")
+    p_demo.add_argument("--step-sleep-s", type=float, default=0.15, help="slow each step down (default 0.15)")
+    p_demo.add_argument("--checkpoint-interval-s", type=float, default=5.0, help="checkpoint interval (default 5)")
     args = parser.parse_args(argv)
     # Ctrl-C must stop us even when started from a shell that made background jobs ignore SIGINT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="spot-training-emulator-"))
     try:
+        if args.command == "demo":
+            from emulator import demo
+
+            run_dir = args.run_dir or REPO_ROOT / "demo-output" / time.strftime("run-%Y%m%d-%H%M%S")
+            demo.run(
+                run_dir,
+                epochs=args.epochs,
+                step_sleep_s=args.step_sleep_s,
+                checkpoint_interval_s=args.checkpoint_interval_s,
+            )
+            return 0
+        run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="spot-training-emulator-"))
         return up(args.stack or ["TrainingStack"], run_dir, wait=not args.no_wait)
     except KeyboardInterrupt:
         print("\nStopped.", file=sys.stderr)

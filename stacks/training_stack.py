@@ -10,8 +10,8 @@ from constructs import Construct
 
 from team_config import TeamConfig
 from team_config.model import LOG_RETENTION_DAYS, NewVpcConfig
+from team_config.naming import TEAM_TAG
 from training_constructs import CheckpointStore, ClusterNetwork, TrainingCluster
-from training_constructs.training_cluster import TEAM_TAG
 
 # CloudWatch's allowed retention values, in the order aws_logs.RetentionDays lists them (INFINITE last).
 RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))

@@ -13,6 +13,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
+from team_config.naming import CLUSTER_TAG, parameter_path
 from training_constructs.checkpoint_store import CheckpointStore
 from training_constructs.nag import acknowledge
 from training_constructs.spot_fleet import FixedImage, SpotFleet
@@ -20,17 +21,7 @@ from training_constructs.training_logs import TrainingLogs
 from training_constructs.warm_volume_pool import POOL_TAG, WarmVolumePool
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap_scripts"
-TEAM_TAG = "spot-training:team"
-CLUSTER_TAG = "spot-training:cluster"
 INSTALL_DIR = "/opt/spot-training"
-
-
-def parameter_path(team: str, cluster: str) -> str:
-    """SSM path of a cluster's parameters: ``job-spec`` (stack defaults), ``current-job`` (written on submit).
-
-    Team-scoped, so two teams' stacks never collide.
-    """
-    return f"/spot-training/{team}/{cluster}"
 
 
 class TrainingCluster(Construct):

@@ -82,6 +82,7 @@ def main() -> int:
     elif rank == 0:
         print("starting fresh", flush=True)
 
+    first_step = step + 1  # logged, so that the time to the first step after a (re)start can be read off the logs
     batches = len(train_idx) // world // args.batch_size
     for epoch in range(start_epoch, args.epochs):
         order = train_idx[
@@ -96,7 +97,7 @@ def main() -> int:
             loss.backward()
             optimizer.step()
             step += 1
-            if rank == 0 and step % 10 == 0:
+            if rank == 0 and (step % 10 == 0 or step == first_step):
                 print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
             if args.step_sleep_s:
                 time.sleep(args.step_sleep_s)
@@ -110,6 +111,9 @@ def main() -> int:
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
         if rank == 0:
             print(f"epoch {epoch} done: step {step} test accuracy {accuracy:.3f} world size {world}", flush=True)
+    # The final state as a checkpoint too: the node agent makes it durable in S3 (the job's result), and a
+    # restart after this point resumes past the last epoch and finishes at once.
+    ckpt.save(step, extra={"epoch": args.epochs, "batch": 0}, block=True)
     ckpt.close()
     if rank == 0 and args.output:
         torch.save(getattr(model, "module", model).state_dict(), args.output)

@@ -25,7 +25,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from .imds_mock import ImdsMock
+from emulator.imds import ImdsMock
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "bootstrap_scripts"

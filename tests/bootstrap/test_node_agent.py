@@ -76,10 +76,9 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
     assert cluster.marker("resume-run", "DONE") is None
     assert not out.exists()
 
-    # AWS takes the instance; the group launches a replacement, which boots as a new node.
-    cluster.aws.asg.terminate_instance_in_auto_scaling_group(
-        InstanceId=first.instance_id, ShouldDecrementDesiredCapacity=False
-    )
+    # The agent handed the instance back to the group, which launched a replacement; it boots as a new node.
+    assert f"left {cluster.group}" in first.text
+    assert first.instance_id not in [i for i, _ in cluster.instances()]
     (second,) = make_nodes(cluster)
     assert second.instance_id != first.instance_id
     assert second.start(address_map([second])).wait() == 0, second.text

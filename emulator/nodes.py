@@ -1,0 +1,318 @@
+"""Emulated instances: every instance an emulated Auto Scaling group launches becomes a local node.
+
+    with EmulatedCloud() as cloud, NodeLauncher(cloud, work_dir) as nodes:
+        ...                                  # scale a group up: its instances boot as nodes
+        nodes.interrupt(instance_id)         # a spot interruption notice, as AWS delivers it
+
+A node is a process tree running that instance's actual user data (read back through the EC2 API), with:
+- its own instance-metadata mock (:class:`emulator.imds.ImdsMock`: IMDSv2 tokens, instance id, AZ, launch
+  index, instance type, instance tags, spot notices) on its own loopback address 127.0.0.N;
+- its own root directory: absolute paths under ``/opt/`` in the user data are relocated to
+  ``<work_dir>/<instance-id>/root/opt/`` (the only change made to the user data), and the node agent gets
+  ``SPOT_TRAINING_NODE_ROOT`` for the job's checkpoint directory, so nodes never share files;
+- the emulator's AWS endpoint and fake credentials (no instance profile credentials: see the README);
+- ``SPOT_TRAINING_PEER_ADDRESS_MAP``: a file mapping every instance's private 10.x address to its node's
+  loopback address. The 10.x addresses are labels: nothing ever connects to them.
+
+The launcher polls the groups (every ``poll_s``) and mirrors what EC2 would do:
+- an InService instance with no node boots one (once per instance, like a real boot);
+- an instance that left the group (terminated: scaled in, handed back, or :meth:`terminate`) loses its
+  node: SIGTERM to the process tree (the shutdown), SIGKILL after ``SHUTDOWN_GRACE_S``;
+- a node that got a notice and whose process exited while its instance is still in the group is reclaimed
+  (terminated through the Auto Scaling API without decrementing), as EC2 does when the notice's time is up.
+Terminating through the Auto Scaling API makes moto launch a replacement, which boots as a new node.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Optional
+
+from emulator.cloud import EmulatedCloud, EmulatorError
+from emulator.imds import ImdsMock
+
+SHUTDOWN_GRACE_S = 10.0
+BASH = shutil.which("bash") or "/bin/bash"
+FIRST_HOST = ipaddress.ip_address("127.0.0.10")
+_OPT_PATH = re.compile(r"(?<![\w./-])/opt/")
+
+
+@dataclass
+class Node:
+    """One emulated instance and the process tree running its user data."""
+
+    instance_id: str
+    group: str
+    private_ip: str
+    host: str
+    root: Path
+    console: Path
+    imds: ImdsMock
+    proc: subprocess.Popen[bytes]
+    booted_at: float
+    notice_at: Optional[float] = None
+    rebalance_at: Optional[float] = None
+    exited_at: Optional[float] = None
+    exit_code: Optional[int] = None
+    terminated_at: Optional[float] = None
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+class NodeLauncher:
+    """Boots, interrupts and reaps emulated nodes for the groups of an :class:`EmulatedCloud`. See the module doc."""
+
+    def __init__(
+        self,
+        cloud: EmulatedCloud,
+        work_dir: Path,
+        *,
+        groups: Optional[list[str]] = None,
+        poll_s: float = 0.5,
+        node_env: Optional[dict[str, str]] = None,
+        on_event: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        """``groups``: Auto Scaling group names to watch (default: all). ``node_env``: extra environment."""
+        self.cloud = cloud
+        self.work_dir = work_dir
+        self.groups = groups
+        self.poll_s = poll_s
+        self.node_env = dict(node_env or {})
+        self.on_event = on_event
+        self.nodes: dict[str, Node] = {}
+        self.address_map_file = work_dir / "address-map.json"
+        self.errors: list[str] = []
+        self._next_host = FIRST_HOST
+        self._group_type: dict[str, str] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._asg = cloud.client("autoscaling")
+        self._ec2 = cloud.client("ec2")
+
+    # -- public API --------------------------------------------------------------------------------
+
+    def start(self) -> NodeLauncher:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._write_address_map()
+        self._thread = threading.Thread(target=self._loop, name="node-launcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching and end every node's process tree and metadata mock. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        with self._lock:
+            for node in self.nodes.values():
+                self._shutdown(node)
+
+    def __enter__(self) -> NodeLauncher:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.stop()
+
+    def running(self, group: Optional[str] = None) -> list[Node]:
+        with self._lock:
+            return [n for n in self.nodes.values() if n.running and (group is None or n.group == group)]
+
+    def node(self, instance_id: str) -> Node:
+        with self._lock:
+            if instance_id not in self.nodes:
+                raise EmulatorError(f"no emulated node for instance {instance_id}")
+            return self.nodes[instance_id]
+
+    def interrupt(self, instance_id: str, *, in_s: int = 120) -> Node:
+        """Deliver a spot interruption notice through the node's metadata (``spot/instance-action``)."""
+        node = self.node(instance_id)
+        node.imds.interrupt(in_s=in_s)
+        node.notice_at = time.time()
+        self._event(node, f"spot interruption notice delivered (termination in {in_s} s)")
+        return node
+
+    def recommend_rebalance(self, instance_id: str) -> Node:
+        """Deliver a rebalance recommendation (``events/recommendations/rebalance``)."""
+        node = self.node(instance_id)
+        node.imds.recommend_rebalance()
+        node.rebalance_at = time.time()
+        self._event(node, "rebalance recommendation delivered")
+        return node
+
+    def terminate(self, instance_id: str) -> Node:
+        """Take the instance away with no notice (the group replaces it); its node is shut down."""
+        node = self.node(instance_id)
+        self._asg.terminate_instance_in_auto_scaling_group(InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
+        self._event(node, "terminated with no notice")
+        self.poll()
+        return node
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Poll ``predicate`` (with the launcher running) until true; EmulatorError after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if self.errors:
+                raise EmulatorError(f"node launcher failed: {self.errors[-1]}")
+            failed = [n for n in self.nodes.values() if n.exit_code not in (None, 0) and n.notice_at is None]
+            if failed:
+                tail = failed[0].console.read_text(errors="replace").strip().splitlines()[-1:]
+                raise EmulatorError(
+                    f"node {failed[0].instance_id} failed (user data exit code {failed[0].exit_code}) while waiting "
+                    f"for {what}: {' '.join(tail)} (console: {failed[0].console})"
+                )
+            if time.monotonic() > deadline:
+                raise EmulatorError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            time.sleep(0.2)
+
+    # -- reconcile ---------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception as exc:  # keep the message for wait_for; the loop goes on
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def poll(self) -> None:
+        """One reconcile round: boot new instances, shut down gone ones, reclaim interrupted ones."""
+        with self._lock:
+            in_service = self._in_service()
+            for instance_id, group in sorted(in_service.items()):
+                if instance_id not in self.nodes and not self._stop.is_set():
+                    self._boot(instance_id, group)
+            for node in self.nodes.values():
+                if node.exit_code is None and not node.running:
+                    node.exit_code, node.exited_at = node.proc.returncode, time.time()
+                    self._event(node, f"user data exited with code {node.exit_code}")
+                if node.instance_id not in in_service:
+                    if node.terminated_at is None:
+                        node.terminated_at = time.time()
+                        self._event(node, "instance left the group: shutting the node down")
+                        self._shutdown(node)
+                elif node.exit_code is not None and node.notice_at is not None and node.terminated_at is None:
+                    node.terminated_at = time.time()
+                    self._asg.terminate_instance_in_auto_scaling_group(
+                        InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False
+                    )
+                    self._event(node, "reclaimed by EC2 after the interruption notice")
+                    self._shutdown(node)
+
+    def _in_service(self) -> dict[str, str]:
+        kwargs: dict[str, Any] = {"AutoScalingGroupNames": self.groups} if self.groups else {}
+        found: dict[str, str] = {}
+        for page in self._asg.get_paginator("describe_auto_scaling_groups").paginate(**kwargs):
+            for group in page["AutoScalingGroups"]:
+                overrides = group.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {}).get("Overrides", [])
+                if overrides:  # moto launches mixed-instances groups without an instance type
+                    self._group_type[group["AutoScalingGroupName"]] = overrides[0].get("InstanceType", "")
+                for inst in group["Instances"]:
+                    if inst["LifecycleState"] == "InService":
+                        found[inst["InstanceId"]] = group["AutoScalingGroupName"]
+        return found
+
+    def _boot(self, instance_id: str, group: str) -> None:
+        reservations = self._ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        inst = reservations[0]["Instances"][0]
+        raw = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        user_data = base64.b64decode(raw.get("UserData", {}).get("Value", "")).decode()
+        if not user_data.strip():
+            raise EmulatorError(f"instance {instance_id} of {group} has no user data")
+        host = str(self._next_host)
+        self._next_host += 1
+        node_dir = self.work_dir / instance_id
+        root = node_dir / "root"
+        root.mkdir(parents=True, exist_ok=True)
+        script = node_dir / "user-data.sh"
+        script.write_text(_OPT_PATH.sub(f"{root}/opt/", user_data))
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        instance_type = inst.get("InstanceType") or self._group_type.get(group, "")
+        imds = ImdsMock(
+            host=host,
+            instance_id=instance_id,
+            region=self.cloud.region,
+            availability_zone=inst["Placement"]["AvailabilityZone"],
+            launch_index=int(inst.get("AmiLaunchIndex", 0)),
+            local_ipv4=inst["PrivateIpAddress"],
+            instance_type=instance_type,
+            tags=tags,
+        ).start()
+        console = node_dir / "console.log"
+        env = self.cloud.client_env()
+        env.update(
+            {
+                # the node's python3 and aws: this environment's (boto3, torch, the AWS CLI)
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url,
+                "SPOT_TRAINING_PEER_ADDRESS_MAP": str(self.address_map_file),
+                "SPOT_TRAINING_NODE_ROOT": str(root),
+                **self.node_env,
+            }
+        )
+        with open(console, "ab") as out:
+            proc = subprocess.Popen(  # noqa: S603 - the instance's own user data, as cloud-init runs it
+                [BASH, str(script)],
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        node = Node(instance_id, group, inst["PrivateIpAddress"], host, root, console, imds, proc, time.time())
+        self.nodes[instance_id] = node
+        self._write_address_map()
+        self._event(node, f"booted on {host} (private {node.private_ip}, {instance_type})")
+
+    def _write_address_map(self) -> None:
+        mapping = {n.private_ip: n.host for n in self.nodes.values()}
+        tmp = self.address_map_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(mapping, indent=1))
+        os.replace(tmp, self.address_map_file)
+
+    def _shutdown(self, node: Node) -> None:
+        if node.running:
+            _signal_group(node.proc, signal.SIGTERM)
+            try:
+                node.proc.wait(timeout=SHUTDOWN_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
+        if node.proc.poll() is None:
+            node.proc.wait(timeout=SHUTDOWN_GRACE_S)
+        if node.exit_code is None:
+            node.exit_code, node.exited_at = node.proc.returncode, time.time()
+        node.imds.stop()
+
+    def _event(self, node: Node, message: str) -> None:
+        line = f"{node.instance_id} {message}"
+        node.events.append(f"{time.time():.3f} {message}")
+        if self.on_event is not None:
+            self.on_event(line)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,1 @@
+"""trainctl: submit, watch and stop spot training jobs (see README)."""

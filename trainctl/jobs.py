@@ -1,0 +1,209 @@
+"""Jobs on a deployed cluster, through the AWS APIs only (real AWS or the emulated cloud alike).
+
+A cluster is found by team and cluster name: its job-spec parameter ``/spot-training/<team>/<cluster>/job-spec``
+(written by the stack) names the bucket, prefix and current-job parameter; its Auto Scaling group carries the
+tags ``spot-training:team`` and ``spot-training:cluster``. Submitting a job = upload the code tarball under the
+cluster's prefix, write the current-job parameter the node agent merges over the job spec, set the group's
+desired capacity. Everything the node agent writes (checkpoints, markers) is read back from S3.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import os
+import secrets
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
+
+ClientFactory = Callable[[str], Any]
+MANIFEST = "spot-training-manifest.json"  # bootstrap_scripts/node_agent.py writes it last
+ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
+
+
+class JobError(Exception):
+    """A one-line reason (unknown team/cluster/job, bad code directory)."""
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    team: str
+    cluster: str
+    spec: dict[str, Any]
+    group: str
+
+    @property
+    def bucket(self) -> str:
+        return str(self.spec["bucket"])
+
+    @property
+    def prefix(self) -> str:
+        return str(self.spec["prefix"])
+
+    def job_prefix(self, job_id: str) -> str:
+        return f"{self.prefix}{job_id}/"
+
+
+def find_cluster(client: ClientFactory, team: str, cluster: str) -> ClusterRef:
+    name = f"{parameter_path(team, cluster)}/job-spec"
+    ssm = client("ssm")
+    try:
+        spec = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+    except ssm.exceptions.ParameterNotFound:
+        raise JobError(
+            f"no cluster {team}/{cluster}: SSM parameter {name} does not exist (is the stack deployed?)"
+        ) from None
+    wanted = {TEAM_TAG: team, CLUSTER_TAG: cluster}
+    for page in client("autoscaling").get_paginator("describe_auto_scaling_groups").paginate():
+        for group in page["AutoScalingGroups"]:
+            tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+            if all(tags.get(k) == v for k, v in wanted.items()):
+                return ClusterRef(team, cluster, spec, group["AutoScalingGroupName"])
+    raise JobError(f"no Auto Scaling group tagged {TEAM_TAG}={team}, {CLUSTER_TAG}={cluster}")
+
+
+def _ignored(rel: str, patterns: list[str]) -> bool:
+    parts = rel.split("/")
+    for pattern in patterns:
+        anchored = pattern.strip("/")
+        if "/" in anchored:
+            if fnmatch.fnmatch(rel, anchored) or rel.startswith(anchored + "/"):
+                return True
+        elif any(fnmatch.fnmatch(part, anchored) for part in parts):
+            return True
+    return False
+
+
+def pack_code(directory: Path) -> bytes:
+    """A gzipped tarball of ``directory`` (relative paths, regular files only), minus ``.gitignore`` patterns.
+
+    Negated patterns (``!x``) are not supported and refused, so nothing is left out by surprise.
+    """
+    if not directory.is_dir():
+        raise JobError(f"code directory {directory} does not exist")
+    patterns = list(ALWAYS_SKIPPED)
+    gitignore = directory / ".gitignore"
+    if gitignore.is_file():
+        for line in gitignore.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("!"):
+                raise JobError(f"{gitignore}: negated pattern {line!r} is not supported by the packer")
+            if line and not line.startswith("#"):
+                patterns.append(line)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for root, dirs, files in os.walk(directory):
+            rel_root = os.path.relpath(root, directory)
+            dirs[:] = sorted(d for d in dirs if not _ignored(os.path.normpath(os.path.join(rel_root, d)), patterns))
+            for name in sorted(files):
+                rel = os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")
+                path = Path(root) / name
+                if path.is_file() and not path.is_symlink() and not _ignored(rel, patterns):
+                    tar.add(path, arcname=rel, recursive=False)
+    return buf.getvalue()
+
+
+def new_job_id() -> str:
+    return time.strftime("job-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
+
+
+def submit(
+    client: ClientFactory,
+    ref: ClusterRef,
+    code_dir: Path,
+    *,
+    command: str,
+    nodes: int,
+    job_id: Optional[str] = None,
+    **overrides: Any,
+) -> str:
+    """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id.
+
+    ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
+    checkpoint_interval_s, max_restarts, interruption_grace_s, ...); the agent validates them.
+    """
+    if not 1 <= nodes <= int(ref.spec["max_nodes"]):
+        raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
+    job_id = job_id or new_job_id()
+    code_key = f"{ref.prefix}code/{job_id}.tar.gz"
+    client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=pack_code(code_dir))
+    job = {"job_id": job_id, "code_key": code_key, "command": command, "nodes": nodes, **overrides}
+    job.setdefault("min_nodes", min(int(ref.spec["min_nodes"]), nodes))
+    client("ssm").put_parameter(
+        Name=str(ref.spec["current_job_parameter"]), Value=json.dumps(job), Type="String", Overwrite=True
+    )
+    client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
+    return job_id
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    size_bytes: int
+    files: int
+    manifest_time: float  # LastModified of the manifest (when the checkpoint became durable)
+
+
+def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Checkpoint]:
+    """The job's complete checkpoints in S3 (those with a manifest), oldest first."""
+    s3 = client("s3")
+    prefix = f"{ref.job_prefix(job_id)}ckpt/"
+    found: list[Checkpoint] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            step, _, rel = obj["Key"][len(prefix) :].partition("/")
+            if rel == MANIFEST and step.isdigit():
+                manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())
+                files = manifest.get("files", {})
+                found.append(
+                    Checkpoint(
+                        int(step),
+                        sum(int(f["size"]) for f in files.values()),
+                        len(files),
+                        obj["LastModified"].timestamp(),
+                    )
+                )
+    return sorted(found, key=lambda c: c.step)
+
+
+def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:
+    """The job's ``DONE`` or ``FAILED`` marker (JSON), or None."""
+    s3 = client("s3")
+    try:
+        body = s3.get_object(Bucket=ref.bucket, Key=ref.job_prefix(job_id) + name)["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        return None
+    return dict(json.loads(body))
+
+
+def desired_capacity(client: ClientFactory, ref: ClusterRef) -> int:
+    groups = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
+    return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
+
+
+def log_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[tuple[float, str, str]]:
+    """Every shipped log line of the job: (timestamp s, stream, message), in time order."""
+    logs = client("logs")
+    group = str(ref.spec["log_group"])
+    out: list[tuple[float, str, str]] = []
+    streams = logs.describe_log_streams(logGroupName=group, logStreamNamePrefix=f"{job_id}/")["logStreams"]
+    for stream in streams:
+        name = stream["logStreamName"]
+        token: Optional[str] = None
+        for _ in range(1000):  # bounded: 1000 pages of up to 10,000 events
+            kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": name, "startFromHead": True}
+            if token:
+                kwargs["nextToken"] = token
+            page = logs.get_log_events(**kwargs)
+            out += [(e["timestamp"] / 1000.0, name, e["message"]) for e in page["events"]]
+            if not page["events"] or page.get("nextForwardToken") == token:
+                break
+            token = page.get("nextForwardToken")
+    return sorted(out)
