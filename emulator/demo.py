@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
-from emulator.nodes import NodeLauncher
+from emulator.nodes import Node, NodeLauncher
 from trainctl import jobs
 
 EXAMPLE_DIR = REPO_ROOT / "examples" / "digits"
@@ -62,6 +62,7 @@ class Summary:
     victim: str
     replacement: str
     log_dir: Path
+    nodes: list[Node]
 
     @property
     def steps_redone(self) -> int:
@@ -70,8 +71,8 @@ class Summary:
     def lines(self) -> list[str]:
         sizes = sorted(c.size_bytes for c in self.checkpoints)
         return [
-            f"job {self.job_id}: {'DONE' if self.done else 'NOT DONE'}; group desired capacity {self.desired_capacity}; "
-            f"{self.nodes_running_after} node(s) still running",
+            f"job {self.job_id}: {'DONE' if self.done else 'NOT DONE'}; "
+            f"group desired capacity {self.desired_capacity}; {self.nodes_running_after} node(s) still running",
             f"nodes booted: {self.nodes_booted} (interrupted {self.victim}, replacement {self.replacement})",
             f"steps trained: {self.steps_trained}",
             f"interrupted at step {self.interrupted_at_step}, resumed from step {self.resumed_from_step}: "
@@ -82,7 +83,7 @@ class Summary:
             if sizes
             else "checkpoints in S3: none",
             f"final test accuracy: {self.final_accuracy:.3f} (world size {self.final_world_size})",
-            f"full logs: {self.log_dir}",
+            f"node consoles: {self.log_dir}/<instance-id>/console.log",
         ]
 
 
@@ -138,21 +139,18 @@ def summarize(
         final_world_size=int(accuracies[-1].group(4)),
         victim=victim,
         replacement=replacement.instance_id,
-        log_dir=launcher.work_dir.parent,
+        log_dir=launcher.work_dir,
+        nodes=list(launcher.nodes.values()),
     )
 
 
 def run(
     run_dir: Path,
     *,
-    epochs: int = 8,
-    step_sleep_s: float = 0.15,
-    checkpoint_interval_s: float = 5.0,
-    interrupt_after_step: int = 40,
-    timeout_s: float = 480.0,
     write: Callable[[str], None] = print,
+    **job_options: Any,
 ) -> Summary:
-    """The whole demo; returns the summary (also printed through ``write``). Raises EmulatorError on a failure."""
+    """The whole demo: emulator, bootstrap, deploy, :func:`run_job`; prints and returns the summary."""
     progress = Progress(write)
     write(f"Full logs: {run_dir}")
     with EmulatedCloud(run_dir=run_dir) as cloud:
@@ -161,67 +159,80 @@ def run(
         started = time.monotonic()
         deploy(cloud, STACK)
         progress(f"cdk deploy {STACK}: {time.monotonic() - started:.1f} s")
-
-        def client(service: str) -> Any:
-            return cloud.client(service)
-
-        ref = jobs.find_cluster(client, TEAM, CLUSTER)
-        with NodeLauncher(
-            cloud, run_dir / "nodes", groups=[ref.group], node_env=NODE_ENV, on_event=progress
-        ) as launcher:
-            job_id = jobs.submit(
-                client,
-                ref,
-                EXAMPLE_DIR,
-                command=f"python train.py --epochs {epochs} --seed 0 --step-sleep-s {step_sleep_s}",
-                nodes=NODES,
-                python=sys.executable,  # the environment with torch (on an AMI: the job spec's /opt/conda/...)
-                min_nodes=NODES,
-                max_nodes=NODES,
-                checkpoint_interval_s=checkpoint_interval_s,
-            )
-            progress(f"submitted job {job_id} to {TEAM}/{CLUSTER} ({NODES} nodes, group {ref.group})")
-            deadline = time.monotonic() + timeout_s
-            newest = [-1]
-
-            def durable_step() -> int:
-                found = jobs.checkpoints(client, ref, job_id)
-                step = found[-1].step if found else -1
-                if step != newest[0]:
-                    newest[0] = step
-                    progress(f"newest durable checkpoint in S3: step {step}")
-                return step
-
-            launcher.wait_for(
-                lambda: durable_step() >= interrupt_after_step, deadline - time.monotonic(), "a first checkpoint"
-            )
-            victim = max(n.instance_id for n in launcher.running())  # not the rendezvous host (lowest id)
-            notice_at = time.time()
-            launcher.interrupt(victim)
-            launcher.wait_for(
-                lambda: any(n.booted_at > notice_at for n in launcher.nodes.values()),
-                deadline - time.monotonic(),
-                "the replacement node",
-            )
-
-            def finished() -> bool:
-                durable_step()
-                return any(jobs.marker(client, ref, job_id, name) for name in ("DONE", "FAILED"))
-
-            launcher.wait_for(finished, deadline - time.monotonic(), f"job {job_id} to finish")
-            failed = jobs.marker(client, ref, job_id, "FAILED")
-            if failed is not None:
-                raise EmulatorError(f"job {job_id} FAILED: {failed.get('reason')}; see {run_dir}")
-            progress(f"job {job_id} DONE")
-            launcher.wait_for(
-                lambda: jobs.desired_capacity(client, ref) == 0 and not launcher.running(),
-                deadline - time.monotonic(),
-                "the group to scale to 0",
-            )
-            progress("group at 0, every node shut down")
-            summary = summarize(client, ref, job_id, launcher, victim, notice_at)
+        summary, _ = run_job(cloud, run_dir / "nodes", progress=progress, **job_options)
     write("")
     write("Summary (read from S3, CloudWatch Logs and the Auto Scaling API):")
     for line in summary.lines():
         write(f"  {line}")
     return summary
+
+
+def run_job(
+    cloud: EmulatedCloud,
+    nodes_dir: Path,
+    *,
+    epochs: int = 8,
+    step_sleep_s: float = 0.15,
+    checkpoint_interval_s: float = 5.0,
+    interrupt_after_step: int = 40,
+    timeout_s: float = 480.0,
+    progress: Callable[[str], None] = print,
+) -> tuple[Summary, jobs.ClusterRef]:
+    """On a deployed TrainingStack: submit the example, interrupt one node, wait for DONE and the group at 0."""
+
+    def client(service: str) -> Any:
+        return cloud.client(service)
+
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    with NodeLauncher(cloud, nodes_dir, groups=[ref.group], node_env=NODE_ENV, on_event=progress) as launcher:
+        job_id = jobs.submit(
+            client,
+            ref,
+            EXAMPLE_DIR,
+            command=f"python train.py --epochs {epochs} --seed 0 --step-sleep-s {step_sleep_s}",
+            nodes=NODES,
+            python=sys.executable,  # the environment with torch (on an AMI: the job spec's /opt/conda/...)
+            min_nodes=NODES,
+            max_nodes=NODES,
+            checkpoint_interval_s=checkpoint_interval_s,
+        )
+        progress(f"submitted job {job_id} to {TEAM}/{CLUSTER} ({NODES} nodes, group {ref.group})")
+        deadline = time.monotonic() + timeout_s
+        newest = [-1]
+
+        def durable_step() -> int:
+            found = jobs.checkpoints(client, ref, job_id)
+            step = found[-1].step if found else -1
+            if step != newest[0]:
+                newest[0] = step
+                progress(f"newest durable checkpoint in S3: step {step}")
+            return step
+
+        launcher.wait_for(
+            lambda: durable_step() >= interrupt_after_step, deadline - time.monotonic(), "a first checkpoint"
+        )
+        victim = max(n.instance_id for n in launcher.running())  # not the rendezvous host (lowest id)
+        notice_at = time.time()
+        launcher.interrupt(victim)
+        launcher.wait_for(
+            lambda: any(n.booted_at > notice_at for n in launcher.nodes.values()),
+            deadline - time.monotonic(),
+            "the replacement node",
+        )
+
+        def finished() -> bool:
+            durable_step()
+            return any(jobs.marker(client, ref, job_id, name) for name in ("DONE", "FAILED"))
+
+        launcher.wait_for(finished, deadline - time.monotonic(), f"job {job_id} to finish")
+        failed = jobs.marker(client, ref, job_id, "FAILED")
+        if failed is not None:
+            raise EmulatorError(f"job {job_id} FAILED: {failed.get('reason')}; see {nodes_dir}")
+        progress(f"job {job_id} DONE")
+        launcher.wait_for(
+            lambda: jobs.desired_capacity(client, ref) == 0 and not launcher.running(),
+            deadline - time.monotonic(),
+            "the group to scale to 0",
+        )
+        progress("group at 0, every node shut down")
+        return summarize(client, ref, job_id, launcher, victim, notice_at), ref

@@ -62,6 +62,7 @@ class Node:
     root: Path
     console: Path
     imds: ImdsMock
+    imds_url: str
     proc: subprocess.Popen[bytes]
     booted_at: float
     notice_at: Optional[float] = None
@@ -279,7 +280,9 @@ class NodeLauncher:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        node = Node(instance_id, group, inst["PrivateIpAddress"], host, root, console, imds, proc, time.time())
+        node = Node(
+            instance_id, group, inst["PrivateIpAddress"], host, root, console, imds, imds.url, proc, time.time()
+        )
         self.nodes[instance_id] = node
         self._write_address_map()
         self._event(node, f"booted on {host} (private {node.private_ip}, {instance_type})")

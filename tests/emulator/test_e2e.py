@@ -1,0 +1,177 @@
+"""End to end on the emulated cloud: the demo's flow (smaller), every fact read back from S3 and the AWS APIs.
+
+The real CDK CLI deploys TrainingStack; the group's instances boot as local nodes running their real user data;
+one node gets a spot interruption notice; the replacement resumes; the job ends DONE with the group at 0. The
+final weights (the last checkpoint in S3) are compared bit for bit with an uninterrupted 2-process run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from emulator import EmulatedCloud
+from emulator.demo import EXAMPLE_DIR, Summary, run_job
+from emulator.deploy import bootstrap, deploy
+from trainctl import jobs
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+EPOCHS = 4
+STEPS_PER_EPOCH = 1400 // 2 // 32  # the example's training split, 2 ranks, batch 32 per rank
+MANIFEST = "spot-training-manifest.json"
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
+    run_dir = tmp_path_factory.mktemp("e2e")
+    with EmulatedCloud(run_dir=run_dir) as c:
+        bootstrap(c)
+        yield c
+
+
+@pytest.fixture(scope="module")
+def demo_run(cloud: EmulatedCloud) -> tuple[Summary, jobs.ClusterRef]:
+    assert cloud.run_dir is not None
+    deploy(cloud, "TrainingStack")
+    events: list[str] = []
+    return run_job(
+        cloud,
+        cloud.run_dir / "nodes",
+        epochs=EPOCHS,
+        step_sleep_s=0.1,
+        checkpoint_interval_s=2.0,
+        interrupt_after_step=15,
+        progress=events.append,
+    )
+
+
+def _client(cloud: EmulatedCloud) -> Any:
+    return lambda service: cloud.client(service)
+
+
+def test_job_is_done_and_the_group_is_back_at_zero(cloud: EmulatedCloud, demo_run: Any) -> None:
+    summary, ref = demo_run
+    client = _client(cloud)
+    assert jobs.marker(client, ref, summary.job_id, "DONE") is not None
+    assert jobs.marker(client, ref, summary.job_id, "FAILED") is None
+    group = cloud.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
+    assert group["AutoScalingGroups"][0]["DesiredCapacity"] == 0
+    assert group["AutoScalingGroups"][0]["Instances"] == []
+
+
+def test_interrupted_node_was_replaced_and_nothing_was_redone(cloud: EmulatedCloud, demo_run: Any) -> None:
+    summary, ref = demo_run
+    client = _client(cloud)
+    assert summary.nodes_booted == 3
+    assert summary.replacement != summary.victim
+    steps = [c.step for c in jobs.checkpoints(client, ref, summary.job_id)]
+    assert summary.interrupted_at_step in steps or summary.interrupted_at_step < steps[0]  # pruned if old
+    assert summary.resumed_from_step == summary.interrupted_at_step
+    assert summary.steps_redone == 0
+    assert steps[-1] == summary.steps_trained == EPOCHS * STEPS_PER_EPOCH
+    assert summary.final_world_size == 2
+    assert summary.final_accuracy > 0.8
+
+
+def test_every_manifest_points_at_objects_that_verify(cloud: EmulatedCloud, demo_run: Any) -> None:
+    summary, ref = demo_run
+    s3 = cloud.client("s3")
+    prefix = f"{ref.job_prefix(summary.job_id)}ckpt/"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=ref.bucket, Prefix=prefix).get("Contents", [])]
+    manifests = [k for k in keys if k.endswith("/" + MANIFEST)]
+    assert manifests
+    for key in manifests:
+        base = key[: -len(MANIFEST)]
+        manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=key)["Body"].read())
+        for rel, meta in manifest["files"].items():
+            body = s3.get_object(Bucket=ref.bucket, Key=base + rel)["Body"].read()
+            assert len(body) == meta["size"]
+            assert hashlib.sha256(body).hexdigest() == meta["sha256"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_final_weights_equal_an_uninterrupted_run_bitwise(cloud: EmulatedCloud, demo_run: Any, tmp_path: Path) -> None:
+    summary, ref = demo_run
+    s3 = cloud.client("s3")
+    final = f"{ref.job_prefix(summary.job_id)}ckpt/{summary.steps_trained}/state.pt"
+    state = torch.load(io.BytesIO(s3.get_object(Bucket=ref.bucket, Key=final)["Body"].read()), weights_only=False)
+
+    out = tmp_path / "reference.pt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "bootstrap_scripts"),
+        "SPOT_TRAINING_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": "1000000",
+        "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    cmd = [
+        sys.executable, "-m", "spot_training.launch", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=reference", "--local-addr=127.0.0.1",
+        str(EXAMPLE_DIR / "train.py"), "--epochs", str(EPOCHS), "--seed", "0", "--output", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reference = torch.load(out)
+    assert state["step"] == EPOCHS * STEPS_PER_EPOCH
+    assert state["model"].keys() == reference.keys()
+    assert all(torch.equal(state["model"][k], reference[k]) for k in reference)
+
+
+def test_no_node_process_or_metadata_port_is_left(demo_run: Any) -> None:
+    summary, _ = demo_run
+    assert len(summary.nodes) == 3
+    for node in summary.nodes:
+        assert node.proc.poll() is not None
+        with pytest.raises(ProcessLookupError):
+            os.killpg(node.proc.pid, 0)  # no process of the node's tree is left
+        port = int(node.imds_url.rsplit(":", 1)[1])
+        with socket.socket() as s:  # its metadata mock no longer listens
+            assert s.connect_ex((node.host, port)) != 0
+
+
+def test_a_team_with_a_warm_pool_and_two_clusters_deploys(cloud: EmulatedCloud, tmp_path: Path) -> None:
+    ec2 = cloud.client("ec2")
+    volume = ec2.create_volume(AvailabilityZone=f"{cloud.region}a", Size=8)
+    snapshot = ec2.create_snapshot(VolumeId=volume["VolumeId"])["SnapshotId"]
+    team = {
+        "clusters": [
+            {
+                "name": "pooled",
+                "instance_types": ["g5.xlarge", "g5.2xlarge"],
+                "max_nodes": 2,
+                "warm_pool": {"size": 2, "snapshot_id": snapshot, "volume_size_gib": 8, "removal_policy": "destroy"},
+            },
+            {"name": "plain", "instance_types": ["c7i.xlarge", "c6i.xlarge"], "max_nodes": 3},
+        ]
+    }
+    (tmp_path / "pooled.yaml").write_text(yaml.safe_dump(team))
+    outputs = deploy(cloud, "TrainingStack-pooled", context={"teams_dir": str(tmp_path), "team": "pooled"})
+    assert {"GroupNamepooled", "GroupNameplain"} <= set(outputs)
+    volumes = ec2.describe_volumes(Filters=[{"Name": "tag:spot-training:warm-pool", "Values": ["pooled-pooled"]}])
+    assert len(volumes["Volumes"]) == 2
+    assert {v["SnapshotId"] for v in volumes["Volumes"]} == {snapshot}
+    assert all(v["Encrypted"] and v["VolumeType"] == "gp3" for v in volumes["Volumes"])
+    groups = cloud.client("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=[outputs["GroupNamepooled"], outputs["GroupNameplain"]]
+    )["AutoScalingGroups"]
+    assert sorted(g["MaxSize"] for g in groups) == [2, 3]
