@@ -4,7 +4,7 @@
 Started by ``user_data.sh`` (which reads the instance identity from IMDSv2). Python 3.8+, stdlib + boto3 only.
 
 What it does, in order: read and validate the job (SSM job-spec parameter merged with the per-job
-``current-job`` parameter); hook for claiming a warm volume (not implemented here); download and safely
+``current-job`` parameter); claim a pre-warmed volume of the pool (if any); download and safely
 unpack the code; restore the newest *complete* checkpoint from S3; find the peers (InService instances of
 the Auto Scaling group, lowest instance id = rendezvous host); run torchrun; meanwhile poll IMDS for spot
 interruption notices and rebalance recommendations, sync the checkpoint directory to S3 and ship logs to
@@ -53,6 +53,7 @@ import argparse
 import hashlib
 import ipaddress
 import json
+import logging
 import math
 import os
 import re
@@ -73,10 +74,13 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
+from spot_training import warm_volume
+from spot_training.proctree import kill_all, process_tree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = "spot-training-manifest.json"
 STATE_DIR = ".spot-training"
+WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
@@ -749,6 +753,7 @@ class Agent:
         self.peers: List[Tuple[str, str]] = []
         self.notice_newest: Optional[int] = None
         self.notice_at = 0.0
+        self.warm_volume: Optional[Tuple[str, str, Optional[str]]] = None  # (volume id, device, bound env root)
 
     # -- small S3 helpers
     def put_marker(self, job: Job, name: str, body: Dict[str, Any]) -> None:
@@ -793,6 +798,7 @@ class Agent:
             self.log(f"could not leave {group} ({exc}); the instance goes when EC2 reclaims it")
 
     def scale_to_zero(self, group: str) -> None:
+        self.release_warm_volume()  # before the group terminates this instance
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
             self.log(f"set desired capacity of {group} to 0")
@@ -800,12 +806,58 @@ class Agent:
             self.log(f"could not scale {group} to 0: {exc}")
 
     def claim_warm_volume(self, job: Job) -> None:
-        """Hook: claim and mount a free volume of the warm pool (separate issue; not implemented here)."""
-        if job.warm_pool is not None:
-            self.log(
-                f"warm pool {job.warm_pool.get('pool')!r} configured; volume claiming is not implemented "
-                "in this agent yet: using the root volume"
-            )
+        """Attach (and mount) a free pre-warmed volume of the cluster's pool; fall back to the root volume."""
+        if job.warm_pool is None:
+            return
+        pool, device = job.warm_pool["pool"], job.warm_pool["device_name"]
+        with Timed(self.log, "claim warm volume"):
+            try:
+                volume = warm_volume.claim_volume(
+                    self.ec2,
+                    instance_id=self.instance_id,
+                    availability_zone=self.args.availability_zone,
+                    tag_key=job.warm_pool["tag_key"],
+                    pool=pool,
+                    device=device,
+                    poll_s=min(self.poll_s, 1.0),
+                )
+            except (ClientError, TimeoutError) as exc:
+                self.log(f"claiming a warm volume of pool {pool} failed ({exc}); booting from the root volume")
+                return
+        if volume is None:
+            return  # claim_volume logged the fallback
+        self.warm_volume = (volume, device, None)
+        if os.environ.get("SPOT_TRAINING_WARM_VOLUME_MOUNT", "1") == "0":
+            self.log(f"warm volume {volume} attached; mounting skipped (SPOT_TRAINING_WARM_VOLUME_MOUNT=0)")
+            return
+        env_root = os.path.dirname(os.path.dirname(job.python))  # /opt/conda/bin/python3 -> /opt/conda
+        block = warm_volume.block_device(volume, device)
+        blkid = ["blkid", "-o", "value", "-s", "TYPE", block]  # from the AMI's PATH
+        probe = subprocess.run(blkid, capture_output=True, text=True, check=False)  # noqa: S603 - fixed argv
+        with Timed(self.log, "mount warm volume"):
+            warm_volume.run(warm_volume.mount_commands(block, probe.stdout.strip() or "xfs", WARM_MOUNT, [env_root]))
+        self.warm_volume = (volume, device, env_root)
+        self.log(f"warm volume {volume} mounted on {WARM_MOUNT}; {env_root} now reads from it")
+
+    def release_warm_volume(self) -> None:
+        """Unmount and detach the claimed volume (idempotent), so the next node can claim it."""
+        if self.warm_volume is None:
+            return
+        volume, device, env_root = self.warm_volume
+        self.warm_volume = None
+        try:
+            if env_root is not None:
+                warm_volume.run(warm_volume.unmount_commands(WARM_MOUNT, [env_root]))
+            with Timed(self.log, "release warm volume"):
+                warm_volume.release_volume(
+                    self.ec2,
+                    volume_id=volume,
+                    instance_id=self.instance_id,
+                    device=device,
+                    poll_s=min(self.poll_s, 1.0),
+                )
+        except (ClientError, TimeoutError, OSError, subprocess.CalledProcessError) as exc:
+            self.log(f"could not release warm volume {volume} ({exc}); it frees when the instance terminates")
 
     # -- peers and torchrun
     def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
@@ -906,7 +958,7 @@ class Agent:
             stop_sync.set()
             sync_thread.join()
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_all(process_tree(proc.pid))
             proc.wait()
             reader.join(timeout=10)
         return proc.returncode, notice is not None
@@ -919,7 +971,7 @@ class Agent:
                 proc.wait(timeout=job.grace_s)
             except subprocess.TimeoutExpired:
                 self.log(f"trainer still running after {job.grace_s:.0f} s grace: killing it")
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_all(process_tree(proc.pid))
 
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
         with Timed(self.log, "restore checkpoint"):
@@ -999,12 +1051,17 @@ class Agent:
                 raise AgentError(f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}")
         job.checkpoint_dir = self.node_root + job.checkpoint_dir
         self.log.shipper = LogShipper(self.logs, job.log_group, f"{job.job_id}/{self.instance_id}")
+        handler = logging.Handler()
+        handler.emit = lambda record: self.log(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("spot_training").addHandler(handler)
+        logging.getLogger("spot_training").setLevel(logging.INFO)
         try:
             return self._run(job)
         except AgentError as exc:
             self.log(f"error: {exc}")
             raise
         finally:
+            self.release_warm_volume()
             self.log.shipper.close()
 
     def _run(self, job: Job) -> int:
@@ -1036,6 +1093,7 @@ class Agent:
             if interrupted:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
+                self.release_warm_volume()
                 if self.log.shipper is not None:
                     self.log.shipper.flush()
                 self.leave_group(group)

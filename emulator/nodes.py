@@ -11,6 +11,8 @@ A node is a process tree running that instance's actual user data (read back thr
   ``<work_dir>/<instance-id>/root/opt/`` (the only change made to the user data), and the node agent gets
   ``SPOT_TRAINING_NODE_ROOT`` for the job's checkpoint directory, so nodes never share files;
 - the emulator's AWS endpoint and fake credentials (no instance profile credentials: see the README);
+- ``SPOT_TRAINING_WARM_VOLUME_MOUNT=0``: a claimed warm-pool volume is attached through the EC2 API, but
+  there is no block device to mount;
 - ``SPOT_TRAINING_PEER_ADDRESS_MAP``: a file mapping every instance's private 10.x address to its node's
   loopback address. The 10.x addresses are labels: nothing ever connects to them.
 
@@ -42,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional
 
+from bootstrap_scripts.spot_training.proctree import kill_all, process_tree
 from emulator.cloud import EmulatedCloud, EmulatorError
 from emulator.imds import ImdsMock
 
@@ -267,6 +270,8 @@ class NodeLauncher:
                 "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url,
                 "SPOT_TRAINING_PEER_ADDRESS_MAP": str(self.address_map_file),
                 "SPOT_TRAINING_NODE_ROOT": str(root),
+                # warm-pool volumes are attached through the EC2 API; there is no block device to mount
+                "SPOT_TRAINING_WARM_VOLUME_MOUNT": "0",
                 **self.node_env,
             }
         )
@@ -294,13 +299,18 @@ class NodeLauncher:
         os.replace(tmp, self.address_map_file)
 
     def _shutdown(self, node: Node) -> None:
+        # torchrun starts its workers in sessions of their own: take the whole tree, not just the group,
+        # and take it before anything dies (an orphan's parent is no longer ours to follow).
+        tree = process_tree(node.proc.pid)
         if node.running:
             _signal_group(node.proc, signal.SIGTERM)
             try:
                 node.proc.wait(timeout=SHUTDOWN_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
+        tree |= process_tree(node.proc.pid)
         _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
+        kill_all(tree - {node.proc.pid})
         if node.proc.poll() is None:
             node.proc.wait(timeout=SHUTDOWN_GRACE_S)
         if node.exit_code is None:

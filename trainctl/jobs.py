@@ -160,7 +160,10 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
         for obj in page.get("Contents", []):
             step, _, rel = obj["Key"][len(prefix) :].partition("/")
             if rel == MANIFEST and step.isdigit():
-                manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())
+                try:
+                    manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())
+                except s3.exceptions.NoSuchKey:
+                    continue  # pruned by the node agent since the listing: no longer a checkpoint
                 files = manifest.get("files", {})
                 found.append(
                     Checkpoint(

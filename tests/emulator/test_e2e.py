@@ -144,6 +144,12 @@ def test_no_node_process_or_metadata_port_is_left(demo_run: Any) -> None:
         assert node.proc.poll() is not None
         with pytest.raises(ProcessLookupError):
             os.killpg(node.proc.pid, 0)  # no process of the node's tree is left
+        for entry in Path("/proc").iterdir():  # nor any process working in the node's directories
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            assert not cwd.startswith(str(node.root)), f"process {entry.name} of {node.instance_id} is left"
         port = int(node.imds_url.rsplit(":", 1)[1])
         with socket.socket() as s:  # its metadata mock no longer listens
             assert s.connect_ex((node.host, port)) != 0

@@ -1,0 +1,50 @@
+"""The node agent claims a pre-warmed volume of its cluster's pool at boot and gives it back on the way out.
+
+Mounting needs a real block device: these nodes run with SPOT_TRAINING_WARM_VOLUME_MOUNT=0 (as emulated nodes
+do); the mount commands themselves are covered in tests/test_warm_volume.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .conftest import Cluster, address_map
+
+POOL_TAG = "spot-training:warm-pool"
+JOB = {"ok.py": "print('trained')\n"}
+
+
+def _cluster(make_cluster: Any) -> tuple[Cluster, str]:
+    pool = f"pool-{uuid.uuid4().hex[:8]}"
+    cluster: Cluster = make_cluster(nodes=1, warm_pool={"tag_key": POOL_TAG, "pool": pool, "device_name": "/dev/sdf"})
+    return cluster, pool
+
+
+def _volume(cluster: Cluster, pool: str, az: str = "us-east-1a") -> str:
+    tags = [{"ResourceType": "volume", "Tags": [{"Key": POOL_TAG, "Value": pool}]}]
+    return str(cluster.aws.ec2.create_volume(AvailabilityZone=az, Size=8, TagSpecifications=tags)["VolumeId"])
+
+
+def test_node_claims_a_pool_volume_and_releases_it(make_cluster: Any, make_nodes: Any) -> None:
+    cluster, pool = _cluster(make_cluster)
+    other_az = _volume(cluster, pool, az="us-east-1b")  # the node's AZ is us-east-1a: never claimed
+    volume = _volume(cluster, pool)
+    cluster.submit("warm-run", JOB, "python ok.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node]), SPOT_TRAINING_WARM_VOLUME_MOUNT="0").wait() == 0, node.text
+    assert f"claimed warm volume {volume} from pool {pool} as /dev/sdf" in node.text
+    assert f"released warm volume {volume}" in node.text
+    assert other_az not in node.text
+    states = cluster.aws.ec2.describe_volumes(VolumeIds=[volume, other_az])["Volumes"]
+    assert {v["State"] for v in states} == {"available"}  # claimable again by the next node
+    assert cluster.marker("warm-run", "DONE") is not None
+
+
+def test_no_free_volume_boots_from_the_root_volume(make_cluster: Any, make_nodes: Any) -> None:
+    cluster, pool = _cluster(make_cluster)
+    cluster.submit("cold-run", JOB, "python ok.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node]), SPOT_TRAINING_WARM_VOLUME_MOUNT="0").wait() == 0, node.text
+    assert f"no free warm volume in pool {pool} in us-east-1a (0 tried); booting from the root volume" in node.text
+    assert cluster.marker("cold-run", "DONE") is not None
