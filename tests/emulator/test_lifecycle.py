@@ -66,9 +66,12 @@ def test_exception_in_block_still_stops_server() -> None:
     _wait_until_gone(pid, ports)
 
 
+# Like `python -m emulator`, the child restores the default Ctrl-C handler: a process started in the
+# background by a non-interactive shell inherits SIGINT ignored (as `make test &` does).
 _CHILD = """
-import json, sys, threading
+import json, signal, sys, threading
 from emulator import EmulatedCloud
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with EmulatedCloud() as cloud:
     print(json.dumps({"pid": cloud.pid, "ports": [cloud.port, cloud.insecure_port]}), flush=True)
     threading.Event().wait()
