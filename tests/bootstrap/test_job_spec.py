@@ -137,9 +137,10 @@ def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nod
     assert "PUT /latest/api/token" in node.imds.requests  # IMDSv2: a token first
 
 
-@pytest.mark.parametrize("path", ["node_agent.py", "spot_training/checkpoint.py", "spot_training/launch.py"])
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(BOOTSTRAP)) for p in BOOTSTRAP.rglob("*.py")))
 def test_on_node_code_parses_as_python_38(path: str) -> None:
     """The node's Python may be 3.8: no 3.9+ grammar (a syntax-level check; runtime APIs are kept 3.8 by review)."""
     source = (BOOTSTRAP / path).read_text()
     ast.parse(source, feature_version=(3, 8))
-    assert "from __future__ import annotations" in source  # so list[str]-style annotations are never evaluated
+    if "def " in source:  # so list[str]-style annotations are never evaluated
+        assert "from __future__ import annotations" in source
