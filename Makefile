@@ -24,6 +24,8 @@ deps: $(BIN)/.installed node_modules/.installed
 lint: deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	# On-node code on its own: it imports spot_training as the node sees it (bootstrap_scripts on sys.path).
+	cd bootstrap_scripts && ../$(BIN)/mypy --config-file ../pyproject.toml node_agent.py spot_training
 
 unit: deps
 	$(BIN)/pytest

@@ -453,6 +453,10 @@ class CheckpointStore:
         listing = self.listing() if listing is None else listing
         return sorted((s for s, objs in listing.items() if MANIFEST in objs), reverse=True)
 
+    def newest_complete(self) -> Optional[int]:
+        steps = self.complete_steps()
+        return steps[0] if steps else None
+
     def upload(self, step: int, files: Dict[str, str], layout: str) -> float:
         """Upload ``files`` ({relative name: local path}) in parallel (multipart when large), then the manifest."""
         start = time.monotonic()
@@ -950,7 +954,7 @@ class Agent:
                 if notice:
                     self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
                     self.notice_at = time.monotonic()
-                    self.notice_newest = (syncer.store.complete_steps() or [None])[0]
+                    self.notice_newest = syncer.store.newest_complete()
                     self.stop_trainer(proc, job, notice)
                     break
                 self.stop_signal.wait(self.poll_s)
@@ -1083,7 +1087,7 @@ class Agent:
         store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, self.log)
         failures, attempt = 0, 0
         while True:
-            before = (store.complete_steps() or [None])[0]
+            before = store.newest_complete()
             try:
                 rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
             except AgentError as exc:
@@ -1101,7 +1105,7 @@ class Agent:
             if rc == 0:
                 self.finish(job, group)
                 return 0
-            after = (store.complete_steps() or [None])[0]
+            after = store.newest_complete()
             progressed = after is not None and (before is None or after > before)
             failures = 0 if progressed else failures + 1
             self.log(

@@ -49,7 +49,7 @@ def install(address: str) -> bool:
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 
-    c10d_rendezvous_backend.TCPStore = store_class  # type: ignore[attr-defined, misc]
+    c10d_rendezvous_backend.TCPStore = store_class  # type: ignore[misc]
     dist.TCPStore = store_class  # type: ignore[misc]  # dynamic_rendezvous creates the shared store via dist.*
     return True
 

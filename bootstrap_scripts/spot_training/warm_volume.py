@@ -9,6 +9,7 @@ the node boots from its root volume and says so (slower first reads, never stuck
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -41,6 +42,10 @@ def _attachment_state(ec2, volume_id: str, instance_id: str) -> Optional[str]:
         if attachment.get("InstanceId") == instance_id:
             return attachment.get("State")
     return None if volume["State"] == "available" else volume["State"]
+
+
+def _is_attached(ec2, volume_id: str, instance_id: str) -> bool:
+    return _attachment_state(ec2, volume_id, instance_id) == "attached"
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout_s: float, poll_s: float, what: str) -> None:
@@ -76,7 +81,7 @@ def claim_volume(
                 continue
             raise
         wait_for(
-            lambda v=volume_id: _attachment_state(ec2, v, instance_id) == "attached",
+            functools.partial(_is_attached, ec2, volume_id, instance_id),
             timeout_s=timeout_s,
             poll_s=poll_s,
             what=f"{volume_id} to attach",
