@@ -18,14 +18,15 @@ from cdk_nag import AwsSolutionsChecks
 
 from stacks import TrainingStack
 from team_config import ConfigError, Team, load_teams
+from training_constructs.spot_checks import SpotTrainingChecks
 
 TEAMS_DIR = Path(__file__).resolve().parent / "teams"
 
 
 def add_teams(app: App, teams: Sequence[Team]) -> list[TrainingStack]:
-    """One stack per team, and the cdk-nag AwsSolutions gate over the whole app."""
+    """One stack per team, and the cdk-nag gates (AwsSolutions, SpotTraining) over the whole app."""
     stacks = [TrainingStack(app, team.stack_name, team=team.name, config=team.config) for team in teams]
-    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app), SpotTrainingChecks(app))
     return stacks
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import typing
 from typing import Optional
 
-from aws_cdk import CfnElement, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnElement, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from training_constructs.nag import acknowledge
+from training_constructs.spot_checks import CHECKPOINT_ROLE_TAG
 
 
 class CheckpointStore(Construct):
@@ -80,6 +81,7 @@ class CheckpointStore(Construct):
                 ),
             ],
         )
+        Tags.of(self.bucket).add(*CHECKPOINT_ROLE_TAG)  # SpotTrainingChecks ST6 holds this bucket to its rules
 
     @staticmethod
     def cluster_prefix(cluster: str) -> str:

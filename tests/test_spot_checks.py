@@ -1,0 +1,230 @@
+"""SpotTrainingChecks: each rule fails on a template that breaks it and passes on one that keeps it; the pack runs
+in app.py and stops a synth whose raw override breaks a rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from aws_cdk import App
+
+import app as cdk_app
+from training_constructs.spot_checks import RULES, Rule
+
+from .test_app import CONTEXT, assembly, team_config
+
+__all__ = ["assembly"]  # the synthesized app of tests/test_app.py, reused as a fixture here
+
+RULE = {r.id: r for r in RULES}
+AZ = {"Fn::Select": [0, {"Fn::GetAZs": ""}]}
+
+
+def lt(**metadata: str) -> dict[str, Any]:
+    return {"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {"MetadataOptions": metadata}}}
+
+
+def group(**props: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "MinSize": "0",
+        "MaxSize": "2",
+        "CapacityRebalance": True,
+        "VPCZoneIdentifier": [{"Ref": "Subnet"}],
+        "Tags": [{"Key": "spot-training:cluster", "Value": "main", "PropagateAtLaunch": True}],
+        "MixedInstancesPolicy": {
+            "InstancesDistribution": {
+                "OnDemandPercentageAboveBaseCapacity": 0,
+                "SpotAllocationStrategy": "price-capacity-optimized",
+            },
+            "LaunchTemplate": {"Overrides": [{"InstanceType": "g5.xlarge"}, {"InstanceType": "g5.2xlarge"}]},
+        },
+    }
+    base.update(props)
+    return {"Type": "AWS::AutoScaling::AutoScalingGroup", "Properties": base}
+
+
+SUBNET = {"Type": "AWS::EC2::Subnet", "Properties": {"AvailabilityZone": AZ}}
+
+
+def bucket(**override: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "Tags": [{"Key": "spot-training:role", "Value": "checkpoints"}],
+        "VersioningConfiguration": {"Status": "Enabled"},
+        "BucketEncryption": {"ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {}}]},
+        "PublicAccessBlockConfiguration": dict.fromkeys(
+            ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"], True
+        ),
+        "LifecycleConfiguration": {"Rules": [{"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]},
+    }
+    p.update(override)
+    return {"Type": "AWS::S3::Bucket", "Properties": p}
+
+
+TLS_POLICY = {
+    "Type": "AWS::S3::BucketPolicy",
+    "Properties": {
+        "Bucket": {"Ref": "Bucket"},
+        "PolicyDocument": {"Statement": [{"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]},
+    },
+}
+ROLE = {
+    "Type": "AWS::IAM::Role",
+    "Properties": {"AssumeRolePolicyDocument": {"Statement": [{"Principal": {"Service": "ec2.amazonaws.com"}}]}},
+}
+
+
+def policy(action: str, resource: Any) -> dict[str, Any]:
+    statement = {"Effect": "Allow", "Action": action, "Resource": resource}
+    return {
+        "Type": "AWS::IAM::Policy",
+        "Properties": {"Roles": [{"Ref": "Role"}], "PolicyDocument": {"Statement": [statement]}},
+    }
+
+
+def volume(**props: Any) -> dict[str, Any]:
+    base = {
+        "AvailabilityZone": AZ,
+        "Encrypted": True,
+        "Tags": [
+            {"Key": "spot-training:warm-pool", "Value": "t-main"},
+            {"Key": "spot-training:cluster", "Value": "main"},
+        ],
+    }
+    base.update(props)
+    return {"Type": "AWS::EC2::Volume", "Properties": base}
+
+
+def sg(cidr: str) -> dict[str, Any]:
+    return {"Type": "AWS::EC2::SecurityGroup", "Properties": {"SecurityGroupIngress": [{"CidrIp": cidr}]}}
+
+
+# (rule, logical id to check, failing resources, problems found, passing resources)
+CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
+    ("ST1", "LT", {"LT": lt(HttpTokens="optional", InstanceMetadataTags="enabled")}, ["HttpTokens is 'optional'"],
+     {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled")}),
+    ("ST1", "LT", {"LT": lt(HttpTokens="required")}, ["InstanceMetadataTags is None"],
+     {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled")}),
+    ("ST2", "G", {"G": group(MixedInstancesPolicy={
+        "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0, "SpotAllocationStrategy": "lowest-price"},
+        "LaunchTemplate": {"Overrides": [{"InstanceType": "g5.xlarge"}]}})},
+     ["1 instance type(s)", "SpotAllocationStrategy 'lowest-price'"], {"G": group()}),
+    ("ST3", "G", {"G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=["subnet-a", "subnet-b"])},
+     ["spans 2 subnets/AZs"], {"G": group(PlacementGroup={"Ref": "PG"})}),
+    ("ST4", "G", {"G": group(CapacityRebalance=False)}, ["no capacity rebalance and no termination lifecycle hook"],
+     {"G": group(CapacityRebalance=False, LifecycleHookSpecificationList=[
+         {"LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"}])}),
+    ("ST5", "G", {"G": group(MinSize="1", MaxSize="100000")}, ["MinSize '1'", "MaxSize '100000'"], {"G": group()}),
+    ("ST6", "Bucket", {"Bucket": bucket(VersioningConfiguration={"Status": "Suspended"}, LifecycleConfiguration={})},
+     ["not versioned", "no lifecycle rule aborting incomplete multipart uploads",
+      "no bucket policy denying aws:SecureTransport=false"],
+     {"Bucket": bucket(), "Policy": TLS_POLICY}),
+    ("ST7", "Logs", {"Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {}}}, ["no RetentionInDays"],
+     {"Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": 30}}}),
+    ("ST8", "Vol", {"Vol": volume(Encrypted=False, AvailabilityZone="us-east-1b"), "G": group(), "Subnet": SUBNET},
+     ["not encrypted", "not in the AZ of its cluster's group"], {"Vol": volume(), "G": group(), "Subnet": SUBNET}),
+    ("ST9", "P", {"P": policy("s3:PutObject", "*"), "Role": ROLE}, ["Resource '*' for s3:PutObject"],
+     {"P": policy("s3:PutObject", "arn:aws:s3:::b/main/*"), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("ec2:AttachVolume", "*"), "Role": ROLE}, ["Resource '*' for ec2:AttachVolume"],
+     {"P": policy("ec2:DescribeVolumes", "*"), "Role": ROLE}),
+    ("ST10", "SG", {"SG": sg("0.0.0.0/0")}, ["ingress from 0.0.0.0/0"], {"SG": sg("10.0.0.0/16")}),
+]  # fmt: skip
+
+
+def run(rule: Rule, logical_id: str, resources: dict[str, Any]) -> Optional[list[str]]:
+    template = {"Resources": copy.deepcopy(resources)}
+    return rule.check(logical_id, template["Resources"][logical_id], template)
+
+
+@pytest.mark.parametrize(("rule_id", "logical_id", "failing", "problems", "passing"), CASES)
+def test_rule_fails_and_passes(
+    rule_id: str, logical_id: str, failing: dict[str, Any], problems: list[str], passing: dict[str, Any]
+) -> None:
+    rule = RULE[rule_id]
+    assert failing[logical_id]["Type"] in rule.types
+    assert run(rule, logical_id, failing) == problems
+    assert run(rule, logical_id, passing) == []
+
+
+def test_spot_launch_template_without_mixed_instances_and_placement_from_the_launch_template() -> None:
+    spot_lt = {
+        "Type": "AWS::EC2::LaunchTemplate",
+        "Properties": {
+            "LaunchTemplateData": {
+                "InstanceMarketOptions": {"MarketType": "spot"},
+                "Placement": {"GroupName": {"Ref": "PG"}},
+            }
+        },
+    }
+    plain = group(
+        MixedInstancesPolicy=None,
+        LaunchTemplate={"LaunchTemplateId": {"Ref": "LT"}},
+        VPCZoneIdentifier=["subnet-a", "subnet-b"],
+    )
+    del plain["Properties"]["MixedInstancesPolicy"]
+    resources = {"G": plain, "LT": spot_lt}
+    assert run(RULE["ST2"], "G", resources) == ["spot launch template without a MixedInstancesPolicy"]
+    assert run(RULE["ST3"], "G", resources) == ["spans 2 subnets/AZs"]  # the placement group is the template's
+
+
+def test_rules_leave_other_resources_alone() -> None:
+    """Not applicable: an on-demand group (ST2), a single-node group (ST4), a non-checkpoint bucket (ST6),
+    a volume outside any pool (ST8), a policy of a non-instance role (ST9)."""
+    on_demand = group(MixedInstancesPolicy={"InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 100}})
+    assert run(RULE["ST2"], "G", {"G": on_demand}) is None
+    assert run(RULE["ST4"], "G", {"G": group(MaxSize="1", CapacityRebalance=False)}) is None
+    assert run(RULE["ST6"], "B", {"B": {"Type": "AWS::S3::Bucket", "Properties": {}}}) is None
+    assert run(RULE["ST8"], "V", {"V": {"Type": "AWS::EC2::Volume", "Properties": {"Encrypted": False}}}) is None
+    lambda_role = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Service": "lambda"}}}
+    assert run(RULE["ST9"], "P", {"P": policy("s3:*", "*"), "Role": lambda_role}) is None
+
+
+def test_every_rule_has_an_id_a_fix_and_a_reason() -> None:
+    assert [r.id for r in RULES] == [f"ST{i}" for i in range(1, 11)]
+    for rule in RULES:
+        assert rule.message.endswith(".") and len(rule.message.splitlines()) == 1
+        assert rule.why
+
+
+def _synth_with(tmp_path: Path, breaks: Any) -> set[str]:
+    app = App(context=CONTEXT, outdir=str(tmp_path))
+    [stack] = cdk_app.add_teams(app, [type("T", (), {"name": "x", "stack_name": "S", "config": team_config()})()])
+    breaks(stack.clusters["main"])
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        app.synth()
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    return {v["ruleName"] for p in report["pluginReports"] for v in p["violations"]}
+
+
+def test_a_raw_override_that_breaks_imdsv2_stops_synth(tmp_path: Path) -> None:
+    """A hand-written escape hatch on the launch template is seen: the pack reads the synthesized template."""
+
+    def breaks(cluster: Any) -> None:
+        cfn = cluster.fleet.launch_template.node.default_child
+        cfn.add_property_override("LaunchTemplateData.MetadataOptions.HttpTokens", "optional")
+
+    assert "SpotTraining-ST1" in _synth_with(tmp_path, breaks)
+
+
+def test_a_raw_override_that_pins_min_size_stops_synth(tmp_path: Path) -> None:
+    def breaks(cluster: Any) -> None:
+        cluster.asg.node.default_child.add_property_override("MinSize", "2")
+
+    assert "SpotTraining-ST5" in _synth_with(tmp_path, breaks)
+
+
+def test_shipped_teams_are_checked_and_pass(assembly: Path) -> None:
+    """Every rule applies to something in the shipped teams (plus a team with every option) and finds nothing:
+    the checkpoint bucket, warm-pool volumes and instance-role policies are recognised, not skipped."""
+    applied: set[str] = set()
+    for path in sorted(assembly.glob("*.template.json")):
+        template = json.loads(path.read_text())
+        for logical_id, resource in template["Resources"].items():
+            for rule in RULES:
+                if resource["Type"] in rule.types:
+                    result = rule.check(logical_id, resource, template)
+                    assert not result, f"{path.name} {logical_id}: {rule.id} {result}"
+                    if result is not None:
+                        applied.add(rule.id)
+    assert applied == {r.id for r in RULES}

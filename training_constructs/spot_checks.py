@@ -1,0 +1,412 @@
+"""SpotTrainingChecks: a cdk-nag rule pack for the mistakes that hurt spot training clusters.
+
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app), SpotTrainingChecks(app))
+
+Each rule reads the resource as it stands in the **synthesized template** (the pack runs after synthesis, so
+raw property overrides and escape hatches are seen too) and may look at other resources of the same template
+(the subnet of a group, the bucket policy of a bucket, the policies of a role). A finding is reported as
+``SpotTraining-<ID>`` with a one-line message that says how to fix it; acknowledge one like any cdk-nag
+finding (``training_constructs.nag.acknowledge``) with a reason.
+
+The rules are plain functions of (logical id, resource, template), so they are tested on small templates
+without a synth: ``tests/test_spot_checks.py``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import jsii
+from aws_cdk import CfnResource, Stack
+from cdk_nag import IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
+from constructs import IConstruct
+
+PACK = "SpotTraining"
+CHECKPOINT_ROLE_TAG = ("spot-training:role", "checkpoints")  # marks the checkpoint bucket
+WARM_POOL_TAG = "spot-training:warm-pool"
+CLUSTER_TAG = "spot-training:cluster"
+CAPACITY_AWARE = {"price-capacity-optimized", "capacity-optimized"}
+MAX_FINITE_NODES = 1000
+
+Resource = dict[str, Any]
+Template = dict[str, Any]
+# None: not applicable; []: compliant; otherwise the problems found (for the log, the message says the fix)
+Check = Callable[[str, Resource, Template], Optional[list[str]]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    types: tuple[str, ...]
+    message: str  # one line: what is wrong and how to fix it
+    why: str
+    check: Check
+
+
+# ------------------------------------------------------------------------------------------ template helpers
+def props(resource: Resource) -> dict[str, Any]:
+    return dict(resource.get("Properties") or {})
+
+
+def tags(resource: Resource) -> dict[str, Any]:
+    raw = props(resource).get("Tags") or []
+    if isinstance(raw, dict):
+        return dict(raw)
+    return {str(t.get("Key")): t.get("Value") for t in raw if isinstance(t, dict)}
+
+
+def ref_target(value: Any) -> Optional[str]:
+    """The logical id a ``Ref`` or ``Fn::GetAtt`` points at, else None."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return str(value["Ref"])
+        if "Fn::GetAtt" in value:
+            target = value["Fn::GetAtt"]
+            return str(target[0] if isinstance(target, list) else str(target).split(".")[0])
+    return None
+
+
+def mentions(value: Any, logical_id: str) -> bool:
+    """Whether ``value`` refers to ``logical_id`` anywhere (Ref, GetAtt, Sub)."""
+    return f'"{logical_id}"' in json.dumps(value) or "${" + logical_id in json.dumps(value)
+
+
+def resources_of(template: Template, type_: str) -> dict[str, Resource]:
+    return {k: v for k, v in template.get("Resources", {}).items() if v.get("Type") == type_}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def truthy(value: Any) -> bool:
+    return value is True or value == "true"
+
+
+# ------------------------------------------------------------------------------------------ rules
+def check_launch_template_metadata(_: str, resource: Resource, __: Template) -> list[str]:
+    options = props(resource).get("LaunchTemplateData", {}).get("MetadataOptions", {})
+    problems = []
+    if options.get("HttpTokens") != "required":
+        problems.append(f"HttpTokens is {options.get('HttpTokens')!r}")
+    if options.get("InstanceMetadataTags") != "enabled":
+        problems.append(f"InstanceMetadataTags is {options.get('InstanceMetadataTags')!r}")
+    return problems
+
+
+def _launch_template_data(group: Resource, template: Template) -> dict[str, Any]:
+    """LaunchTemplateData of the launch template the group launches from (plain or mixed-instances)."""
+    p = props(group)
+    spec = p.get("LaunchTemplate") or p.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {}).get(
+        "LaunchTemplateSpecification"
+    )
+    lt = template.get("Resources", {}).get(ref_target((spec or {}).get("LaunchTemplateId")) or "", {})
+    return dict(props(lt).get("LaunchTemplateData") or {})
+
+
+def check_mixed_instances(_: str, resource: Resource, template: Template) -> Optional[list[str]]:
+    p = props(resource)
+    policy = p.get("MixedInstancesPolicy")
+    if policy is None:
+        market = _launch_template_data(resource, template).get("InstanceMarketOptions", {})
+        return ["spot launch template without a MixedInstancesPolicy"] if market.get("MarketType") == "spot" else None
+    distribution = policy.get("InstancesDistribution", {})
+    if str(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)) == "100":
+        return None  # all on-demand: no spot capacity to diversify
+    problems = []
+    types = {o.get("InstanceType") for o in policy.get("LaunchTemplate", {}).get("Overrides", [])}
+    if len(types - {None}) < 2:
+        problems.append(f"{len(types - {None})} instance type(s)")
+    strategy = distribution.get("SpotAllocationStrategy", "lowest-price")
+    if strategy not in CAPACITY_AWARE:
+        problems.append(f"SpotAllocationStrategy {strategy!r}")
+    return problems
+
+
+def _group_azs(resource: Resource, template: Template) -> list[Any]:
+    """The AZ (as written in the template) of each subnet or AZ the group spans; None where not in the template."""
+    p = props(resource)
+    if p.get("VPCZoneIdentifier"):
+        out = []
+        for subnet in as_list(p["VPCZoneIdentifier"]):
+            res = template.get("Resources", {}).get(ref_target(subnet) or "")
+            out.append(props(res).get("AvailabilityZone") if res else None)  # imported subnet: AZ unknown here
+        return out
+    return as_list(p.get("AvailabilityZones", []))
+
+
+def check_placement_group_single_az(_: str, resource: Resource, template: Template) -> Optional[list[str]]:
+    p = props(resource)
+    if not (p.get("PlacementGroup") or _launch_template_data(resource, template).get("Placement", {}).get("GroupName")):
+        return None
+    spans = p.get("VPCZoneIdentifier") or p.get("AvailabilityZones") or []
+    count = len(as_list(spans)) if not isinstance(spans, dict) else 2  # an unresolved list: not provably one
+    return [] if count == 1 else [f"spans {count} subnets/AZs"]
+
+
+def check_rebalance_or_hook(logical_id: str, resource: Resource, template: Template) -> Optional[list[str]]:
+    p = props(resource)
+    if str(p.get("MaxSize")) in ("0", "1"):
+        return None  # single-node groups: nothing to rendezvous with
+    if truthy(p.get("CapacityRebalance")):
+        return []
+    hooks = [
+        h for h in p.get("LifecycleHookSpecificationList", []) if "TERMINATING" in str(h.get("LifecycleTransition"))
+    ]
+    hooks += [
+        h
+        for h in resources_of(template, "AWS::AutoScaling::LifecycleHook").values()
+        if mentions(props(h).get("AutoScalingGroupName"), logical_id)
+        and "TERMINATING" in str(props(h).get("LifecycleTransition"))
+    ]
+    return [] if hooks else ["no capacity rebalance and no termination lifecycle hook"]
+
+
+def check_scale_to_zero(_: str, resource: Resource, __: Template) -> list[str]:
+    p = props(resource)
+    problems = []
+    if str(p.get("MinSize")) != "0":
+        problems.append(f"MinSize {p.get('MinSize')!r}")
+    try:
+        finite = 0 < int(p.get("MaxSize")) <= MAX_FINITE_NODES  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:
+        problems.append(f"MaxSize {p.get('MaxSize')!r}")
+    return problems
+
+
+def _is_checkpoint_bucket(resource: Resource) -> bool:
+    key, value = CHECKPOINT_ROLE_TAG
+    return tags(resource).get(key) == value
+
+
+def check_checkpoint_bucket(logical_id: str, resource: Resource, template: Template) -> Optional[list[str]]:
+    if not _is_checkpoint_bucket(resource):
+        return None
+    p = props(resource)
+    problems = []
+    if p.get("VersioningConfiguration", {}).get("Status") != "Enabled":
+        problems.append("not versioned")
+    if not p.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration"):
+        problems.append("not encrypted")
+    block = p.get("PublicAccessBlockConfiguration", {})
+    flags = ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
+    if not all(truthy(block.get(k)) for k in flags):
+        problems.append("public access not fully blocked")
+    rules = p.get("LifecycleConfiguration", {}).get("Rules", [])
+    if not any(r.get("AbortIncompleteMultipartUpload") and r.get("Status", "Enabled") == "Enabled" for r in rules):
+        problems.append("no lifecycle rule aborting incomplete multipart uploads")
+    tls_only = False
+    for policy in resources_of(template, "AWS::S3::BucketPolicy").values():
+        if not mentions(props(policy).get("Bucket"), logical_id):
+            continue
+        for st in props(policy).get("PolicyDocument", {}).get("Statement", []):
+            condition = json.dumps(st.get("Condition", {}))
+            if st.get("Effect") == "Deny" and "aws:SecureTransport" in condition and "false" in condition:
+                tls_only = True
+    if not tls_only:
+        problems.append("no bucket policy denying aws:SecureTransport=false")
+    return problems
+
+
+def check_log_retention(_: str, resource: Resource, __: Template) -> list[str]:
+    return [] if props(resource).get("RetentionInDays") else ["no RetentionInDays"]
+
+
+def check_warm_volume(_: str, resource: Resource, template: Template) -> Optional[list[str]]:
+    volume_tags = tags(resource)
+    if WARM_POOL_TAG not in volume_tags:
+        return None
+    p = props(resource)
+    problems = [] if truthy(p.get("Encrypted")) else ["not encrypted"]
+    cluster = volume_tags.get(CLUSTER_TAG)
+    for group in resources_of(template, "AWS::AutoScaling::AutoScalingGroup").values():
+        group_tags = {t.get("Key"): t.get("Value") for t in props(group).get("Tags", [])}
+        if cluster is not None and group_tags.get(CLUSTER_TAG) == cluster:
+            azs = _group_azs(group, template)
+            if None not in azs and p.get("AvailabilityZone") not in azs:
+                problems.append("not in the AZ of its cluster's group")
+    return problems
+
+
+DATA_PREFIXES = ("s3:", "autoscaling:")
+VOLUME_ACTIONS = ("ec2:attachvolume", "ec2:detachvolume", "ec2:createvolume", "ec2:deletevolume", "ec2:modifyvolume")
+READ_ONLY = ("describe", "list", "get")
+
+
+def _risky_action(action: str) -> bool:
+    a = action.lower()
+    if a == "*" or a in ("s3:*", "autoscaling:*", "ec2:*"):
+        return True
+    name = a.partition(":")[2]
+    if name.startswith(READ_ONLY) and "*" not in name:
+        return False  # read-only calls without resource-level permissions need Resource "*"
+    return a.startswith(DATA_PREFIXES) or any(
+        a == v or (a.endswith("*") and v.startswith(a[:-1])) for v in VOLUME_ACTIONS
+    )
+
+
+def _instance_roles(template: Template) -> set[str]:
+    roles = set()
+    for logical_id, role in resources_of(template, "AWS::IAM::Role").items():
+        if "ec2.amazonaws.com" in json.dumps(props(role).get("AssumeRolePolicyDocument", {})):
+            roles.add(logical_id)
+    return roles
+
+
+def _wildcard_statements(document: Any) -> list[str]:
+    problems = []
+    for st in as_list((document or {}).get("Statement", [])):
+        if st.get("Effect") != "Allow" or "*" not in as_list(st.get("Resource", [])):
+            continue
+        risky = sorted(a for a in as_list(st.get("Action", [])) if isinstance(a, str) and _risky_action(a))
+        if risky:
+            problems.append(f"Resource '*' for {', '.join(risky)}")
+    return problems
+
+
+def check_instance_role_policy(logical_id: str, resource: Resource, template: Template) -> Optional[list[str]]:
+    roles = _instance_roles(template)
+    p = props(resource)
+    if resource.get("Type") == "AWS::IAM::Role":
+        if logical_id not in roles:
+            return None
+        return [x for pol in p.get("Policies", []) for x in _wildcard_statements(pol.get("PolicyDocument"))]
+    attached = {ref_target(r) for r in p.get("Roles", [])}
+    if not attached & roles:
+        return None
+    return _wildcard_statements(p.get("PolicyDocument"))
+
+
+def _open_ingress(rule: dict[str, Any]) -> bool:
+    return rule.get("CidrIp") == "0.0.0.0/0" or rule.get("CidrIpv6") == "::/0"
+
+
+def check_security_group_ingress(_: str, resource: Resource, __: Template) -> list[str]:
+    p = props(resource)
+    rules = p.get("SecurityGroupIngress", []) if resource.get("Type") == "AWS::EC2::SecurityGroup" else [p]
+    return [f"ingress from {r.get('CidrIp') or r.get('CidrIpv6')}" for r in rules if _open_ingress(r)]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("ST1", ("AWS::EC2::LaunchTemplate",),
+         "Launch template must require IMDSv2 and allow instance metadata tags: set MetadataOptions "
+         "HttpTokens=required and InstanceMetadataTags=enabled.",
+         "The boot script reads its identity and spot notices from IMDSv2 and its team/cluster from instance tags.",
+         check_launch_template_metadata),
+    Rule("ST2", ("AWS::AutoScaling::AutoScalingGroup",),
+         "Spot Auto Scaling group must use a MixedInstancesPolicy with at least 2 instance types and "
+         "SpotAllocationStrategy price-capacity-optimized or capacity-optimized.",
+         "One instance type in one pool is the likeliest to be reclaimed all at once and to find no capacity.",
+         check_mixed_instances),
+    Rule("ST3", ("AWS::AutoScaling::AutoScalingGroup",),
+         "Group in a cluster placement group must span exactly one subnet/AZ: give it one subnet.",
+         "A cluster placement group lives in one AZ; more subnets make launches fail.",
+         check_placement_group_single_az),
+    Rule("ST4", ("AWS::AutoScaling::AutoScalingGroup",),
+         "Multi-node group needs CapacityRebalance: true or a termination lifecycle hook.",
+         "Without either, an interrupted node is replaced only after it is gone, stalling every other node.",
+         check_rebalance_or_hook),
+    Rule("ST5", ("AWS::AutoScaling::AutoScalingGroup",),
+         f"Group must be able to scale to zero and have a finite size: set MinSize 0 and MaxSize 1-{MAX_FINITE_NODES}.",
+         "Jobs end by setting the group to 0; a MinSize above 0 or an unbounded MaxSize burns money when idle.",
+         check_scale_to_zero),
+    Rule("ST6", ("AWS::S3::Bucket",),
+         "Checkpoint bucket must be versioned, encrypted, TLS-only (bucket policy), block public access and "
+         "abort incomplete multipart uploads (lifecycle rule).",
+         "Checkpoints are the job's only state; interrupted multipart uploads otherwise cost storage forever.",
+         check_checkpoint_bucket),
+    Rule("ST7", ("AWS::Logs::LogGroup",),
+         "Log group needs a retention period: set RetentionInDays.",
+         "Training logs grow with every job and restart; unbounded retention is an unbounded bill.",
+         check_log_retention),
+    Rule("ST8", ("AWS::EC2::Volume",),
+         "Warm-pool volume must be encrypted and in the AZ of its cluster's group.",
+         "A volume in another AZ can never be attached to the cluster's nodes; it only costs.",
+         check_warm_volume),
+    Rule("ST9", ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role"),
+         "Instance role must not allow S3, EC2 volume or Auto Scaling write actions on Resource '*': "
+         "scope them to the cluster's bucket prefix, pool volumes and group.",
+         "A wildcard lets one team's node touch every team's checkpoints, volumes and groups.",
+         check_instance_role_policy),
+    Rule("ST10", ("AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress"),
+         "Security group must not allow ingress from 0.0.0.0/0 or ::/0: allow the cluster's own group only.",
+         "Training nodes talk only to each other; access is through SSM Session Manager.",
+         check_security_group_ingress),
+)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ cdk-nag adapter
+@jsii.implements(IApplyRule)
+class _Finding:
+    """One rule applied to one resource, in the shape cdk-nag's ``applyRule`` reads (properties, not fields)."""
+
+    def __init__(self, node: CfnResource, rule: Rule, result: Optional[list[str]]) -> None:
+        self._node, self._rule, self._result = node, rule, result
+
+    @builtins.property
+    def node(self) -> CfnResource:
+        return self._node
+
+    @builtins.property
+    def rule_suffix_override(self) -> str:
+        return self._rule.id
+
+    @builtins.property
+    def info(self) -> str:
+        return self._rule.message
+
+    @builtins.property
+    def explanation(self) -> str:
+        return self._rule.why + (f" Found: {'; '.join(self._result)}." if self._result else "")
+
+    @builtins.property
+    def level(self) -> NagMessageLevel:
+        return NagMessageLevel.ERROR
+
+    def rule(self, node: CfnResource) -> NagRuleCompliance:
+        if self._result is None:
+            return NagRuleCompliance.NOT_APPLICABLE
+        return NagRuleCompliance.NON_COMPLIANT if self._result else NagRuleCompliance.COMPLIANT
+
+
+class SpotTrainingChecks(NagPack):
+    """The rules above as a cdk-nag pack; findings are ``SpotTraining-ST<n>``."""
+
+    def __init__(self, scope: Optional[IConstruct] = None, *, verbose: Optional[bool] = None) -> None:
+        super().__init__(scope, verbose=verbose)
+        self._pack_name = PACK
+        self._templates: dict[str, Template] = {}
+
+    @builtins.property
+    def name(self) -> str:
+        return PACK
+
+    def _template(self, stack: Stack) -> Template:
+        outdir = getattr(stack.node.root, "outdir", None)
+        path = Path(str(outdir)) / stack.template_file
+        key = str(path)
+        if key not in self._templates:
+            self._templates[key] = json.loads(path.read_text())  # the pack runs after synthesis
+        return self._templates[key]
+
+    @jsii.member(jsii_name="checkResource")
+    def _check_resource(self, node: CfnResource) -> None:
+        rules = [r for r in RULES if node.cfn_resource_type in r.types]
+        if not rules:
+            return
+        stack = Stack.of(node)
+        template = self._template(stack)
+        logical_id = str(stack.resolve(node.logical_id))
+        resource = template.get("Resources", {}).get(logical_id)
+        if resource is None:
+            return  # removed by an override or a condition: nothing deployed to check
+        for rule in rules:
+            finding = _Finding(node, rule, rule.check(logical_id, resource, template))
+            self._apply_rule(finding)  # type: ignore[arg-type]  # read-only properties are what jsii reads
