@@ -13,6 +13,9 @@ export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	printf '#!/bin/sh\n# trainctl from this checkout (see README)\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m trainctl "$$@"\n' \
+		"$(CURDIR)" "$(CURDIR)/$(BIN)/python" > $(BIN)/trainctl
+	chmod +x $(BIN)/trainctl
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

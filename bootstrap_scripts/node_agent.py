@@ -14,7 +14,7 @@ S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
   ckpt/<step>/<files...>                 one checkpoint; ``ckpt/<step>/spot-training-manifest.json`` is
                                          written last (size + sha256 of every file). No manifest: it does not exist.
   nodes/<instance-id>/done               a node finished (barrier before the job's DONE)
-  DONE, FAILED                           job markers (JSON)
+  DONE, FAILED, STOPPED                  job markers (JSON); STOP: a stop request (trainctl stop)
 Logs: log group from the job spec, stream ``<job>/<instance-id>``.
 
 Local checkpoint directory (``checkpoint_dir`` of the spec):
@@ -453,6 +453,10 @@ class CheckpointStore:
         listing = self.listing() if listing is None else listing
         return sorted((s for s, objs in listing.items() if MANIFEST in objs), reverse=True)
 
+    @staticmethod
+    def newest_of(s3: Any, job: "Job") -> Optional[int]:
+        return CheckpointStore(s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, lambda _: None).newest_complete()
+
     def newest_complete(self) -> Optional[int]:
         steps = self.complete_steps()
         return steps[0] if steps else None
@@ -757,6 +761,7 @@ class Agent:
         self.peers: List[Tuple[str, str]] = []
         self.notice_newest: Optional[int] = None
         self.notice_at = 0.0
+        self.stop_requested = False  # trainctl stop: checkpoint, then STOPPED and scale to 0
         self.warm_volume: Optional[Tuple[str, str, Optional[str]]] = None  # (volume id, device, bound env root)
 
     # -- small S3 helpers
@@ -946,13 +951,16 @@ class Agent:
                         action = rebalance = None
                     if action:
                         notice = f"spot interruption notice {action.strip()}"
+                    elif self.marker(job, "STOP") is not None:
+                        notice, self.stop_requested = "stop requested (trainctl stop)", True
                     elif rebalance and rebalance != rebalance_seen:
                         rebalance_seen = rebalance
                         self.log(f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint")
                         os.makedirs(os.path.join(job.checkpoint_dir, STATE_DIR), exist_ok=True)
                         open(os.path.join(job.checkpoint_dir, STATE_DIR, "save-request"), "w").close()
                 if notice:
-                    self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
+                    if not self.stop_requested:
+                        self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
                     self.notice_at = time.monotonic()
                     self.notice_newest = syncer.store.newest_complete()
                     self.stop_trainer(proc, job, notice)
@@ -1041,6 +1049,14 @@ class Agent:
         self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.scale_to_zero(group)
 
+    def stopped(self, job: Job, group: str) -> int:
+        """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0."""
+        if self.marker(job, "STOPPED") is None:
+            self.put_marker(job, "STOPPED", {"last_checkpoint": CheckpointStore.newest_of(self.s3, job)})
+        self.log(f"job {job.job_id} STOPPED on request")
+        self.scale_to_zero(group)
+        return 0
+
     def fail(self, job: Job, group: str, reason: str) -> int:
         self.put_marker(job, "FAILED", {"reason": reason})
         self.log(f"job {job.job_id} FAILED: {reason}")
@@ -1074,12 +1090,12 @@ class Agent:
             f"nodes {job.min_nodes}:{job.max_nodes} x {job.nproc_per_node}"
         )
         group = self.group_name()
-        for name in ("DONE", "FAILED"):
+        for name in ("DONE", "FAILED", "STOPPED"):
             found = self.marker(job, name)
             if found is not None:
                 self.log(f"job {job.job_id} is already {name}; nothing to run")
                 self.scale_to_zero(group)
-                return 0 if name == "DONE" else EXIT_FAILED
+                return EXIT_FAILED if name == "FAILED" else 0
         self.claim_warm_volume(job)
         os.makedirs(self.work_dir, exist_ok=True)
         with Timed(self.log, "download code"):
@@ -1094,6 +1110,11 @@ class Agent:
                 if str(exc).startswith("no readable checkpoint"):
                     self.fail(job, group, str(exc))
                 raise
+            if interrupted and self.stop_requested:
+                self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
+                return self.stopped(job, group)
+            if rc != 0 and self.marker(job, "STOP") is not None:  # a peer's trainer stopped ours collectively
+                return self.stopped(job, group)
             if interrupted:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 self.log("interrupted: exiting cleanly; the group replaces this instance")

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,9 +24,11 @@ import torch
 import yaml
 
 from emulator import EmulatedCloud
-from emulator.demo import EXAMPLE_DIR, Summary, run_job
+from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
 from emulator.deploy import bootstrap, deploy
+from emulator.nodes import NodeLauncher
 from trainctl import jobs
+from trainctl.cli import main as trainctl_main
 
 pytestmark = pytest.mark.slow
 
@@ -181,3 +184,102 @@ def test_a_team_with_a_warm_pool_and_two_clusters_deploys(cloud: EmulatedCloud, 
         AutoScalingGroupNames=[outputs["GroupNamepooled"], outputs["GroupNameplain"]]
     )["AutoScalingGroups"]
     assert sorted(g["MaxSize"] for g in groups) == [2, 3]
+
+
+# ---------------------------------------------------------------------------------------------------- trainctl
+@pytest.fixture
+def aws_env(cloud: EmulatedCloud, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment a user sets from `python -m emulator up`'s exports (and nothing of the real AWS)."""
+    env = cloud.client_env({})
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+def _trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = trainctl_main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_trainctl_status_list_and_logs_of_the_demo_job(
+    demo_run: Any, aws_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary, _ = demo_run
+    code, out, _ = _trainctl(capsys, "--json", "status", "--cluster", "main", summary.job_id)
+    assert code == 0
+    info = json.loads(out)
+    assert info["state"] == "DONE"
+    assert info["last_checkpoint_step"] == summary.steps_trained
+    assert info["interruptions"] == 1
+    assert info["nodes"] == [] and info["desired_capacity"] == 0
+    code, out, _ = _trainctl(capsys, "list", "--cluster", "main")
+    assert code == 0
+    assert re.search(rf"^{summary.job_id}\s+DONE\s", out, re.MULTILINE)
+    code, out, _ = _trainctl(capsys, "logs", "--cluster", "main", summary.job_id, "--node", summary.replacement)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines and all(line.split()[1] == summary.replacement for line in lines)  # only that node's stream
+    assert f"resume step: {summary.resumed_from_step}" in out
+
+
+def test_trainctl_errors_are_one_line(
+    cloud: EmulatedCloud, aws_env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = _trainctl(capsys, "status", "--cluster", "nope")
+    assert (code, out) == (2, "")
+    assert err == (
+        "trainctl: error: no cluster default/nope: SSM parameter /spot-training/default/nope/job-spec "
+        "does not exist (is the stack deployed?)\n"
+    )
+    code, _, err = _trainctl(capsys, "status", "--cluster", "main", "job-that-never-was")
+    assert code == 2
+    assert err == "trainctl: error: no job 'job-that-never-was' on default/main (see 'trainctl list')\n"
+    code, _, err = _trainctl(capsys, "submit", "--cluster", "main", "--code", "/nonexistent", "--nodes", "1")
+    assert (code, err) == (2, "trainctl: error: code directory /nonexistent does not exist\n")
+    code, _, err = _trainctl(capsys, "submit", "--cluster", "main", "--code", str(EXAMPLE_DIR), "--nodes", "9")
+    assert (code, err) == (2, "trainctl: error: --nodes must be from 1 to 2 (the cluster's max_nodes), got 9\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens once the socket is closed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"https://localhost:{closed}")
+    code, _, err = _trainctl(capsys, "list", "--cluster", "main")
+    assert code == 3
+    assert err == f"trainctl: error: the AWS endpoint does not answer: https://localhost:{closed}/\n"
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    code, _, err = _trainctl(capsys, "list", "--cluster", "main")
+    assert code == 3
+    assert err == "trainctl: error: no AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID/...)\n"
+
+
+def test_trainctl_submit_then_stop_saves_a_checkpoint_and_scales_to_zero(
+    cloud: EmulatedCloud, demo_run: Any, aws_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    client = _client(cloud)
+    ref = jobs.find_cluster(client, "default", "main")
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[ref.group], node_env=NODE_ENV) as launcher:
+        code, out, err = _trainctl(
+            capsys, "submit", "--cluster", "main", "--code", str(EXAMPLE_DIR), "--nodes", "1",
+            "--command", "python train.py --epochs 50 --seed 0 --step-sleep-s 0.1", "--python", sys.executable,
+            "--checkpoint-interval-s", "2",
+        )  # fmt: skip
+        assert code == 0, err
+        job_id = out.strip()
+        launcher.wait_for(lambda: bool(jobs.checkpoints(client, ref, job_id)), 180, "a first checkpoint")
+        code, out, _ = _trainctl(capsys, "stop", "--cluster", "main", job_id)
+        assert code == 0
+        assert "stop requested" in out
+        launcher.wait_for(
+            lambda: jobs.marker(client, ref, job_id, "STOPPED") is not None and not launcher.running(),
+            180,
+            "the job to stop",
+        )
+    stopped = jobs.marker(client, ref, job_id, "STOPPED")
+    assert stopped is not None
+    steps = [c.step for c in jobs.checkpoints(client, ref, job_id)]
+    assert stopped["last_checkpoint"] == steps[-1] < 50 * 1400 // 32  # stopped before the end, state saved
+    assert jobs.marker(client, ref, job_id, "DONE") is None
+    assert jobs.desired_capacity(client, ref) == 0
+    code, out, _ = _trainctl(capsys, "--json", "status", "--cluster", "main", job_id)
+    assert json.loads(out)["state"] == "STOPPED"

@@ -1,0 +1,258 @@
+"""``trainctl``: submit, watch and stop training jobs on a deployed cluster (real AWS or the emulated cloud).
+
+    trainctl submit --team T --cluster C --code DIR --nodes N [--command "python train.py ..."]
+    trainctl status --team T --cluster C [JOB]
+    trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
+    trainctl stop   --team T --cluster C JOB
+    trainctl list   --team T --cluster C
+
+The AWS endpoint, region and credentials come from the environment, as for the AWS CLI (``AWS_ENDPOINT_URL``
+for the emulator: ``python -m emulator up`` prints the exports). ``--json`` prints machine-readable output.
+Errors are one line on stderr with exit code 2 (bad input, unknown team/cluster/job) or 3 (AWS unreachable
+or no credentials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+from trainctl import jobs
+
+EXIT_BAD_INPUT, EXIT_AWS = 2, 3
+FOLLOW_LIMIT_S = 24 * 3600.0
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(c).upper() for c in columns]] + [
+        ["" if r.get(c) is None else str(r[c]) for c in columns] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def _client_factory(region: Optional[str]) -> jobs.ClientFactory:
+    session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION") or None)
+    if session.region_name is None:
+        raise CliError("no AWS region: set AWS_REGION or pass --region")
+    cache: dict[str, Any] = {}
+
+    def client(service: str) -> Any:
+        if service not in cache:
+            cache[service] = session.client(service)
+        return cache[service]
+
+    return client
+
+
+def job_state(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
+    for name in ("DONE", "FAILED", "STOPPED"):
+        if jobs.marker(client, ref, job_id, name) is not None:
+            return name
+    if jobs.marker(client, ref, job_id, "STOP") is not None:
+        return "STOPPING"
+    return "RUNNING" if jobs.desired_capacity(client, ref) > 0 else "WAITING"
+
+
+def current_job(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> str:
+    ssm = client("ssm")
+    try:
+        value = ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]["Value"]
+    except ssm.exceptions.ParameterNotFound:
+        raise CliError(f"no job was ever submitted to {ref.team}/{ref.cluster}") from None
+    return str(json.loads(value)["job_id"])
+
+
+def known_job(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
+    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/{job_id}.", MaxKeys=1)
+    if not found.get("KeyCount"):
+        raise CliError(f"no job {job_id!r} on {ref.team}/{ref.cluster} (see 'trainctl list')")
+    return job_id
+
+
+def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dict[str, Any]:
+    group = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
+    members = group["AutoScalingGroups"][0]["Instances"]
+    details: dict[str, dict[str, Any]] = {}
+    if members:
+        found = client("ec2").describe_instances(InstanceIds=[m["InstanceId"] for m in members])
+        details = {i["InstanceId"]: i for r in found["Reservations"] for i in r["Instances"]}
+    nodes = [
+        {
+            "instance": m["InstanceId"],
+            "state": m["LifecycleState"],
+            "market": "spot" if details.get(m["InstanceId"], {}).get("InstanceLifecycle") == "spot" else "on-demand",
+            "az": m.get("AvailabilityZone"),
+            "type": m.get("InstanceType") or details.get(m["InstanceId"], {}).get("InstanceType"),
+        }
+        for m in members
+    ]
+    checkpoints = jobs.checkpoints(client, ref, job_id)
+    leaving = [
+        o["Key"]
+        for o in client("s3")
+        .list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.job_prefix(job_id)}nodes/")
+        .get("Contents", [])
+        if o["Key"].endswith("/leaving")
+    ]
+    last = checkpoints[-1] if checkpoints else None
+    return {
+        "job_id": job_id,
+        "team": ref.team,
+        "cluster": ref.cluster,
+        "state": job_state(client, ref, job_id),
+        "group": ref.group,
+        "desired_capacity": jobs.desired_capacity(client, ref),
+        "nodes": nodes,
+        "last_checkpoint_step": last.step if last else None,
+        "last_checkpoint_age_s": round(time.time() - last.manifest_time, 1) if last else None,
+        "interruptions": len(leaving),
+    }
+
+
+def list_jobs(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> list[dict[str, Any]]:
+    rows = []
+    pages = client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/")
+    for page in pages:
+        for obj in page.get("Contents", []):
+            job_id = obj["Key"][len(f"{ref.prefix}code/") :].split(".", 1)[0]
+            rows.append({"job_id": job_id, "submitted": obj["LastModified"].strftime("%Y-%m-%d %H:%M:%S")})
+    for row in rows:
+        row["state"] = job_state(client, ref, row["job_id"])
+    return sorted(rows, key=lambda r: r["submitted"])
+
+
+def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
+    """Ask the nodes to checkpoint and stop (they write STOPPED and scale to 0); with no node, scale to 0 here."""
+    state = job_state(client, ref, job_id)
+    if state in ("DONE", "FAILED", "STOPPED"):
+        return f"job {job_id} is already {state}"
+    body = json.dumps({"requested_at": time.time()}).encode()
+    client("s3").put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix(job_id)}STOP", Body=body)
+    if not status(client, ref, job_id)["nodes"]:
+        client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
+        return f"job {job_id}: no node running; group set to 0"
+    return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0"
+
+
+def print_logs(
+    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, node: Optional[str], follow: bool
+) -> None:
+    seen = 0
+    deadline = time.monotonic() + FOLLOW_LIMIT_S
+    while True:
+        events = [e for e in jobs.log_events(client, ref, job_id) if node is None or e[1].endswith("/" + node)]
+        for ts, stream, message in events[seen:]:
+            print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
+        seen = len(events)
+        if not follow or job_state(client, ref, job_id) in ("DONE", "FAILED", "STOPPED") or time.monotonic() > deadline:
+            return
+        time.sleep(2.0)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trainctl", description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--region", help="AWS region (default: AWS_REGION / the AWS config)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = p.add_subparsers(dest="action", required=True)
+
+    def cluster_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--team", default="default", help="team (stack TrainingStack[-team]); default 'default'")
+        sp.add_argument("--cluster", required=True, help="cluster name from the team file")
+
+    s = sub.add_parser("submit", help="pack and upload code, write the job, scale the group")
+    cluster_args(s)
+    s.add_argument("--code", type=Path, required=True, help="directory to pack (.gitignore respected)")
+    s.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    s.add_argument("--command", dest="entry_command", help="entry command (default: the cluster's job.command)")
+    s.add_argument("--job-id", help="job id (default: job-<time>-<random>)")
+    s.add_argument("--python", help="interpreter of the training environment on the node")
+    s.add_argument("--checkpoint-interval-s", type=float, help="fixed checkpoint interval (default: Young/Daly)")
+    for name, help_text in (("status", "nodes, checkpoint, interruptions"), ("logs", "the job's logs")):
+        sp = sub.add_parser(name, help=help_text)
+        cluster_args(sp)
+        sp.add_argument("job", nargs="?" if name == "status" else None, help="job id (status: default current job)")
+        if name == "logs":
+            sp.add_argument("--node", help="only this instance's stream")
+            sp.add_argument("--follow", action="store_true", help="keep printing until the job ends")
+    sp = sub.add_parser("stop", help="final checkpoint, then scale to 0")
+    cluster_args(sp)
+    sp.add_argument("job", help="job id")
+    cluster_args(sub.add_parser("list", help="jobs submitted to the cluster"))
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    client = _client_factory(args.region)
+    try:
+        ref = jobs.find_cluster(client, args.team, args.cluster)
+    except jobs.JobError as exc:
+        raise CliError(str(exc)) from None
+    out: Any
+    if args.action == "submit":
+        overrides = {
+            k: v for k, v in (("python", args.python), ("checkpoint_interval_s", args.checkpoint_interval_s)) if v
+        }
+        try:
+            job_id = jobs.submit(
+                client, ref, args.code, command=args.entry_command or str(ref.spec["command"]), nodes=args.nodes,
+                job_id=args.job_id, **overrides,
+            )  # fmt: skip
+        except jobs.JobError as exc:
+            raise CliError(str(exc)) from None
+        out = {"job_id": job_id} if args.json else job_id
+    elif args.action == "status":
+        info = status(client, ref, known_job(client, ref, args.job or current_job(client, ref)))
+        if args.json:
+            out = info
+        else:
+            head = {k: v for k, v in info.items() if k != "nodes"}
+            out = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in head.items())
+            out += "\n\n" + (
+                table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
+            )
+    elif args.action == "logs":
+        print_logs(client, ref, known_job(client, ref, args.job), args.node, args.follow)
+        return 0
+    elif args.action == "stop":
+        message = stop(client, ref, known_job(client, ref, args.job))
+        out = {"message": message} if args.json else message
+    else:
+        rows = list_jobs(client, ref)
+        out = rows if args.json else (table(rows, ["job_id", "state", "submitted"]) if rows else "no jobs")
+    print(json.dumps(out, indent=1, default=str) if args.json else out)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except CliError as exc:
+        print(f"trainctl: error: {exc}", file=sys.stderr)
+        return exc.code
+    except NoCredentialsError:
+        print("trainctl: error: no AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID/...)", file=sys.stderr)
+        return EXIT_AWS
+    except EndpointConnectionError as exc:
+        print(f"trainctl: error: the AWS endpoint does not answer: {exc.kwargs.get('endpoint_url')}", file=sys.stderr)
+        return EXIT_AWS
+    except (ClientError, BotoCoreError) as exc:
+        print(f"trainctl: error: AWS call failed: {exc}", file=sys.stderr)
+        return EXIT_AWS
