@@ -27,6 +27,7 @@ from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import Node, NodeLauncher
 from trainctl import jobs
+from trainctl.cli import format_status, status
 
 EXAMPLE_DIR = REPO_ROOT / "examples" / "digits"
 STACK, TEAM, CLUSTER = "TrainingStack", "default", "main"
@@ -159,7 +160,10 @@ def run(
         started = time.monotonic()
         deploy(cloud, STACK)
         progress(f"cdk deploy {STACK}: {time.monotonic() - started:.1f} s")
-        summary, _ = run_job(cloud, run_dir / "nodes", progress=progress, **job_options)
+        summary, ref = run_job(cloud, run_dir / "nodes", progress=progress, **job_options)
+        write("")
+        write(f"$ trainctl status --cluster {CLUSTER} {summary.job_id}")
+        write(format_status(status(lambda service: cloud.client(service), ref, summary.job_id)))
     write("")
     write("Summary (read from S3, CloudWatch Logs and the Auto Scaling API):")
     for line in summary.lines():

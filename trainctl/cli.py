@@ -126,6 +126,12 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
     }
 
 
+def format_status(info: dict[str, Any]) -> str:
+    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in info.items() if k != "nodes")
+    nodes = table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
+    return f"{head}\n\n{nodes}"
+
+
 def list_jobs(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> list[dict[str, Any]]:
     rows = []
     pages = client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/")
@@ -219,14 +225,7 @@ def run(args: argparse.Namespace) -> int:
         out = {"job_id": job_id} if args.json else job_id
     elif args.action == "status":
         info = status(client, ref, known_job(client, ref, args.job or current_job(client, ref)))
-        if args.json:
-            out = info
-        else:
-            head = {k: v for k, v in info.items() if k != "nodes"}
-            out = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in head.items())
-            out += "\n\n" + (
-                table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
-            )
+        out = info if args.json else format_status(info)
     elif args.action == "logs":
         print_logs(client, ref, known_job(client, ref, args.job), args.node, args.follow)
         return 0
