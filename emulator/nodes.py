@@ -73,6 +73,7 @@ class Node:
     exited_at: Optional[float] = None
     exit_code: Optional[int] = None
     terminated_at: Optional[float] = None
+    shut_down: bool = False  # the launcher ended the process tree (instance gone), as opposed to exiting by itself
     events: list[str] = field(default_factory=list)
 
     @property
@@ -178,7 +179,11 @@ class NodeLauncher:
         while not predicate():
             if self.errors:
                 raise EmulatorError(f"node launcher failed: {self.errors[-1]}")
-            failed = [n for n in self.nodes.values() if n.exit_code not in (None, 0) and n.notice_at is None]
+            failed = [
+                n
+                for n in self.nodes.values()
+                if n.exit_code not in (None, 0) and n.notice_at is None and not n.shut_down
+            ]
             if failed:
                 tail = failed[0].console.read_text(errors="replace").strip().splitlines()[-1:]
                 raise EmulatorError(
@@ -303,6 +308,7 @@ class NodeLauncher:
         # and take it before anything dies (an orphan's parent is no longer ours to follow).
         tree = process_tree(node.proc.pid)
         if node.running:
+            node.shut_down = True
             _signal_group(node.proc, signal.SIGTERM)
             try:
                 node.proc.wait(timeout=SHUTDOWN_GRACE_S)
