@@ -179,10 +179,14 @@ def run_job(
     step_sleep_s: float = 0.15,
     checkpoint_interval_s: float = 5.0,
     interrupt_after_step: int = 40,
+    interrupt_host: bool = False,
     timeout_s: float = 480.0,
     progress: Callable[[str], None] = print,
 ) -> tuple[Summary, jobs.ClusterRef]:
-    """On a deployed TrainingStack: submit the example, interrupt one node, wait for DONE and the group at 0."""
+    """On a deployed TrainingStack: submit the example, interrupt one node, wait for DONE and the group at 0.
+
+    ``interrupt_host``: interrupt the rendezvous host (lowest instance id) instead of another node.
+    """
 
     def client(service: str) -> Any:
         return cloud.client(service)
@@ -215,7 +219,9 @@ def run_job(
         launcher.wait_for(
             lambda: durable_step() >= interrupt_after_step, deadline - time.monotonic(), "a first checkpoint"
         )
-        victim = max(n.instance_id for n in launcher.running())  # not the rendezvous host (lowest id)
+        # The rendezvous host is the lowest instance id; by default interrupt a node that is not the host.
+        running = sorted(n.instance_id for n in launcher.running())
+        victim = running[0] if interrupt_host else running[-1]
         notice_at = time.time()
         launcher.interrupt(victim)
         launcher.wait_for(

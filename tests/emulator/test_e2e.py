@@ -62,6 +62,25 @@ def demo_run(cloud: EmulatedCloud) -> tuple[Summary, jobs.ClusterRef]:
     )
 
 
+def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, demo_run: Any) -> None:
+    """The survivor re-discovers its peers, elects a new host and resumes from the emergency checkpoint."""
+    assert cloud.run_dir is not None
+    summary, _ = run_job(
+        cloud,
+        cloud.run_dir / "nodes-host",
+        epochs=2,
+        step_sleep_s=0.1,
+        checkpoint_interval_s=2.0,
+        interrupt_after_step=10,
+        interrupt_host=True,
+        progress=lambda _: None,
+    )
+    assert summary.done and summary.desired_capacity == 0 and summary.nodes_running_after == 0
+    assert summary.victim == min(n.instance_id for n in summary.nodes[:2])  # the first host was the one taken
+    assert summary.steps_redone == 0
+    assert summary.steps_trained == 2 * STEPS_PER_EPOCH
+
+
 def _client(cloud: EmulatedCloud) -> Any:
     return lambda service: cloud.client(service)
 
