@@ -495,6 +495,9 @@ class CheckpointStore:
             assert isinstance(files, dict) and manifest.get("step") == step
         except (ClientError, ValueError, KeyError, TypeError, AssertionError) as exc:
             raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
+        if manifest.get("job_id") != self.job_id:
+            owner = manifest.get("job_id")
+            raise AgentError(f"checkpoint {step}: manifest belongs to job {owner!r}, not {self.job_id!r}")
         for rel, meta in files.items():
             if ".." in rel.split("/") or rel.startswith("/") or rel == MANIFEST:
                 raise AgentError(f"checkpoint {step}: manifest lists an unsafe name {rel!r}")
