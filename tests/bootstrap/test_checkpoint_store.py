@@ -24,7 +24,7 @@ def store(aws: Clients) -> Any:
     aws.s3.create_bucket(Bucket=bucket)
     lines: list[str] = []
     s = CheckpointStore(aws.s3, bucket, f"c/{JOB}/ckpt/", JOB, lines.append)
-    s.lines = lines  # type: ignore[attr-defined]
+    s.lines = lines
     return s
 
 
