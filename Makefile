@@ -42,5 +42,9 @@ synth: deps
 demo: deps
 	$(BIN)/python -m emulator demo
 
+# Ratios measured side by side (see benchmarks/bench.py); writes benchmarks/RESULTS.md. Not part of make test.
+bench: deps
+	$(BIN)/python -m benchmarks.bench
+
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -84,6 +84,7 @@ def main() -> int:
 
     first_step = step + 1  # logged, so that the time to the first step after a (re)start can be read off the logs
     batches = len(train_idx) // world // args.batch_size
+    loop_started, steps_at_start = time.monotonic(), step
     for epoch in range(start_epoch, args.epochs):
         order = train_idx[
             torch.randperm(len(train_idx), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
@@ -111,6 +112,7 @@ def main() -> int:
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
         if rank == 0:
             print(f"epoch {epoch} done: step {step} test accuracy {accuracy:.3f} world size {world}", flush=True)
+    loop_s = time.monotonic() - loop_started
     # The final state as a checkpoint too: the node agent makes it durable in S3 (the job's result), and a
     # restart after this point resumes past the last epoch and finishes at once.
     ckpt.save(step, extra={"epoch": args.epochs, "batch": 0}, block=True)
@@ -119,6 +121,7 @@ def main() -> int:
         torch.save(getattr(model, "module", model).state_dict(), args.output)
     if rank == 0:
         print(f"training finished at step {step}", flush=True)
+        print(f"training loop: {step - steps_at_start} steps in {loop_s:.3f} s", flush=True)
     return 0
 
 
