@@ -468,11 +468,12 @@ class CheckpointStore:
 
         def put(item: Tuple[str, str]) -> Tuple[str, Dict[str, Any]]:
             rel, path = item
-            size, digest = os.path.getsize(path), sha256_file(path)
+            size = os.path.getsize(path)
+            digest = hasher.submit(sha256_file, path)  # hashed while the parts upload (hashlib releases the GIL)
             self.s3.upload_file(path, self.bucket, base + rel, Config=TRANSFER)
-            return rel, {"size": size, "sha256": digest}
+            return rel, {"size": size, "sha256": digest.result()}
 
-        with ThreadPoolExecutor(PARALLEL_FILES) as pool:
+        with ThreadPoolExecutor(PARALLEL_FILES) as pool, ThreadPoolExecutor(PARALLEL_FILES) as hasher:
             entries = dict(pool.map(put, sorted(files.items())))
         manifest = {
             "version": 1,
