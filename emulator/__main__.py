@@ -1,5 +1,8 @@
 """``python -m emulator up``: start the emulated cloud, bootstrap, deploy, print what clients need, wait for Ctrl-C.
 
+While it waits, every instance an Auto Scaling group launches boots as a local node (``emulator.nodes``), so a
+job submitted with ``trainctl submit`` runs. ``python -m emulator demo``: see ``emulator.demo``.
+
     python -m emulator up [--stack TrainingStack ...] [--run-dir DIR]
 
 Prints the endpoint, the environment a client needs (``export`` lines) and the stack outputs, then
@@ -50,8 +53,13 @@ def up(stacks: list[str], run_dir: Path, *, wait: bool = True) -> int:
         for key in _SHOWN_ENV:
             print(f"  export {key}={shlex.quote(env[key])}")
         if wait:
-            print("\nRunning; press Ctrl-C to stop.", flush=True)
-            threading.Event().wait()  # until KeyboardInterrupt / SystemExit (SIGTERM)
+            from emulator.demo import NODE_ENV
+            from emulator.nodes import NodeLauncher
+
+            # Instances the groups launch (e.g. after `trainctl submit`) boot as local nodes, as in the demo.
+            with NodeLauncher(cloud, run_dir / "nodes", node_env=NODE_ENV, on_event=lambda m: print(m, flush=True)):
+                print("\nRunning; instances boot as local nodes; press Ctrl-C to stop.", flush=True)
+                threading.Event().wait()  # until KeyboardInterrupt / SystemExit (SIGTERM)
     return 0
 
 
