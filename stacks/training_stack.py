@@ -88,6 +88,13 @@ class TrainingStack(Stack):
                 value=cluster.log_group.log_group_name,
                 description=f"Log group of cluster {spec.name}",
             )
+            if cluster.drill is not None:
+                CfnOutput(
+                    self,
+                    f"InterruptionDrill-{spec.name}",
+                    value=cluster.drill.template.attr_id,
+                    description=f"FIS experiment template id of cluster {spec.name}'s interruption drill",
+                )
             CfnOutput(
                 self,
                 f"JobSpecParameter-{spec.name}",

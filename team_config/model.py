@@ -157,6 +157,11 @@ class AmiConfig(Strict):
         return self
 
 
+class InterruptionDrillConfig(Strict):
+    percent: int = Field(50, ge=1, le=100, description="Share of the running spot instances that get a notice.")
+    notice_minutes: int = Field(2, ge=2, le=15, description="Minutes between the notice and the interruption.")
+
+
 class WarmPoolConfig(Strict):
     size: int = Field(ge=1, le=64, description="Number of pre-warmed volumes; at least max_nodes.")
     snapshot_id: Optional[SnapshotId] = None
@@ -218,6 +223,9 @@ class ClusterConfig(Strict):
     ami: AmiConfig = AmiConfig()
     job: JobConfig = JobConfig()
     warm_pool: Optional[WarmPoolConfig] = None
+    interruption_drill: Optional[InterruptionDrillConfig] = Field(
+        None, description="Create an AWS FIS experiment template that interrupts this cluster's spot instances."
+    )
 
     @model_validator(mode="after")
     def _nodes(self) -> ClusterConfig:

@@ -71,6 +71,7 @@ def assembly(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Path:
                         "desired_nodes": 2,
                         "on_demand_base_capacity": 1,
                         "warm_pool": {"size": 2, "snapshot_id": "snap-0123456789abcdef0"},
+                        "interruption_drill": {"percent": 100, "notice_minutes": 5},
                     },
                     {
                         "name": "arm",

@@ -164,6 +164,11 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="grace>notice",
         ),
         pytest.param(
+            cluster(interruption_drill={"notice_minutes": 1}),
+            "clusters[0].interruption_drill.notice_minutes: Input should be greater than or equal to 2 (got 1)",
+            id="drill-notice",
+        ),
+        pytest.param(
             {**cluster(), "network": {"new_vpc": {"cidr": "10.0.0.0/8"}}},
             "network.new_vpc: cidr '10.0.0.0/8' has prefix /8; use a /16 to /24 range",
             id="cidr",

@@ -430,3 +430,54 @@ def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
     assert {r["Fn::Join"][1][-1]["Ref"] for r in volumes["Resource"]} == volume_ids, "exact volume ARNs, no wildcard"
     instances = statements["AttachToOwnClusterInstances"]
     assert instances["Condition"] == {"StringEquals": {"aws:ResourceTag/spot-training:cluster": "big"}}
+
+
+@pytest.fixture(scope="module")
+def drill() -> Template:
+    cluster = dict(CLUSTER, interruption_drill={"percent": 50, "notice_minutes": 3})
+    return synth(team_config(clusters=[cluster]))[1]
+
+
+def test_no_interruption_drill_unless_asked(default: Template) -> None:
+    assert resources(default, "AWS::FIS::ExperimentTemplate") == []
+
+
+def test_interruption_drill_interrupts_this_clusters_spot_instances(drill: Template) -> None:
+    drill.has_resource_properties(
+        "AWS::FIS::ExperimentTemplate",
+        {
+            "Actions": {
+                "SendInterruptionNotices": {
+                    "ActionId": "aws:ec2:send-spot-instance-interruptions",
+                    "Parameters": {"durationBeforeInterruption": "PT3M"},
+                    "Targets": {"SpotInstances": "ClusterSpotInstances"},
+                }
+            },
+            "Targets": {
+                "ClusterSpotInstances": {
+                    "ResourceType": "aws:ec2:spot-instance",
+                    "SelectionMode": "PERCENT(50)",
+                    "ResourceTags": {"spot-training:team": "team-a", "spot-training:cluster": "main"},
+                    "Filters": [{"Path": "State.Name", "Values": ["running"]}],
+                }
+            },
+            "StopConditions": [{"Source": "aws:cloudwatch:alarm", "Value": Match.any_value()}],
+        },
+    )
+    [alarm] = resources(drill, "AWS::CloudWatch::Alarm")
+    assert alarm["Properties"]["MetricName"] == "GroupInServiceInstances"
+    assert (alarm["Properties"]["Threshold"], alarm["Properties"]["ComparisonOperator"]) == (1, "LessThanThreshold")
+    [template] = resources(drill, "AWS::FIS::ExperimentTemplate")
+    alarm_id = next(iter(drill.find_resources("AWS::CloudWatch::Alarm")))
+    assert template["Properties"]["StopConditions"][0]["Value"] == {"Fn::GetAtt": [alarm_id, "Arn"]}
+
+
+def test_interruption_drill_role_may_interrupt_only_this_cluster(drill: Template) -> None:
+    statements = {s.get("Sid"): s for s in policies(drill)}
+    interrupt = statements["InterruptThisClusterOnly"]
+    assert interrupt["Action"] == "ec2:SendSpotInstanceInterruptions"
+    assert interrupt["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/spot-training:team": "team-a", "aws:ResourceTag/spot-training:cluster": "main"}
+    }
+    roles = [r for r in resources(drill, "AWS::IAM::Role") if "fis.amazonaws.com" in json.dumps(r)]
+    assert len(roles) == 1

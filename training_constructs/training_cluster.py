@@ -13,8 +13,9 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
-from team_config.naming import CLUSTER_TAG, parameter_path
+from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
 from training_constructs.checkpoint_store import CheckpointStore
+from training_constructs.interruption_drill import InterruptionDrill
 from training_constructs.nag import acknowledge
 from training_constructs.spot_fleet import FixedImage, SpotFleet
 from training_constructs.training_logs import TrainingLogs
@@ -199,3 +200,14 @@ class TrainingCluster(Construct):
         self.logs.grant_write(self.role)
         if self.warm_pool is not None:
             self.warm_pool.claim_policy("ClaimPolicy", self.role, cluster_tag_key=CLUSTER_TAG, cluster=spec.name)
+        self.drill = None
+        if spec.interruption_drill is not None:
+            self.drill = InterruptionDrill(
+                self,
+                "InterruptionDrill",
+                team_tag=(TEAM_TAG, team),
+                cluster_tag=(CLUSTER_TAG, spec.name),
+                group=self.asg,
+                percent=spec.interruption_drill.percent,
+                notice_minutes=spec.interruption_drill.notice_minutes,
+            )
