@@ -477,7 +477,10 @@ def test_interruption_drill_role_may_interrupt_only_this_cluster(drill: Template
     interrupt = statements["InterruptThisClusterOnly"]
     assert interrupt["Action"] == "ec2:SendSpotInstanceInterruptions"
     assert interrupt["Condition"] == {
-        "StringEquals": {"aws:ResourceTag/spot-training:team": "team-a", "aws:ResourceTag/spot-training:cluster": "main"}
+        "StringEquals": {
+            "aws:ResourceTag/spot-training:team": "team-a",
+            "aws:ResourceTag/spot-training:cluster": "main",
+        }
     }
     roles = [r for r in resources(drill, "AWS::IAM::Role") if "fis.amazonaws.com" in json.dumps(r)]
     assert len(roles) == 1
