@@ -453,10 +453,6 @@ class CheckpointStore:
         listing = self.listing() if listing is None else listing
         return sorted((s for s, objs in listing.items() if MANIFEST in objs), reverse=True)
 
-    @staticmethod
-    def newest_of(s3: Any, job: "Job") -> Optional[int]:
-        return CheckpointStore(s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, lambda _: None).newest_complete()
-
     def newest_complete(self) -> Optional[int]:
         steps = self.complete_steps()
         return steps[0] if steps else None
@@ -1053,10 +1049,10 @@ class Agent:
         self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.scale_to_zero(group)
 
-    def stopped(self, job: Job, group: str) -> int:
+    def stopped(self, job: Job, group: str, store: CheckpointStore) -> int:
         """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0."""
         if self.marker(job, "STOPPED") is None:
-            self.put_marker(job, "STOPPED", {"last_checkpoint": CheckpointStore.newest_of(self.s3, job)})
+            self.put_marker(job, "STOPPED", {"last_checkpoint": store.newest_complete()})
         self.log(f"job {job.job_id} STOPPED on request")
         self.scale_to_zero(group)
         return 0
@@ -1116,9 +1112,9 @@ class Agent:
                 raise
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
-                return self.stopped(job, group)
+                return self.stopped(job, group, store)
             if rc != 0 and self.marker(job, "STOP") is not None:  # a peer's trainer stopped ours collectively
-                return self.stopped(job, group)
+                return self.stopped(job, group, store)
             if interrupted:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 self.log("interrupted: exiting cleanly; the group replaces this instance")

@@ -105,6 +105,7 @@ class EmulatedCloud:
         self._temp_dir: Optional[tempfile.TemporaryDirectory[str]] = None
         self._previous_sigterm: SignalHandler = None
         self._lock = threading.Lock()
+        self._clients: dict[tuple[str, bool], Any] = {}
 
     # -- addresses ---------------------------------------------------------------------------------
 
@@ -156,9 +157,13 @@ class EmulatedCloud:
         }
 
     def client(self, service: str, *, insecure: bool = False) -> Any:
+        """A boto3 client for ``service`` aimed at the emulator; one per service, reused (clients are thread-safe)."""
         import boto3
 
-        return boto3.session.Session().client(service, **self.boto3_kwargs(insecure=insecure))
+        key = (service, insecure)
+        if key not in self._clients:
+            self._clients[key] = boto3.session.Session().client(service, **self.boto3_kwargs(insecure=insecure))
+        return self._clients[key]
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -243,6 +248,7 @@ class EmulatedCloud:
                 self._temp_dir.cleanup()
                 self._temp_dir = None
             self.port = self.insecure_port = None
+            self._clients.clear()  # a restarted emulator has another port
 
     @property
     def running(self) -> bool:

@@ -163,7 +163,7 @@ def run(
         summary, ref = run_job(cloud, run_dir / "nodes", progress=progress, **job_options)
         write("")
         write(f"$ trainctl status --cluster {CLUSTER} {summary.job_id}")
-        write(format_status(status(lambda service: cloud.client(service), ref, summary.job_id)))
+        write(format_status(status(cloud.client, ref, summary.job_id)))
     write("")
     write("Summary (read from S3, CloudWatch Logs and the Auto Scaling API):")
     for line in summary.lines():
@@ -187,10 +187,7 @@ def run_job(
 
     ``interrupt_host``: interrupt the rendezvous host (lowest instance id) instead of another node.
     """
-
-    def client(service: str) -> Any:
-        return cloud.client(service)
-
+    client = cloud.client
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     with NodeLauncher(cloud, nodes_dir, groups=[ref.group], node_env=NODE_ENV, on_event=progress) as launcher:
         job_id = jobs.submit(

@@ -87,8 +87,8 @@ def known_job(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> 
 
 
 def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dict[str, Any]:
-    group = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
-    members = group["AutoScalingGroups"][0]["Instances"]
+    group = jobs.group(client, ref)
+    members = group["Instances"]
     details: dict[str, dict[str, Any]] = {}
     if members:
         found = client("ec2").describe_instances(InstanceIds=[m["InstanceId"] for m in members])
@@ -118,7 +118,7 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
         "cluster": ref.cluster,
         "state": job_state(client, ref, job_id),
         "group": ref.group,
-        "desired_capacity": jobs.desired_capacity(client, ref),
+        "desired_capacity": group["DesiredCapacity"],
         "nodes": nodes,
         "last_checkpoint_step": last.step if last else None,
         "last_checkpoint_age_s": round(time.time() - last.manifest_time, 1) if last else None,
@@ -151,7 +151,7 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
         return f"job {job_id} is already {state}"
     body = json.dumps({"requested_at": time.time()}).encode()
     client("s3").put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix(job_id)}STOP", Body=body)
-    if not status(client, ref, job_id)["nodes"]:
+    if not jobs.group(client, ref)["Instances"]:
         client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
         return f"job {job_id}: no node running; group set to 0"
     return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0"

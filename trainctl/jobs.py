@@ -186,9 +186,14 @@ def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Op
     return dict(json.loads(body))
 
 
-def desired_capacity(client: ClientFactory, ref: ClusterRef) -> int:
+def group(client: ClientFactory, ref: ClusterRef) -> dict[str, Any]:
+    """The cluster's Auto Scaling group as DescribeAutoScalingGroups returns it (instances, desired capacity)."""
     groups = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
-    return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
+    return dict(groups["AutoScalingGroups"][0])
+
+
+def desired_capacity(client: ClientFactory, ref: ClusterRef) -> int:
+    return int(group(client, ref)["DesiredCapacity"])
 
 
 def log_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[tuple[float, str, str]]:

@@ -81,13 +81,9 @@ def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, de
     assert summary.steps_trained == 2 * STEPS_PER_EPOCH
 
 
-def _client(cloud: EmulatedCloud) -> Any:
-    return lambda service: cloud.client(service)
-
-
 def test_job_is_done_and_the_group_is_back_at_zero(cloud: EmulatedCloud, demo_run: Any) -> None:
     summary, ref = demo_run
-    client = _client(cloud)
+    client = cloud.client
     assert jobs.marker(client, ref, summary.job_id, "DONE") is not None
     assert jobs.marker(client, ref, summary.job_id, "FAILED") is None
     group = cloud.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
@@ -97,7 +93,7 @@ def test_job_is_done_and_the_group_is_back_at_zero(cloud: EmulatedCloud, demo_ru
 
 def test_interrupted_node_was_replaced_and_nothing_was_redone(cloud: EmulatedCloud, demo_run: Any) -> None:
     summary, ref = demo_run
-    client = _client(cloud)
+    client = cloud.client
     assert summary.nodes_booted == 3
     assert summary.replacement != summary.victim
     steps = [c.step for c in jobs.checkpoints(client, ref, summary.job_id)]
@@ -275,7 +271,7 @@ def test_trainctl_errors_are_one_line(
 def test_trainctl_submit_then_stop_saves_a_checkpoint_and_scales_to_zero(
     cloud: EmulatedCloud, demo_run: Any, aws_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    client = _client(cloud)
+    client = cloud.client
     ref = jobs.find_cluster(client, "default", "main")
     with NodeLauncher(cloud, tmp_path / "nodes", groups=[ref.group], node_env=NODE_ENV) as launcher:
         code, out, err = _trainctl(
