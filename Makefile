@@ -3,6 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# checkov pins boto3==1.35.49, which conflicts with boto3/awscli in requirements-dev.txt: it gets its own venv,
+# and tests/test_security_gates.py runs it as a program.
+CHECKOV_VENV := .venv-checkov
 # jsii prints a banner about the Node.js version on every start; the CDK CLI pin is what matters.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
@@ -18,11 +21,16 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 	chmod +x $(BIN)/trainctl
 	touch $@
 
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-deps: $(BIN)/.installed node_modules/.installed
+deps: $(BIN)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
 lint: deps
 	$(BIN)/ruff check .

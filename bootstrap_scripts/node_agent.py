@@ -14,6 +14,11 @@ S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
   ckpt/<step>/<files...>                 one checkpoint; ``ckpt/<step>/spot-training-manifest.json`` is
                                          written last (size + sha256 of every file). No manifest: it does not exist.
   nodes/<instance-id>/done               a node finished (barrier before the job's DONE)
+  nodes/<instance-id>/leaving            a node got a notice and will not join another rendezvous
+  nodes/<instance-id>/synced             a node's final checkpoint sync of a training attempt is over (nodes leaving on
+                                         a notice or a stop wait for their peers' before they go)
+  nodes/<instance-id>/save-request       a node got a rebalance recommendation; every agent asks its trainer for a
+                                         checkpoint (rank 0, which decides, may run on another node)
   DONE, FAILED, STOPPED                  job markers (JSON); STOP: a stop request (trainctl stop)
 Logs: log group from the job spec, stream ``<job>/<instance-id>``.
 
@@ -43,6 +48,11 @@ Environment read by the agent:
   SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S   peer discovery and rendezvous join timeout (default 600)
   SPOT_TRAINING_DONE_BARRIER_S        how long a finished node waits for its peers' done markers (default 120)
   SPOT_TRAINING_KEEP_CHECKPOINTS      complete checkpoints kept in S3 (default 2; the newest is never deleted)
+  SPOT_TRAINING_TEST_UPLOAD_DELAY_S   tests only (default 0): hold every checkpoint upload this long after its
+                                      objects are in S3 and before its manifest, so an interruption can land
+                                      while an upload is in flight
+  SPOT_TRAINING_TEST_RESTORE_DELAY_S  tests only (default 0): wait this long after "restoring checkpoint N" and
+                                      before downloading it, so an interruption can land while a node restores
 
 Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED written); 2 bad input (one line).
 """
@@ -73,7 +83,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import boto3
 from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from spot_training import warm_volume
 from spot_training.proctree import kill_all, process_tree
 
@@ -85,8 +95,21 @@ EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
-TRANSFER = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=8)
+# 16 MiB parts, 8 in flight: S3 serves ~85-90 MB/s per connection (AWS: 8-16 MB requests, one per 85-90 MB/s),
+# so a 100 MiB checkpoint goes out over 7 connections instead of 2 (benchmarks/RESULTS.md, items 3 and 4).
+TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20, max_concurrency=8)
+
+
+def download_config(size: int) -> TransferConfig:
+    """As :data:`TRANSFER`, but never more than 8 ranges per object: the same 8 connections on S3, and far fewer
+    ranged GETs where each one costs a whole-object read (moto: a 1 GiB restore in 64 ranges copied 64 GiB)."""
+    return TransferConfig(
+        multipart_threshold=16 * 2**20, multipart_chunksize=max(16 * 2**20, -(-size // 8)), max_concurrency=8
+    )
+
+
 PARALLEL_FILES = 8
+PEER_LOST_WAIT_S = 10.0  # a trainer whose peer vanished gets this long to exit on SIGTERM before it is killed
 # Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
 JOB_KEYS = {
     "job_id",
@@ -437,6 +460,8 @@ class CheckpointStore:
 
     def __init__(self, s3: Any, bucket: str, prefix: str, job_id: str, log: Callable[[str], None]) -> None:
         self.s3, self.bucket, self.prefix, self.job_id, self.log = s3, bucket, prefix, job_id, log
+        self.test_upload_delay_s = env_float("SPOT_TRAINING_TEST_UPLOAD_DELAY_S", 0.0)
+        self.test_restore_delay_s = env_float("SPOT_TRAINING_TEST_RESTORE_DELAY_S", 0.0)
 
     def listing(self) -> Dict[int, Dict[str, int]]:
         """{step: {relative key: size}} of everything under ckpt/, complete or not."""
@@ -471,6 +496,12 @@ class CheckpointStore:
 
         with ThreadPoolExecutor(PARALLEL_FILES) as pool, ThreadPoolExecutor(PARALLEL_FILES) as hasher:
             entries = dict(pool.map(put, sorted(files.items())))
+        if self.test_upload_delay_s > 0:
+            self.log(
+                f"checkpoint {step}: objects in S3, manifest held back {self.test_upload_delay_s:g} s "
+                "(SPOT_TRAINING_TEST_UPLOAD_DELAY_S)"
+            )
+            time.sleep(self.test_upload_delay_s)
         manifest = {
             "version": 1,
             "job_id": self.job_id,
@@ -505,7 +536,7 @@ class CheckpointStore:
             rel, meta = item
             path = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            self.s3.download_file(self.bucket, base + rel, path, Config=TRANSFER)
+            self.s3.download_file(self.bucket, base + rel, path, Config=download_config(int(sizes[rel])))
             if os.path.getsize(path) != meta["size"] or sha256_file(path) != meta["sha256"]:
                 raise AgentError(f"checkpoint {step}: object {rel} fails its sha256 check")
 
@@ -527,6 +558,10 @@ class CheckpointStore:
             if os.path.isdir(local):
                 self.log(f"checkpoint {step} already present locally; not downloading")
                 return step, "step"
+            self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")
+            if self.test_restore_delay_s > 0:
+                self.log(f"restore held back {self.test_restore_delay_s:g} s (SPOT_TRAINING_TEST_RESTORE_DELAY_S)")
+                time.sleep(self.test_restore_delay_s)
             tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
             try:
                 manifest = self.download_verified(step, listing[step], tmp)
@@ -603,6 +638,16 @@ class Syncer:
                     files[rel] = os.path.join(root, name)
         return files
 
+    def pending(self) -> Optional[str]:
+        """What this node's checkpoint directory holds that is not durable in S3 yet (described), or None."""
+        steps = self.local_steps()
+        if steps:
+            newest = self.store.newest_complete()
+            return f"checkpoint {steps[-1]}" if newest is None or steps[-1] > newest else None
+        files = self._flat_files()
+        fingerprint = sorted((rel, os.stat(p).st_size, os.stat(p).st_mtime_ns) for rel, p in files.items())
+        return "the checkpoint directory" if files and fingerprint != self.flat_uploaded else None
+
     def sync(self, final: bool = False) -> Optional[int]:
         """One sync round; ``final`` when the trainer has exited (no stability wait). Returns the newest step."""
         with self.lock:
@@ -636,6 +681,7 @@ class Syncer:
                     for name in names:
                         path = os.path.join(dirpath, name)
                         files[os.path.relpath(path, root).replace(os.sep, "/")] = path
+                self.log(f"uploading checkpoint {newest} ({len(files)} file(s))")
                 self._record(newest, self.store.upload(newest, files, "step"))
             for old in steps[:-1]:  # the newest local one stays for a restart on this node
                 if self.newest is not None and old < self.newest:
@@ -759,6 +805,10 @@ class Agent:
         load_address_map()  # a broken map is a bad input: say so before anything runs
         self.stop_signal = threading.Event()
         self.peers: List[Tuple[str, str]] = []
+        self.group = ""
+        self.syncer: Optional[Syncer] = None  # of the last attempt
+        self.trainer_started = 0.0  # time.time() the last attempt's trainer started
+        self.save_requests_seen: Optional[Dict[str, str]] = None  # peers' save-request markers (ETags) seen
         self.notice_newest: Optional[int] = None
         self.notice_at = 0.0
         self.stop_requested = False  # trainctl stop: checkpoint, then STOPPED and scale to 0
@@ -768,6 +818,21 @@ class Agent:
     def put_marker(self, job: Job, name: str, body: Dict[str, Any]) -> None:
         body = dict(body, job_id=job.job_id, instance_id=self.instance_id, time=time.time())
         self.s3.put_object(Bucket=job.bucket, Key=job.job_prefix + name, Body=json.dumps(body).encode())
+
+    def put_boot_marker(self, job: Job) -> None:
+        """``nodes/<id>/boot``: what the node is (type, spot or on-demand, AZ), for ``trainctl cost`` and status."""
+        facts: Dict[str, Optional[str]] = {}
+        paths = (
+            ("instance_type", "instance-type"),
+            ("lifecycle", "instance-life-cycle"),
+            ("availability_zone", "placement/availability-zone"),
+        )
+        for key, path in paths:
+            try:
+                facts[key] = self.imds.get(path)
+            except (OSError, urllib.error.URLError) as exc:
+                self.log(f"IMDS {path} unreadable ({exc}); the boot marker goes without it")
+        self.put_marker(job, f"nodes/{self.instance_id}/boot", facts)
 
     def marker(self, job: Job, name: str) -> Optional[Dict[str, Any]]:
         try:
@@ -873,7 +938,11 @@ class Agent:
         deadline = time.monotonic() + self.join_timeout_s
         while True:
             peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
-            if len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers):
+            address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
+            unmapped = [i for i, ip in peers if address_map and ip not in address_map]
+            if unmapped:  # InService but not booted yet: its private address must never be contacted
+                self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
+            elif len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers):
                 return peers[: job.max_nodes]
             if time.monotonic() > deadline:
                 raise AgentError(
@@ -916,6 +985,7 @@ class Agent:
     ) -> Tuple[int, bool]:
         """Run torchrun until it exits or an interruption notice stops it; returns (exit code, interrupted)."""
         self.log(f"running: {shlex.join(cmd)}")
+        self.trainer_started = time.time()
         proc = subprocess.Popen(  # noqa: S603 - argv list built from the validated job, no shell
             cmd, cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -938,6 +1008,7 @@ class Agent:
         sync_thread.start()
         rebalance_seen: Optional[str] = None
         notice: Optional[str] = None
+        peer_lost: Optional[str] = None
         try:
             while proc.poll() is None:
                 if self.stop_signal.is_set():
@@ -956,14 +1027,25 @@ class Agent:
                     elif rebalance and rebalance != rebalance_seen:
                         rebalance_seen = rebalance
                         self.log(f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint")
-                        os.makedirs(os.path.join(job.checkpoint_dir, STATE_DIR), exist_ok=True)
-                        open(os.path.join(job.checkpoint_dir, STATE_DIR, "save-request"), "w").close()
+                        self.request_checkpoint(job)
+                        # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
+                        self.put_marker(job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()})
+                    else:
+                        try:
+                            self.relay_save_requests(job)
+                            peer_lost = self.lost_peer(job)
+                        except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
+                            self.log(f"peer poll failed: {exc}")
                 if notice:
                     if not self.stop_requested:
                         self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
                     self.notice_at = time.monotonic()
                     self.notice_newest = syncer.store.newest_complete()
                     self.stop_trainer(proc, job, notice)
+                    break
+                if peer_lost:
+                    self.log(f"peer {peer_lost} left the group without a notice: restarting with the current peers")
+                    self.stop_trainer(proc, job, f"peer {peer_lost} lost", wait_s=min(job.grace_s, PEER_LOST_WAIT_S))
                     break
                 self.stop_signal.wait(self.poll_s)
         finally:
@@ -975,15 +1057,55 @@ class Agent:
             reader.join(timeout=10)
         return proc.returncode, notice is not None
 
-    def stop_trainer(self, proc: "subprocess.Popen[bytes]", job: Job, notice: str) -> None:
-        self.log(f"{notice}: sending SIGTERM to the trainer, grace {job.grace_s:.0f} s")
+    def stop_trainer(
+        self, proc: "subprocess.Popen[bytes]", job: Job, notice: str, wait_s: Optional[float] = None
+    ) -> None:
+        grace = job.grace_s if wait_s is None else wait_s
+        self.log(f"{notice}: sending SIGTERM to the trainer, grace {grace:.0f} s")
         with Timed(self.log, "trainer emergency checkpoint and exit"):
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=job.grace_s)
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                self.log(f"trainer still running after {job.grace_s:.0f} s grace: killing it")
+                self.log(f"trainer still running after {grace:.0f} s grace: killing it")
                 kill_all(process_tree(proc.pid))
+
+    def request_checkpoint(self, job: Job) -> None:
+        """Ask the trainer for a checkpoint now (``.spot-training/save-request``, read by rank 0's helper)."""
+        os.makedirs(os.path.join(job.checkpoint_dir, STATE_DIR), exist_ok=True)
+        open(os.path.join(job.checkpoint_dir, STATE_DIR, "save-request"), "w").close()
+
+    def relay_save_requests(self, job: Job) -> None:
+        """A peer's rebalance recommendation (``nodes/<id>/save-request``) becomes a save request here too.
+
+        Requests that existed when this agent first looked are history, not news."""
+        prefix = job.job_prefix + "nodes/"
+        found: Dict[str, str] = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
+                if name == "save-request" and instance_id != self.instance_id:
+                    found[instance_id] = obj["ETag"]
+        if self.save_requests_seen is None:
+            self.save_requests_seen = found
+            return
+        for instance_id, etag in sorted(found.items()):
+            if self.save_requests_seen.get(instance_id) != etag:
+                self.log(f"peer {instance_id} got a rebalance recommendation: asking the trainer for a checkpoint")
+                self.request_checkpoint(job)
+        self.save_requests_seen = found
+
+    def lost_peer(self, job: Job) -> Optional[str]:
+        """A peer of the running trainer that left the group without announcing it (no notice: a hard
+        termination), or None. Its trainer cannot come back; ours would wait for it until a timeout."""
+        groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        in_service = {i["InstanceId"] for g in groups for i in g["Instances"] if i.get("LifecycleState") == "InService"}
+        gone = [i for i, _ in self.peers if i not in in_service and i != self.instance_id]
+        if not gone:
+            return None
+        leaving = self.leaving_nodes(job)
+        unannounced = [i for i in gone if i not in leaving]
+        return unannounced[0] if unannounced else None
 
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
         with Timed(self.log, "restore checkpoint"):
@@ -1018,21 +1140,54 @@ class Agent:
             rc, interrupted = self.run_trainer(job, code_dir, cmd, env, syncer)
         with Timed(self.log, "final checkpoint sync"):
             syncer.sync(final=True)
+        self.syncer = syncer
+        # Peers leaving on a notice (or a stop) wait for this: what this node held is in S3 (or failed to get there).
+        pending = syncer.pending()
+        self.put_marker(job, f"nodes/{self.instance_id}/synced", {"attempt": attempt, "pending": pending})
         return rc, interrupted
 
     def wait_durable(self, job: Job, store: CheckpointStore, before: Optional[int], deadline: float) -> None:
-        """After a notice: wait (until the grace ends) for a checkpoint newer than ``before`` in S3.
+        """After a notice or a stop (the trainer has exited): wait, until the grace ends, for what the job saved to be
+        durable in S3: this node's own newest checkpoint (if it holds one: the node of rank 0), and each peer's
+        final sync of the attempt that just ended (its ``nodes/<id>/synced`` marker; a peer that left the group has
+        nothing more to give).
 
-        The newer checkpoint may be another node's (rank 0 writes it)."""
+        Not "a checkpoint newer than ``before``" (the newest durable one at the notice): when a peer's notice
+        stopped the training first, the emergency checkpoint may already be durable by then, and nothing newer
+        ever comes."""
+        waiting: List[str] = []
         while True:
-            steps = store.complete_steps()
-            if steps and (before is None or steps[0] > before):
-                self.log(f"emergency checkpoint {steps[0]} is durable in S3")
+            own = self.syncer.pending() if self.syncer is not None else None
+            if own is not None and self.syncer is not None:
+                self.syncer.sync(final=True)  # retry: the final sync may have failed
+                own = self.syncer.pending()
+            waiting = [] if own is not None else self.unsynced_peers(job)
+            if own is None and not waiting:
+                newest = store.newest_complete()
+                if newest is not None and (before is None or newest > before):
+                    self.log(f"emergency checkpoint {newest} is durable in S3")
+                else:
+                    self.log(f"nothing newer than checkpoint {before} to save; it stays the newest durable one")
                 return
             if time.monotonic() >= deadline:
-                self.log(f"no checkpoint newer than {before} in S3 within the grace; the last durable one stays")
+                what = own if own is not None else f"the final sync of {', '.join(waiting)}"
+                self.log(f"{what} not durable in S3 within the grace; the last durable one stays")
                 return
             time.sleep(min(self.poll_s, 1.0))
+
+    def unsynced_peers(self, job: Job) -> List[str]:
+        """Peers of the last attempt still in the group whose final sync of that attempt is not reported yet."""
+        others = [i for i, _ in self.peers if i != self.instance_id]
+        if not others:
+            return []
+        groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        in_group = {i["InstanceId"] for g in groups for i in g["Instances"]}
+        waiting = []
+        for peer in others:
+            synced = self.marker(job, f"nodes/{peer}/synced")
+            if peer in in_group and (synced is None or float(synced.get("time", 0)) < self.trainer_started):
+                waiting.append(peer)
+        return waiting
 
     def finish(self, job: Job, group: str) -> None:
         """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and scale to 0."""
@@ -1041,6 +1196,13 @@ class Agent:
         waiting = [i for i, _ in self.peers if i != self.instance_id]
         while waiting and time.monotonic() < deadline and self.marker(job, "DONE") is None:
             waiting = [i for i in waiting if self.marker(job, f"nodes/{i}/done") is None]
+            if waiting:  # a peer that left the group (interrupted, powered off) will never report
+                groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+                in_group = {i["InstanceId"] for g in groups for i in g["Instances"]}
+                gone = [i for i in waiting if i not in in_group]
+                if gone:
+                    self.log(f"peers {', '.join(gone)} left the group; not waiting for their done markers")
+                    waiting = [i for i in waiting if i in in_group]
             if waiting:
                 time.sleep(min(self.poll_s, 1.0))
         if waiting:
@@ -1089,7 +1251,8 @@ class Agent:
             f"job {job.job_id}: code s3://{job.bucket}/{job.code_key}, command {job.spec['command']!r}, "
             f"nodes {job.min_nodes}:{job.max_nodes} x {job.nproc_per_node}"
         )
-        group = self.group_name()
+        group = self.group = self.group_name()
+        self.put_boot_marker(job)
         for name in ("DONE", "FAILED", "STOPPED"):
             found = self.marker(job, name)
             if found is not None:
@@ -1110,6 +1273,11 @@ class Agent:
                 if str(exc).startswith("no readable checkpoint"):
                     self.fail(job, group, str(exc))
                 raise
+            if rc == 0:
+                if interrupted:
+                    self.log("the trainer finished before the notice took effect: finishing the job")
+                self.finish(job, group)
+                return 0
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 return self.stopped(job, group, store)
@@ -1122,9 +1290,6 @@ class Agent:
                 if self.log.shipper is not None:
                     self.log.shipper.flush()
                 self.leave_group(group)
-                return 0
-            if rc == 0:
-                self.finish(job, group)
                 return 0
             after = store.newest_complete()
             progressed = after is not None and (before is None or after > before)

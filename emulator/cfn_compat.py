@@ -69,6 +69,10 @@ Items (what moto 5.2.5 lacks -> what we do):
     ``CREATE_FAILED``/``UPDATE_FAILED`` event carrying the error, as CloudFormation reports it, and
     the traceback goes to the server log. A change set named without its ARN is looked up within
     the given stack (moto takes the first of that name in any stack).
+11. ``AWS::Budgets::Budget``: no CloudFormation type (moto has the Budgets API). -> A model that creates the
+    budget and its notifications through moto's Budgets backend (``describe_budget`` returns them; the
+    limit's ``Amount`` becomes the API's string) and deletes it with the stack. ``ResourceTags`` are accepted
+    and dropped: moto's Budgets has no tag API (they only label the budget; its cost filter is unaffected).
 
 Properties a compat model does not emulate are reported as ``EMULATOR-UNSUPPORTED-PROPERTY`` in the
 server log, and :func:`emulator.deploy.deploy` fails on them (as on moto's own "No Moto
@@ -534,19 +538,14 @@ def _as_bool(value: Any) -> bool:
 # --- 4. CDK metadata -------------------------------------------------------------------------------
 
 
-class CdkMetadata(CloudFormationModel):
-    """``AWS::CDK::Metadata``: the CDK's usage-analytics record; there is nothing to create."""
+class _NamedWithoutAttributes:
+    """What a model whose physical id is ``self.name`` and that has no ``Fn::GetAtt`` attributes answers."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    name: str
 
     @staticmethod
     def cloudformation_name_type() -> str:
         return ""
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::CDK::Metadata"
 
     @classmethod
     def has_cfn_attr(cls, attr: str) -> bool:
@@ -555,6 +554,20 @@ class CdkMetadata(CloudFormationModel):
     @property
     def physical_resource_id(self) -> str:
         return self.name
+
+    def is_created(self) -> bool:
+        return True
+
+
+class CdkMetadata(_NamedWithoutAttributes, CloudFormationModel):
+    """``AWS::CDK::Metadata``: the CDK's usage-analytics record; there is nothing to create."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::CDK::Metadata"
 
     @classmethod
     def create_from_cloudformation_json(
@@ -587,8 +600,70 @@ class CdkMetadata(CloudFormationModel):
     def delete(self, account_id: str, region_name: str) -> None:
         return None
 
-    def is_created(self) -> bool:
-        return True
+
+class Budget(_NamedWithoutAttributes, CloudFormationModel):
+    """``AWS::Budgets::Budget`` through moto's Budgets backend; ``Ref`` = the budget's name."""
+
+    def __init__(self, account_id: str, partition: str, name: str) -> None:
+        self.account_id, self.partition, self.name = account_id, partition, name
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::Budgets::Budget"
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> Budget:
+        from moto.budgets.models import budgets_backends
+
+        props = cloudformation_json.get("Properties", {})
+        # ResourceTags (the stack's team tag) are accepted and dropped: moto's Budgets has no tag API to keep them.
+        handled = {"Budget", "NotificationsWithSubscribers", "ResourceTags"}
+        _report_unsupported(cls.cloudformation_type(), props, handled)
+        budget = dict(props["Budget"])
+        budget.setdefault("BudgetName", resource_name)
+        if "BudgetLimit" in budget:
+            budget["BudgetLimit"] = {**budget["BudgetLimit"], "Amount": str(budget["BudgetLimit"]["Amount"])}
+        notifications = [
+            {
+                "Notification": {**n["Notification"], "Threshold": float(n["Notification"]["Threshold"])},
+                "Subscribers": n["Subscribers"],
+            }
+            for n in props.get("NotificationsWithSubscribers", [])
+        ]
+        partition = get_partition(region_name)
+        budgets_backends[account_id][partition].create_budget(account_id, budget, notifications)
+        return cls(account_id, partition, budget["BudgetName"])
+
+    @classmethod
+    def update_from_cloudformation_json(
+        cls,
+        original_resource: Budget,
+        new_resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+    ) -> Budget:
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        name = cloudformation_json.get("Properties", {}).get("Budget", {}).get("BudgetName", resource_name)
+        cls(account_id, get_partition(region_name), name).delete(account_id, region_name)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        from moto.budgets.models import budgets_backends
+
+        budgets_backends[self.account_id][self.partition].delete_budget(self.account_id, self.name)
 
 
 # --- 5. Public SSM parameters ----------------------------------------------------------------------
@@ -1093,6 +1168,7 @@ COMPAT_MODELS: tuple[type[CloudFormationModel], ...] = (
     SsmParameter,
     AutoScalingGroup,
     Bucket,
+    Budget,
 )
 
 

@@ -87,14 +87,21 @@ class EmulatedCloud:
         run_dir: Optional[Path] = None,
         host: str = "127.0.0.1",
         public_ami_parameters: tuple[str, ...] = DEFAULT_PUBLIC_AMI_PARAMETERS,
+        iam_enforcement: bool = False,
     ) -> None:
-        """``run_dir`` keeps the server log and the run's TLS files; default: a temporary directory removed on stop."""
+        """``run_dir`` keeps the server log and the run's TLS files; default: a temporary directory removed on stop.
+
+        ``iam_enforcement``: let :meth:`enforce_iam` switch on moto's evaluation of identity policies (off by
+        default, and off at start even when allowed: deploys and most tests use fake root credentials that IAM
+        does not know). See emulator/iam_resources.py for what moto then checks and what it does not.
+        """
         if not host.startswith("127."):
             raise ValueError("the emulator only listens on loopback (127.0.0.0/8)")
         self.host = host
         self._given_run_dir = run_dir
         self.run_dir: Optional[Path] = None
         self.public_ami_parameters = public_ami_parameters
+        self.iam_enforcement = iam_enforcement
         self.port: Optional[int] = None
         self.insecure_port: Optional[int] = None
         self.pid: Optional[int] = None
@@ -184,6 +191,8 @@ class EmulatedCloud:
             ]  # fmt: skip
             for name in self.public_ami_parameters:
                 cmd += ["--public-ami-parameter", name]
+            if self.iam_enforcement:
+                cmd.append("--iam-enforcement")
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
             self._log = open(self.server_log, "ab")
@@ -249,6 +258,31 @@ class EmulatedCloud:
                 self._temp_dir = None
             self.port = self.insecure_port = None
             self._clients.clear()  # a restarted emulator has another port
+
+    def enforce_iam(self, on: bool = True) -> None:
+        """Switch moto's IAM enforcement on (every request is then checked against its caller's identity
+        policies) or off again. Needs ``EmulatedCloud(iam_enforcement=True)``.
+
+        While it is on, only credentials moto's IAM knows work: an IAM user's access key, or credentials from
+        ``sts:AssumeRole`` (get them while enforcement is off: the emulator's own fake key is no IAM user).
+        """
+        if not self.iam_enforcement:
+            raise EmulatorError("start the emulator with EmulatedCloud(iam_enforcement=True) to enforce IAM")
+        import ssl
+        import urllib.request
+
+        # moto's own switch: the number of requests to let through before checking; 0 = from now on.
+        request = urllib.request.Request(  # noqa: S310 (our loopback endpoint, https)
+            f"{self.endpoint_url}/moto-api/reset-auth",
+            data=b"0" if on else b"inf",
+            method="POST",
+            headers={"Content-Type": "text/plain"},  # a form content type would leave moto an empty body
+        )
+        context = ssl.create_default_context(cafile=str(self.ca_bundle))
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310
+            answer = json.loads(response.read().decode())
+        if answer.get("status") != "ok":
+            raise EmulatorError(f"moto did not switch IAM enforcement {'on' if on else 'off'}: {answer}")
 
     @property
     def running(self) -> bool:

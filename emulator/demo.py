@@ -8,8 +8,8 @@
 4. once a checkpoint is durable, deliver a spot interruption notice to one node through its metadata mock;
    the node checkpoints, makes it durable in S3, hands the instance back; the replacement boots, restores
    and training continues on 2 nodes;
-5. wait for ``DONE`` and the group back at 0, then print a summary read from S3, CloudWatch Logs and the
-   Auto Scaling API (not from the processes' own output).
+5. wait for ``DONE`` and the group back at 0, print ``trainctl status`` and ``trainctl cost`` of the job, then a
+   summary read from S3, CloudWatch Logs and the Auto Scaling API (not from the processes' own output).
 Full logs (emulator, CDK, every node's console) stay in the run directory, whose path is printed.
 """
 
@@ -19,7 +19,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,7 +27,9 @@ from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import Node, NodeLauncher
 from trainctl import jobs
-from trainctl.cli import format_status, status
+from trainctl.cli import format_cost, format_status, status
+from trainctl.cost import job_cost
+from trainctl.prices import load_prices
 
 EXAMPLE_DIR = REPO_ROOT / "examples" / "digits"
 STACK, TEAM, CLUSTER = "TrainingStack", "default", "main"
@@ -41,8 +43,34 @@ NODE_ENV = {
 _INTERRUPTED = re.compile(r"interrupted: checkpoint (\d+) saved")
 _RESUMED = re.compile(r"resumed from step (\d+)")
 _STEP = re.compile(r"\bstep (\d+) epoch \d+ loss")
+_FRESH = re.compile(r"\bstarting fresh\b")
+_LAUNCHED = re.compile(r"node-agent \S+ running: ")
 _DURABLE = re.compile(r"checkpoint (\d+) durable in s3://")
 _ACCURACY = re.compile(r"epoch (\d+) done: step (\d+) test accuracy ([0-9.]+) world size (\d+)")
+
+
+@dataclass
+class JobEvent:
+    """Something a scenario did to the job's nodes: ``notice`` (spot interruption notice), ``rebalance``
+    (rebalance recommendation) or ``power-off`` (hard termination, no notice)."""
+
+    kind: str
+    instance_id: str
+    at: float  # time.time() when it was delivered
+
+
+@dataclass
+class Restart:
+    """One restart of the trainer, read from the job's logs: the furthest step any rank had logged before it
+    (including the step an interrupted trainer saved), and the step it resumed from (0: started over)."""
+
+    at: float
+    furthest_before: int
+    resumed_from: int
+
+    @property
+    def steps_redone(self) -> int:
+        return self.furthest_before - self.resumed_from
 
 
 @dataclass
@@ -55,7 +83,7 @@ class Summary:
     steps_trained: int
     interrupted_at_step: int
     resumed_from_step: int
-    notice_to_durable_s: float
+    notice_to_durable_s: Optional[float]  # None when the first interruption came without a notice
     replacement_boot_to_first_step_s: float
     checkpoints: list[jobs.Checkpoint]
     final_accuracy: float
@@ -64,6 +92,8 @@ class Summary:
     replacement: str
     log_dir: Path
     nodes: list[Node]
+    events: list[JobEvent] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)
 
     @property
     def steps_redone(self) -> int:
@@ -71,6 +101,11 @@ class Summary:
 
     def lines(self) -> list[str]:
         sizes = sorted(c.size_bytes for c in self.checkpoints)
+        durable = (
+            f"notice -> emergency checkpoint durable in S3: {self.notice_to_durable_s:.1f} s (of the 120 s notice)"
+            if self.notice_to_durable_s is not None
+            else "no notice: the node was powered off"
+        )
         return [
             f"job {self.job_id}: {'DONE' if self.done else 'NOT DONE'}; "
             f"group desired capacity {self.desired_capacity}; {self.nodes_running_after} node(s) still running",
@@ -78,7 +113,7 @@ class Summary:
             f"steps trained: {self.steps_trained}",
             f"interrupted at step {self.interrupted_at_step}, resumed from step {self.resumed_from_step}: "
             f"{self.steps_redone} step(s) redone",
-            f"notice -> emergency checkpoint durable in S3: {self.notice_to_durable_s:.1f} s (of the 120 s notice)",
+            durable,
             f"replacement boot -> first training step: {self.replacement_boot_to_first_step_s:.1f} s",
             f"checkpoints in S3: {len(self.checkpoints)} kept, {sizes[0] / 1024:.1f}-{sizes[-1] / 1024:.1f} KiB each"
             if sizes
@@ -110,16 +145,48 @@ def _first_after(
     raise EmulatorError(f"no log line matching {pattern.pattern!r} after {after:.3f} in the job's logs")
 
 
-def summarize(
-    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, launcher: NodeLauncher, victim: str, notice_at: float
-) -> Summary:
-    """The run's facts, read back from S3, CloudWatch Logs and the Auto Scaling API."""
-    events = jobs.log_events(client, ref, job_id)
-    _, stopped = _first_after(events, _INTERRUPTED, notice_at)
-    durable_at, _ = _first_after(events, _DURABLE, notice_at)
-    replacement = next(n for n in launcher.nodes.values() if n.booted_at > notice_at)
+def restarts(events: list[tuple[float, str, str]]) -> list[Restart]:
+    """Every restart of the trainer in the job's log lines: each ``resumed from step N`` (or a ``starting fresh``
+    after steps were trained) against the furthest step any rank logged before it.
+
+    "Before" is before the agent launched that trainer (its ``running:`` line in the same stream): lines of
+    different nodes are stamped by different agents, so a step of the new run on another node can carry an
+    earlier time than the ``resumed from`` line; none can precede the launch of the rank 0 it trains with."""
+    steps: list[tuple[float, int]] = []
+    launched: dict[str, float] = {}
+    resumes: list[tuple[float, float, int]] = []  # (time of the line, launch of its trainer, step resumed from)
+    for ts, stream, message in events:
+        if (m := _STEP.search(message)) or (m := _INTERRUPTED.search(message)):
+            steps.append((ts, int(m.group(1))))
+        elif _LAUNCHED.search(message):
+            launched[stream] = ts
+        elif m := _RESUMED.search(message):
+            resumes.append((ts, launched.get(stream, ts), int(m.group(1))))
+        elif _FRESH.search(message):
+            resumes.append((ts, launched.get(stream, ts), -1))
+    found = []
+    for at, cutoff, resumed in resumes:
+        furthest = max((step for ts, step in steps if ts < cutoff), default=0)
+        if resumed >= 0 or furthest > 0:
+            found.append(Restart(at, furthest, max(resumed, 0)))
+    return found
+
+
+def summarize(run: JobRun) -> Summary:
+    """The run's facts, read back from S3, CloudWatch Logs and the Auto Scaling API.
+
+    The single-interruption fields (victim, replacement, interrupted/resumed step) describe the first notice or
+    power-off; ``events`` and ``restarts`` cover every one."""
+    client, ref, job_id, launcher = run.client, run.ref, run.job_id, run.launcher
+    first = next((e for e in run.events if e.kind in ("notice", "power-off")), None)
+    if first is None:
+        raise EmulatorError("the scenario interrupted no node")
+    events = run.log_events()
+    durable_at = _first_after(events, _DURABLE, first.at)[0] if first.kind == "notice" else None
+    replacement = next(n for n in launcher.nodes.values() if n.booted_at > first.at)
     resumed_at, resumed = _first_after(events, _RESUMED, replacement.booted_at)
     first_step_at, _ = _first_after(events, _STEP, resumed_at)
+    restart = next(r for r in restarts(events) if r.at == resumed_at)
     accuracies = [m for _, _, msg in events if (m := _ACCURACY.search(msg))]
     if not accuracies:
         raise EmulatorError("no 'epoch N done: ... test accuracy' line in the job's logs")
@@ -131,18 +198,146 @@ def summarize(
         nodes_booted=len(launcher.nodes),
         nodes_running_after=len(launcher.running()),
         steps_trained=checkpoints[-1].step if checkpoints else 0,
-        interrupted_at_step=int(stopped.group(1)),
+        interrupted_at_step=restart.furthest_before,
         resumed_from_step=int(resumed.group(1)),
-        notice_to_durable_s=durable_at - notice_at,
+        notice_to_durable_s=None if durable_at is None else durable_at - first.at,
         replacement_boot_to_first_step_s=first_step_at - replacement.booted_at,
         checkpoints=checkpoints,
         final_accuracy=float(accuracies[-1].group(3)),
         final_world_size=int(accuracies[-1].group(4)),
-        victim=victim,
+        victim=first.instance_id,
         replacement=replacement.instance_id,
         log_dir=launcher.work_dir,
         nodes=list(launcher.nodes.values()),
+        events=list(run.events),
+        restarts=restarts(events),
     )
+
+
+class JobRun:
+    """A submitted job as a scenario sees it: waits on facts from S3, CloudWatch Logs and the Auto Scaling API,
+    and interrupts nodes the way EC2 does (every action is recorded in ``events``)."""
+
+    def __init__(
+        self,
+        client: jobs.ClientFactory,
+        ref: jobs.ClusterRef,
+        job_id: str,
+        launcher: NodeLauncher,
+        deadline: float,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.client, self.ref, self.job_id, self.launcher = client, ref, job_id, launcher
+        self.deadline, self.progress = deadline, progress
+        self.events: list[JobEvent] = []
+        self._newest = -1
+
+    def wait_for(self, predicate: Callable[[], bool], what: str) -> None:
+        self.launcher.wait_for(predicate, self.deadline - time.monotonic(), what)
+
+    def durable_step(self) -> int:
+        """The newest complete checkpoint in S3 (-1: none yet)."""
+        found = jobs.checkpoints(self.client, self.ref, self.job_id)
+        step = found[-1].step if found else -1
+        if step != self._newest:
+            self._newest = step
+            self.progress(f"newest durable checkpoint in S3: step {step}")
+        return step
+
+    def wait_durable(self, at_least: int) -> int:
+        """Wait for a complete checkpoint of step ``at_least`` or later in S3; returns its step."""
+        self.wait_for(lambda: self.durable_step() >= at_least, f"a checkpoint of step {at_least} or later in S3")
+        return self._newest
+
+    def log_events(self) -> list[tuple[float, str, str]]:
+        return jobs.log_events(self.client, self.ref, self.job_id)
+
+    def furthest_step(self, after: float = 0.0) -> int:
+        """The furthest training step the job's logs show (logged at or after ``after``; -1: none)."""
+        steps = [int(m.group(1)) for ts, _, msg in self.log_events() if ts >= after and (m := _STEP.search(msg))]
+        return max(steps, default=-1)
+
+    def wait_step(self, at_least: int, after: float = 0.0) -> int:
+        """Wait until the logs show training step ``at_least`` or later (logged at or after ``after``)."""
+        found = [-1]
+
+        def reached() -> bool:
+            found[0] = self.furthest_step(after)
+            return found[0] >= at_least
+
+        self.wait_for(reached, f"training step {at_least} in the job's logs")
+        return found[0]
+
+    def running(self) -> list[str]:
+        """Instance ids of the nodes running the job now (not those told to go), sorted: the first one hosts the
+        rendezvous."""
+        gone = {e.instance_id for e in self.events if e.kind in ("notice", "power-off")}
+        return sorted(n.instance_id for n in self.launcher.running() if n.instance_id not in gone)
+
+    def stream_of(self, pattern: re.Pattern[str], after: float = 0.0) -> str:
+        """The instance whose log stream has the newest line matching ``pattern`` (at or after ``after``); waits
+        for one to be shipped."""
+        hits: list[str] = []
+
+        def shipped() -> bool:
+            hits[:] = [name for ts, name, msg in self.log_events() if ts >= after and pattern.search(msg)]
+            return bool(hits)
+
+        self.wait_for(shipped, f"a log line matching {pattern.pattern!r}")
+        return hits[-1].rsplit("/", 1)[1]
+
+    def checkpoint_writer(self) -> str:
+        """The node whose agent uploaded the newest checkpoint shipped to the logs (the node of rank 0)."""
+        return self.stream_of(_DURABLE)
+
+    def _record(self, kind: str, instance_id: str) -> JobEvent:
+        event = JobEvent(kind, instance_id, time.time())
+        self.events.append(event)
+        return event
+
+    def interrupt(self, instance_id: str) -> JobEvent:
+        """A spot interruption notice (2 minutes) through the node's metadata."""
+        event = self._record("notice", instance_id)
+        self.launcher.interrupt(instance_id)
+        return event
+
+    def recommend_rebalance(self, instance_id: str) -> JobEvent:
+        event = self._record("rebalance", instance_id)
+        self.launcher.recommend_rebalance(instance_id)
+        return event
+
+    def power_off(self, instance_id: str) -> JobEvent:
+        """Hard termination with no notice: the node's processes are killed at once; the group replaces it."""
+        event = self._record("power-off", instance_id)
+        self.launcher.terminate(instance_id, hard=True)
+        return event
+
+    def wait_for_replacement(self, event: JobEvent) -> Node:
+        """Wait for a node that booted after ``event``; returns the first such node."""
+
+        def booted() -> list[Node]:
+            return sorted(
+                (n for n in self.launcher.nodes.values() if n.booted_at > event.at), key=lambda n: n.booted_at
+            )
+
+        self.wait_for(lambda: bool(booted()), f"a replacement for {event.instance_id}")
+        return booted()[0]
+
+
+Scenario = Callable[[JobRun], None]
+
+
+def interrupt_once(after_step: int, *, host: bool = False) -> Scenario:
+    """Once a checkpoint of ``after_step`` or later is durable, give one node a notice; wait for its replacement.
+
+    ``host``: interrupt the rendezvous host (lowest instance id) instead of another node."""
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(after_step)
+        running = run.running()
+        run.wait_for_replacement(run.interrupt(running[0] if host else running[-1]))
+
+    return scenario
 
 
 def run(
@@ -164,6 +359,9 @@ def run(
         write("")
         write(f"$ trainctl status --cluster {CLUSTER} {summary.job_id}")
         write(format_status(status(cloud.client, ref, summary.job_id)))
+        write("")
+        write(f"$ trainctl cost --cluster {CLUSTER} {summary.job_id}")
+        write(format_cost(job_cost(cloud.client, ref, summary.job_id, load_prices())))
     write("")
     write("Summary (read from S3, CloudWatch Logs and the Auto Scaling API):")
     for line in summary.lines():
@@ -180,21 +378,29 @@ def run_job(
     checkpoint_interval_s: float = 5.0,
     interrupt_after_step: int = 40,
     interrupt_host: bool = False,
+    scenario: Optional[Scenario] = None,
+    train_args: str = "",
+    node_env: Optional[dict[str, str]] = None,
     timeout_s: float = 480.0,
     progress: Callable[[str], None] = print,
 ) -> tuple[Summary, jobs.ClusterRef]:
-    """On a deployed TrainingStack: submit the example, interrupt one node, wait for DONE and the group at 0.
+    """On a deployed TrainingStack: submit the example, run ``scenario``, wait for DONE and the group at 0.
 
-    ``interrupt_host``: interrupt the rendezvous host (lowest instance id) instead of another node.
+    ``scenario`` (default :func:`interrupt_once` of ``interrupt_after_step`` / ``interrupt_host``) acts on the
+    running job through a :class:`JobRun` and returns once its interruptions are delivered. ``train_args``: extra
+    arguments of ``train.py``; ``node_env``: extra environment of every node (on top of ``NODE_ENV``).
     """
     client = cloud.client
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
-    with NodeLauncher(cloud, nodes_dir, groups=[ref.group], node_env=NODE_ENV, on_event=progress) as launcher:
+    scenario = scenario or interrupt_once(interrupt_after_step, host=interrupt_host)
+    env = {**NODE_ENV, **(node_env or {})}
+    command = f"python train.py --epochs {epochs} --seed 0 --step-sleep-s {step_sleep_s} {train_args}".strip()
+    with NodeLauncher(cloud, nodes_dir, groups=[ref.group], node_env=env, on_event=progress) as launcher:
         job_id = jobs.submit(
             client,
             ref,
             EXAMPLE_DIR,
-            command=f"python train.py --epochs {epochs} --seed 0 --step-sleep-s {step_sleep_s}",
+            command=command,
             nodes=NODES,
             python=sys.executable,  # the environment with torch (on an AMI: the job spec's /opt/conda/...)
             min_nodes=NODES,
@@ -202,44 +408,23 @@ def run_job(
             checkpoint_interval_s=checkpoint_interval_s,
         )
         progress(f"submitted job {job_id} to {TEAM}/{CLUSTER} ({NODES} nodes, group {ref.group})")
-        deadline = time.monotonic() + timeout_s
-        newest = [-1]
+        run = JobRun(client, ref, job_id, launcher, time.monotonic() + timeout_s, progress)
+        try:
+            scenario(run)
 
-        def durable_step() -> int:
-            found = jobs.checkpoints(client, ref, job_id)
-            step = found[-1].step if found else -1
-            if step != newest[0]:
-                newest[0] = step
-                progress(f"newest durable checkpoint in S3: step {step}")
-            return step
+            def finished() -> bool:
+                run.durable_step()
+                return any(jobs.marker(client, ref, job_id, name) for name in ("DONE", "FAILED"))
 
-        launcher.wait_for(
-            lambda: durable_step() >= interrupt_after_step, deadline - time.monotonic(), "a first checkpoint"
-        )
-        # The rendezvous host is the lowest instance id; by default interrupt a node that is not the host.
-        running = sorted(n.instance_id for n in launcher.running())
-        victim = running[0] if interrupt_host else running[-1]
-        notice_at = time.time()
-        launcher.interrupt(victim)
-        launcher.wait_for(
-            lambda: any(n.booted_at > notice_at for n in launcher.nodes.values()),
-            deadline - time.monotonic(),
-            "the replacement node",
-        )
-
-        def finished() -> bool:
-            durable_step()
-            return any(jobs.marker(client, ref, job_id, name) for name in ("DONE", "FAILED"))
-
-        launcher.wait_for(finished, deadline - time.monotonic(), f"job {job_id} to finish")
-        failed = jobs.marker(client, ref, job_id, "FAILED")
-        if failed is not None:
-            raise EmulatorError(f"job {job_id} FAILED: {failed.get('reason')}; see {nodes_dir}")
-        progress(f"job {job_id} DONE")
-        launcher.wait_for(
-            lambda: jobs.desired_capacity(client, ref) == 0 and not launcher.running(),
-            deadline - time.monotonic(),
-            "the group to scale to 0",
-        )
+            run.wait_for(finished, f"job {job_id} to finish")
+            failed = jobs.marker(client, ref, job_id, "FAILED")
+            if failed is not None:
+                raise EmulatorError(f"job {job_id} FAILED: {failed.get('reason')}; see {nodes_dir}")
+            progress(f"job {job_id} DONE")
+            run.wait_for(lambda: jobs.desired_capacity(client, ref) == 0 and not launcher.running(), "the group at 0")
+        except BaseException:
+            # Leave no instance behind for the next job on this cluster (the nodes themselves stop with the launcher).
+            client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
+            raise
         progress("group at 0, every node shut down")
-        return summarize(client, ref, job_id, launcher, victim, notice_at), ref
+        return summarize(run), ref

@@ -114,7 +114,10 @@ BOOTSTRAP_STACK = "CDKToolkit"
 def bootstrap(cloud: EmulatedCloud) -> float:
     """``cdk bootstrap aws://ACCOUNT/REGION``, then the same checks as :func:`deploy`; returns seconds taken."""
     log_offset = _log_size(cloud)
-    took = run_cdk(cloud, ["bootstrap", f"aws://{cloud.account_id}/{cloud.region}"], timeout_s=BOOTSTRAP_TIMEOUT_S)
+    assert cloud.run_dir is not None
+    env = f"aws://{cloud.account_id}/{cloud.region}"
+    # its own --output: the CLI locks the assembly directory, so runs side by side must not share cdk.out
+    took = run_cdk(cloud, ["bootstrap", env, "--output", str(cloud.run_dir / "cdk.out")], timeout_s=BOOTSTRAP_TIMEOUT_S)
     _check_log(cloud, log_offset)
     verify_stack(cloud, BOOTSTRAP_STACK)
     return took

@@ -34,6 +34,7 @@ class ImdsMock:
         launch_index: int = 0,
         local_ipv4: str = "10.0.0.10",
         instance_type: str = "g5.xlarge",
+        lifecycle: str = "spot",
         tags: Optional[dict[str, str]] = None,
     ) -> None:
         if not ipaddress.ip_address(host).is_loopback:
@@ -52,6 +53,7 @@ class ImdsMock:
             "ami-launch-index": str(launch_index),
             "local-ipv4": local_ipv4,
             "instance-type": instance_type,
+            "instance-life-cycle": lifecycle,
         }
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None

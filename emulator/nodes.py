@@ -6,7 +6,8 @@
 
 A node is a process tree running that instance's actual user data (read back through the EC2 API), with:
 - its own instance-metadata mock (:class:`emulator.imds.ImdsMock`: IMDSv2 tokens, instance id, AZ, launch
-  index, instance type, instance tags, spot notices) on its own loopback address 127.0.0.N;
+  index, instance type, instance tags, spot notices) on its own loopback address 127.X.Y.N (X.Y chosen at random
+  per launcher, so launchers of other runs on the same machine never share an address and port);
 - its own root directory: absolute paths under ``/opt/`` in the user data are relocated to
   ``<work_dir>/<instance-id>/root/opt/`` (the only change made to the user data), and the node agent gets
   ``SPOT_TRAINING_NODE_ROOT`` for the job's checkpoint directory, so nodes never share files;
@@ -19,7 +20,8 @@ A node is a process tree running that instance's actual user data (read back thr
 The launcher polls the groups (every ``poll_s``) and mirrors what EC2 would do:
 - an InService instance with no node boots one (once per instance, like a real boot);
 - an instance that left the group (terminated: scaled in, handed back, or :meth:`terminate`) loses its
-  node: SIGTERM to the process tree (the shutdown), SIGKILL after ``SHUTDOWN_GRACE_S``;
+  node: SIGTERM to the process tree (the shutdown), SIGKILL after ``SHUTDOWN_GRACE_S``
+  (``terminate(id, hard=True)``: SIGKILL at once, a power cut);
 - a node that got a notice and whose process exited while its instance is still in the group is reclaimed
   (terminated through the Auto Scaling API without decrementing), as EC2 does when the notice's time is up.
 Terminating through the Auto Scaling API makes moto launch a replacement, which boots as a new node.
@@ -32,6 +34,7 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -50,7 +53,7 @@ from emulator.imds import ImdsMock
 
 SHUTDOWN_GRACE_S = 10.0
 BASH = shutil.which("bash") or "/bin/bash"
-FIRST_HOST = ipaddress.ip_address("127.0.0.10")
+FIRST_HOST = ipaddress.ip_address("127.0.0.10")  # plus a random 127.X.Y.0 per launcher, see NodeLauncher
 _OPT_PATH = re.compile(r"(?<![\w./-])/opt/")
 
 
@@ -104,7 +107,9 @@ class NodeLauncher:
         self.nodes: dict[str, Node] = {}
         self.address_map_file = work_dir / "address-map.json"
         self.errors: list[str] = []
-        self._next_host = FIRST_HOST
+        # Every node's rendezvous listens on the job's fixed port: a /24 of 127.0.0.0/8 of its own per launcher
+        # keeps runs of other users (or tests) on this machine apart.
+        self._next_host = FIRST_HOST + (secrets.randbelow(254 * 256) + 256) * 256
         self._group_type: dict[str, str] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -165,12 +170,23 @@ class NodeLauncher:
         self._event(node, "rebalance recommendation delivered")
         return node
 
-    def terminate(self, instance_id: str) -> Node:
-        """Take the instance away with no notice (the group replaces it); its node is shut down."""
+    def terminate(self, instance_id: str, *, hard: bool = False) -> Node:
+        """Take the instance away with no notice (the group replaces it); its node is shut down.
+
+        Default: like an OS shutdown (SIGTERM to the node, SIGKILL after ``SHUTDOWN_GRACE_S``), so the node's
+        processes may still react. ``hard``: a power cut: the node's whole process tree is SIGKILLed first (no
+        handler runs, nothing is flushed: unshipped log lines and unsynced local checkpoints are lost), then
+        the instance leaves the group.
+        """
         node = self.node(instance_id)
-        self._asg.terminate_instance_in_auto_scaling_group(InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
-        self._event(node, "terminated with no notice")
-        self.poll()
+        with self._lock:
+            if hard:
+                self._kill(node)
+            self._asg.terminate_instance_in_auto_scaling_group(
+                InstanceId=instance_id, ShouldDecrementDesiredCapacity=False
+            )
+            self._event(node, "powered off with no notice" if hard else "terminated with no notice")
+            self.poll()
         return node
 
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -264,6 +280,7 @@ class NodeLauncher:
             launch_index=int(inst.get("AmiLaunchIndex", 0)),
             local_ipv4=inst["PrivateIpAddress"],
             instance_type=instance_type,
+            lifecycle="spot" if inst.get("InstanceLifecycle") == "spot" else "on-demand",
             tags=tags,
         ).start()
         console = node_dir / "console.log"
@@ -322,6 +339,16 @@ class NodeLauncher:
         if node.exit_code is None:
             node.exit_code, node.exited_at = node.proc.returncode, time.time()
         node.imds.stop()
+
+    def _kill(self, node: Node) -> None:
+        """SIGKILL the node's whole process tree at once (a power cut)."""
+        tree = process_tree(node.proc.pid)
+        node.shut_down = True
+        _signal_group(node.proc, signal.SIGKILL)
+        kill_all(tree - {node.proc.pid})
+        node.proc.wait(timeout=SHUTDOWN_GRACE_S)
+        if node.exit_code is None:
+            node.exit_code, node.exited_at = node.proc.returncode, time.time()
 
     def _event(self, node: Node, message: str) -> None:
         line = f"{node.instance_id} {message}"

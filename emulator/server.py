@@ -6,7 +6,8 @@ both on loopback and on ports the kernel picks (so there is no race between choo
 binding it), prints one JSON line ``{"port": N, "insecure_port": M, "pid": P, "seeded": {...}}`` on
 stdout and serves until SIGTERM or SIGINT (or until stdin closes, with ``--exit-on-stdin-eof``).
 
-Order matters: :func:`emulator.cfn_compat.install` (and :func:`emulator.ebs_strict.install`) run before
+Order matters: :func:`emulator.cfn_compat.install` (and :func:`emulator.ebs_strict.install`,
+:func:`emulator.billing.install`) run before
 the server handles its first request, because moto builds its CloudFormation type map once, from the
 subclasses that exist then.
 """
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Optional
 
-from emulator import cfn_compat, ebs_strict
+from emulator import billing, cfn_compat, ebs_strict
 from emulator.settings import ACCOUNT_ID, REGION
 
 
@@ -49,6 +50,7 @@ def serve(
     port: int = 0,
     insecure_port: int = 0,
     exit_on_stdin_eof: bool = False,
+    iam_enforcement: bool = False,
 ) -> None:
     """Install the compat layer, seed public parameters, bind, announce the ports, serve until told to stop."""
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
@@ -56,6 +58,13 @@ def serve(
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     cfn_compat.install()
     ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
+    billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
+    if iam_enforcement:
+        # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
+        # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.
+        from emulator import iam_resources
+
+        iam_resources.install()
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
@@ -140,6 +149,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--exit-on-stdin-eof", action="store_true", help="stop when stdin closes (used by the launcher)"
     )
+    parser.add_argument(
+        "--iam-enforcement",
+        action="store_true",
+        help="prepare moto's IAM enforcement (emulator/iam_resources.py); it stays off until switched on",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127."):
         parser.error("the emulator only listens on loopback (127.0.0.0/8)")
@@ -151,6 +165,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         port=args.port,
         insecure_port=args.insecure_port,
         exit_on_stdin_eof=args.exit_on_stdin_eof,
+        iam_enforcement=args.iam_enforcement,
     )
     return 0
 

@@ -10,8 +10,9 @@ from constructs import Construct
 
 from team_config import TeamConfig
 from team_config.model import LOG_RETENTION_DAYS, NewVpcConfig
-from team_config.naming import TEAM_TAG
+from team_config.naming import TEAM_TAG, budget_name
 from training_constructs import CheckpointStore, ClusterNetwork, TrainingCluster
+from training_constructs.team_budget import TeamBudget
 
 # CloudWatch's allowed retention values, in the order aws_logs.RetentionDays lists them (INFINITE last).
 RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
@@ -101,3 +102,16 @@ class TrainingStack(Stack):
                 value=cluster.job_spec.parameter_name,
                 description=f"SSM parameter with the job-spec defaults of cluster {spec.name}",
             )
+
+        self.budget = None
+        if config.budget is not None:
+            self.budget = TeamBudget(
+                self,
+                "Budget",
+                team=team,
+                config=config.budget,
+                clusters=list(self.clusters.values()),
+                checkpoint_store=self.checkpoints,
+                log_retention=retention,
+            )
+            CfnOutput(self, "BudgetName", value=budget_name(team), description="AWS Budgets budget of the team")

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from team_config.model import NAME_PATTERN, TeamConfig
+from team_config.model import NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
 
 DEFAULT_TEAM = "default"
 STACK_PREFIX = "TrainingStack"
@@ -75,7 +75,10 @@ def _describe(error: Any) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "string_pattern_mismatch":
-        return f"{error['input']!r} does not match the required form {error['ctx']['pattern']}"
+        example = PATTERN_EXAMPLES.get(error["ctx"]["pattern"])
+        return f"{error['input']!r} does not match the required form {error['ctx']['pattern']}" + (
+            f"; use {example}" if example else ""
+        )
     msg = str(error["msg"])
     msg = re.sub(r"^Value error, ", "", msg)
     return (

@@ -187,6 +187,22 @@ class WarmPoolConfig(Strict):
         return self
 
 
+EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+PATTERN_EXAMPLES = {EMAIL_PATTERN: "an email address such as ml-leads@example.com"}
+
+
+class BudgetConfig(Strict):
+    usd_per_month: float = Field(gt=0, description="Monthly spend limit of the team's tagged resources, in USD.")
+    warn_at_percent: int = Field(80, ge=1, le=99, description="Email the notify list when actual spend passes this.")
+    notify: list[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]] = Field(
+        default_factory=list, description="Email addresses AWS Budgets alerts (at warn_at_percent and 100 %)."
+    )
+    check_every_minutes: int = Field(60, ge=5, le=1440, description="How often the guard reads the budget.")
+    force_stop_after_minutes: int = Field(
+        15, ge=5, le=120, description="Set a group to 0 if its job has not stopped this long after the request."
+    )
+
+
 class JobConfig(Strict):
     """Defaults for the job spec the boot script reads; a submitted job may override them."""
 
@@ -261,7 +277,9 @@ class TeamConfig(Strict):
     network: NetworkConfig = NetworkConfig()
     checkpoint_bucket: CheckpointBucketConfig = CheckpointBucketConfig()
     log_retention_days: int = Field(30, description="CloudWatch retention of training and flow logs.")
-    budget_usd_per_month: Optional[float] = Field(None, gt=0, description="Monthly spend limit for the team.")
+    budget: Optional[BudgetConfig] = Field(
+        None, description="Monthly AWS Budgets budget; at 100 % the team's jobs are stopped and groups set to 0."
+    )
 
     @field_validator("log_retention_days")
     @classmethod

@@ -15,3 +15,8 @@ def parameter_path(team: str, cluster: str) -> str:
     Team-scoped, so two teams' stacks never collide.
     """
     return f"/spot-training/{team}/{cluster}"
+
+
+def budget_name(team: str) -> str:
+    """The team's AWS Budgets budget (``budget:`` in the team file)."""
+    return f"spot-training-{team}"

@@ -14,6 +14,42 @@ from team_config import TeamConfig
 
 CONTEXT = json.loads((Path(__file__).resolve().parent.parent / "cdk.json").read_text())["context"]
 
+# A team using every optional feature (existing VPC, on-demand base, warm pool, drill, SSM AMI, no placement
+# group, a budget): the app, security and review tests synthesize it next to the shipped teams.
+EVERYTHING: dict[str, Any] = {
+    "network": {
+        "existing_vpc": {
+            "vpc_id": "vpc-0123456789abcdef0",
+            "subnets": [
+                {
+                    "subnet_id": "subnet-0123456789abcdef0",
+                    "availability_zone": "us-east-1a",
+                    "route_table_id": "rtb-01234567",
+                }
+            ],
+        }
+    },
+    "budget": {"usd_per_month": 1000},
+    "clusters": [
+        {
+            "name": "pool",
+            "instance_types": ["g5.xlarge", "g6.xlarge"],
+            "max_nodes": 2,
+            "desired_nodes": 2,
+            "on_demand_base_capacity": 1,
+            "warm_pool": {"size": 2, "snapshot_id": "snap-0123456789abcdef0"},
+            "interruption_drill": {"percent": 100, "notice_minutes": 5},
+        },
+        {
+            "name": "arm",
+            "instance_types": ["c7g.large", "m7g.large"],
+            "max_nodes": 1,
+            "placement_group": False,
+            "ami": {"ssm_parameter": "/my/ami"},
+        },
+    ],
+}
+
 CLUSTER: dict[str, Any] = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
 
 

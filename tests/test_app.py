@@ -14,7 +14,7 @@ from aws_cdk import aws_ec2 as ec2
 
 import app as cdk_app
 from team_config import load_teams
-from tests.synth import CONTEXT, team_config
+from tests.synth import CONTEXT, EVERYTHING, team_config
 
 # Physical-name properties: a literal value here would collide when two teams deploy to one account.
 NAME_PROPERTIES = {
@@ -38,6 +38,8 @@ def literal_names(template: dict[str, Any]) -> set[tuple[str, str]]:
         for key, value in resource.get("Properties", {}).items():
             if key in NAME_PROPERTIES and isinstance(value, str) and resource["Type"] != "AWS::IAM::Policy":
                 names.add((resource["Type"], value))
+        if resource["Type"] == "AWS::Budgets::Budget":  # the name sits inside the Budget property
+            names.add((resource["Type"], resource["Properties"]["Budget"]["BudgetName"]))
     return names
 
 
@@ -47,43 +49,7 @@ def assembly(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Path:
     teams_dir = tmp_path_factory.mktemp("teams")
     for f in (repo / "teams").glob("*.yaml"):
         (teams_dir / f.name).write_text(f.read_text())
-    (teams_dir / "everything.yaml").write_text(
-        json.dumps(
-            {
-                "network": {
-                    "existing_vpc": {
-                        "vpc_id": "vpc-0123456789abcdef0",
-                        "subnets": [
-                            {
-                                "subnet_id": "subnet-0123456789abcdef0",
-                                "availability_zone": "us-east-1a",
-                                "route_table_id": "rtb-01234567",
-                            }
-                        ],
-                    }
-                },
-                "budget_usd_per_month": 1000,
-                "clusters": [
-                    {
-                        "name": "pool",
-                        "instance_types": ["g5.xlarge", "g6.xlarge"],
-                        "max_nodes": 2,
-                        "desired_nodes": 2,
-                        "on_demand_base_capacity": 1,
-                        "warm_pool": {"size": 2, "snapshot_id": "snap-0123456789abcdef0"},
-                        "interruption_drill": {"percent": 100, "notice_minutes": 5},
-                    },
-                    {
-                        "name": "arm",
-                        "instance_types": ["c7g.large", "m7g.large"],
-                        "max_nodes": 1,
-                        "placement_group": False,
-                        "ami": {"ssm_parameter": "/my/ami"},
-                    },
-                ],
-            }
-        )
-    )
+    (teams_dir / "everything.yaml").write_text(json.dumps(EVERYTHING))
     outdir = tmp_path_factory.mktemp("cdk.out")
     # Runs the same entry point as `npx cdk synth`; raises if cdk-nag reports anything unacknowledged.
     cdk_app.main(App(context={**CONTEXT, "teams_dir": str(teams_dir)}, outdir=str(outdir)), teams_dir=teams_dir)
@@ -141,8 +107,8 @@ def test_two_teams_side_by_side_have_no_colliding_physical_names(assembly: Path)
         for physical in literal_names(template):
             assert physical not in seen, f"{physical} is fixed in both {seen[physical]} and {name}"
             seen[physical] = name
-    # The only fixed names are the team-scoped SSM parameters.
-    assert {n for _, n in seen} == {
+    # The only fixed names are the team-scoped SSM parameters and budgets.
+    assert {n for _, n in seen} == {f"spot-training-{team}" for team in ("research", "everything")} | {
         f"/spot-training/{team}/{cluster}/job-spec"
         for team, cluster in [
             ("default", "main"),

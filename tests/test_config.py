@@ -149,9 +149,15 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="typo-key",
         ),
         pytest.param(
-            {**cluster(), "budget_usd_per_month": -5},
-            "budget_usd_per_month: Input should be greater than 0 (got -5)",
+            {**cluster(), "budget": {"usd_per_month": -5}},
+            "budget.usd_per_month: Input should be greater than 0 (got -5)",
             id="negative-budget",
+        ),
+        pytest.param(
+            {**cluster(), "budget": {"usd_per_month": 100, "notify": ["ops"]}},
+            "budget.notify[0]: 'ops' does not match the required form ^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$; use an email "
+            "address such as ml-leads@example.com",
+            id="budget-email",
         ),
         pytest.param(
             cluster(job={"checkpoint_interval_s": 0}),
@@ -201,7 +207,7 @@ def test_bad_team_file_is_one_line(tmp_path: Path, doc: object, expected: str) -
 def test_unknown_top_level_key_lists_allowed_keys(tmp_path: Path) -> None:
     message = error_for(tmp_path, {**cluster(), "log_retention": 30})
     assert "log_retention: unknown key 'log_retention': did you mean 'log_retention_days'?" in message
-    assert "allowed keys here: budget_usd_per_month, checkpoint_bucket, clusters" in message
+    assert "allowed keys here: budget, checkpoint_bucket, clusters" in message
 
 
 def test_cluster_names_that_differ_only_by_dash_are_refused(tmp_path: Path) -> None:

@@ -227,6 +227,12 @@ def policies(template: Template) -> list[dict[str, Any]]:
     return [s for p in resources(template, "AWS::IAM::Policy") for s in p["Properties"]["PolicyDocument"]["Statement"]]
 
 
+def parameter_names(arns: list[Any]) -> set[str]:
+    """The SSM parameter names in a statement's resource ARNs."""
+    found = [re.search(r":parameter(/[^\"]+)", joined(arn)) for arn in arns]
+    return {m.group(1) for m in found if m}
+
+
 def test_instance_role_trusts_ec2_with_ssm_core_and_a_profile(default: Template) -> None:
     default.has_resource_properties(
         "AWS::IAM::Role",
@@ -282,8 +288,10 @@ def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template
         f':autoScalingGroup:*:autoScalingGroupName/", {{"Ref": "{group_id}"}}]]}}'
     )
     [params] = [s for s in statements if s.get("Sid") == "ReadOwnJobParameters"]
-    names = {re.search(r":parameter(/[^\"]+)", joined(r)).group(1) for r in params["Resource"]}  # type: ignore[union-attr]
-    assert names == {"/spot-training/team-a/main/job-spec", "/spot-training/team-a/main/current-job"}
+    assert parameter_names(params["Resource"]) == {
+        "/spot-training/team-a/main/job-spec",
+        "/spot-training/team-a/main/current-job",
+    }
 
 
 def test_only_describe_actions_get_resource_star(default: Template, variant: Template) -> None:
@@ -429,7 +437,10 @@ def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
     volume_ids = set(variant.find_resources("AWS::EC2::Volume"))
     assert {r["Fn::Join"][1][-1]["Ref"] for r in volumes["Resource"]} == volume_ids, "exact volume ARNs, no wildcard"
     instances = statements["AttachToOwnClusterInstances"]
-    assert instances["Condition"] == {"StringEquals": {"aws:ResourceTag/spot-training:cluster": "big"}}
+    # Cluster names repeat across teams: the team tag keeps this pool's volumes off other teams' instances.
+    assert instances["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/spot-training:cluster": "big", "aws:ResourceTag/spot-training:team": "team-a"}
+    }
 
 
 @pytest.fixture(scope="module")
@@ -484,3 +495,64 @@ def test_interruption_drill_role_may_interrupt_only_this_cluster(drill: Template
     }
     roles = [r for r in resources(drill, "AWS::IAM::Role") if "fis.amazonaws.com" in json.dumps(r)]
     assert len(roles) == 1
+
+
+# ---- TeamBudget -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def budgeted() -> Template:
+    budget = {"usd_per_month": 1234.5, "warn_at_percent": 75, "notify": ["a@example.com", "b@example.com"]}
+    clusters = [CLUSTER, {**CLUSTER, "name": "dev", "max_nodes": 1}]
+    return synth(team_config(clusters=clusters, budget=budget))[1]
+
+
+def test_no_budget_unless_asked(default: Template) -> None:
+    assert resources(default, "AWS::Budgets::Budget") == resources(default, "AWS::Lambda::Function") == []
+
+
+def test_budget_counts_the_team_tag_and_emails_at_the_warning_share_and_at_the_limit(budgeted: Template) -> None:
+    [budget] = resources(budgeted, "AWS::Budgets::Budget")
+    data = budget["Properties"]["Budget"]
+    assert data["BudgetName"] == "spot-training-team-a"
+    assert (data["BudgetType"], data["TimeUnit"], data["BudgetLimit"]) == (
+        "COST",
+        "MONTHLY",
+        {"Amount": 1234.5, "Unit": "USD"},
+    )
+    assert data["CostFilters"] == {"TagKeyValue": ["user:spot-training:team$team-a"]}
+    notes = budget["Properties"]["NotificationsWithSubscribers"]
+    assert sorted(n["Notification"]["Threshold"] for n in notes) == [75, 100]
+    for note in notes:
+        assert note["Notification"]["NotificationType"] == "ACTUAL"
+        assert note["Subscribers"] == [
+            {"SubscriptionType": "EMAIL", "Address": "a@example.com"},
+            {"SubscriptionType": "EMAIL", "Address": "b@example.com"},
+        ]
+
+
+def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: Template) -> None:
+    [function] = resources(budgeted, "AWS::Lambda::Function")
+    env = function["Properties"]["Environment"]["Variables"]
+    assert env["JOB_SPEC_PARAMETERS"] == "/spot-training/team-a/main/job-spec,/spot-training/team-a/dev/job-spec"
+    assert (env["BUDGET_NAME"], env["TEAM"], env["FORCE_AFTER_S"]) == ("spot-training-team-a", "team-a", "900")
+    assert function["Properties"]["ReservedConcurrentExecutions"] == 1
+    [rule] = resources(budgeted, "AWS::Events::Rule")
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 hour)"
+    [function_id] = budgeted.find_resources("AWS::Lambda::Function").keys()
+    assert rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+
+
+def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:
+    statements = {s.get("Sid"): s for s in policies(budgeted)}
+    assert joined(statements["ReadOwnBudget"]["Resource"]).endswith(':budget/spot-training-team-a"]]}')
+    markers = {joined(r).rsplit('"', 2)[-2] for r in statements["ReadWriteJobMarkers"]["Resource"]}
+    assert markers == {"/main/*", "/dev/*"}
+    assert statements["ReadWriteJobMarkers"]["Action"] == ["s3:GetObject", "s3:PutObject"]
+    groups = budgeted.find_resources("AWS::AutoScaling::AutoScalingGroup").keys()
+    scaled = joined(statements["ScaleClusterGroups"]["Resource"])
+    assert all(f'{{"Ref": "{g}"}}' in scaled for g in groups) and len(groups) == 2
+    assert statements["ScaleClusterGroups"]["Action"] == "autoscaling:SetDesiredCapacity"
+    assert parameter_names(statements["ReadClusterJobParameters"]["Resource"]) == {
+        f"/spot-training/team-a/{c}/{p}" for c in ("main", "dev") for p in ("job-spec", "current-job")
+    }

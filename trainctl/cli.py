@@ -5,9 +5,12 @@
     trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
     trainctl stop   --team T --cluster C JOB
     trainctl list   --team T --cluster C
+    trainctl cost   --team T --cluster C [JOB] [--prices FILE]
+    trainctl review [--assembly DIR] [--base DIR] [--prices FILE] [--spot-prices FILE] [--out FILE]
 
 The AWS endpoint, region and credentials come from the environment, as for the AWS CLI (``AWS_ENDPOINT_URL``
 for the emulator: ``python -m emulator up`` prints the exports). ``--json`` prints machine-readable output.
+``review`` needs no AWS access: it synthesizes the app (or reads ``--assembly``) and prints Markdown.
 Errors are one line on stderr with exit code 2 (bad input, unknown team/cluster/job) or 3 (AWS unreachable
 or no credentials).
 """
@@ -18,15 +21,17 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
-from trainctl import jobs
+from trainctl import cost, jobs, prices, review
 
 EXIT_BAD_INPUT, EXIT_AWS = 2, 3
 FOLLOW_LIMIT_S = 24 * 3600.0
@@ -104,30 +109,38 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
         for m in members
     ]
     checkpoints = jobs.checkpoints(client, ref, job_id)
-    leaving = [
-        o["Key"]
-        for o in client("s3")
-        .list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.job_prefix(job_id)}nodes/")
-        .get("Contents", [])
-        if o["Key"].endswith("/leaving")
-    ]
     last = checkpoints[-1] if checkpoints else None
+    budget = jobs.team_budget(client, ref.team)
+    state = job_state(client, ref, job_id)
+    planned = jobs.planned_steps(client, ref, job_id)
+    eta_s = None
+    if state == "RUNNING" and planned and len(checkpoints) >= 2:  # the pace between the last two checkpoints
+        a, b = checkpoints[-2], checkpoints[-1]
+        if b.manifest_time > a.manifest_time and b.step > a.step:
+            eta_s = round(max(planned - b.step, 0) * (b.manifest_time - a.manifest_time) / (b.step - a.step))
     return {
         "job_id": job_id,
         "team": ref.team,
         "cluster": ref.cluster,
-        "state": job_state(client, ref, job_id),
+        "state": state,
         "group": ref.group,
         "desired_capacity": group["DesiredCapacity"],
         "nodes": nodes,
         "last_checkpoint_step": last.step if last else None,
         "last_checkpoint_age_s": round(time.time() - last.manifest_time, 1) if last else None,
-        "interruptions": len(leaving),
+        "planned_steps": planned,
+        "eta_s": eta_s,
+        "interruptions": len(jobs.leaving_nodes(client, ref, job_id)),
+        "budget": None if budget is None else asdict(budget),
     }
 
 
 def format_status(info: dict[str, Any]) -> str:
-    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in info.items() if k != "nodes")
+    shown = dict(info)
+    if info["budget"]:
+        b = info["budget"]
+        shown["budget"] = f"spent {b['spent_usd']:.2f} of {b['limit_usd']:.2f} USD this month ({b['name']})"
+    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k != "nodes")
     nodes = table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
     return f"{head}\n\n{nodes}"
 
@@ -172,6 +185,36 @@ def print_logs(
         time.sleep(2.0)
 
 
+def format_cost(info: dict[str, Any]) -> str:
+    def money(v: float) -> str:
+        return f"{v:.4f}"
+
+    types = [
+        dict(r, hours=f"{r['hours']:.3f}", usd_per_hour=money(r["usd_per_hour"]), cost_usd=money(r["cost_usd"]),
+             on_demand_usd=money(r["on_demand_usd"]))
+        for r in info["by_type"]
+    ]  # fmt: skip
+    nodes = [dict(n, hours=f"{n['hours']:.3f}", cost_usd=money(n["cost_usd"])) for n in info["nodes"]]
+    redone = info["redone"]
+    gpu = "-" if redone["gpu_hours"] is None else f"{redone['gpu_hours']:.3f}"
+    return "\n".join(
+        [
+            f"job {info['job_id']}: {len(info['nodes'])} instance(s)",
+            "",
+            table(types, ["type", "market", "nodes", "hours", "usd_per_hour", "cost_usd", "on_demand_usd"]),
+            "",
+            table(nodes, ["instance", "type", "market", "az", "hours", "cost_usd", "timed_by"]),
+            "",
+            f"total: {money(info['total_usd'])} USD; the same hours on demand: {money(info['on_demand_usd'])} USD; "
+            f"savings {info['savings_pct']:.1f} %",
+            f"interruptions: {info['interruptions']}; redone after restarts: {redone['steps']} step(s), "
+            f"{redone['node_hours']:.3f} node-hours ({gpu} GPU-hours), {money(redone['usd'])} USD",
+            f"on-demand prices: {info['on_demand_prices']}",
+            f"spot prices: {info['spot_prices']}",
+        ]
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trainctl", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--region", help="AWS region (default: AWS_REGION / the AWS config)")
@@ -201,10 +244,40 @@ def parser() -> argparse.ArgumentParser:
     cluster_args(sp)
     sp.add_argument("job", help="job id")
     cluster_args(sub.add_parser("list", help="jobs submitted to the cluster"))
+    sp = sub.add_parser("cost", help="instance-hours, spot vs on-demand cost, work redone after interruptions")
+    cluster_args(sp)
+    sp.add_argument("job", nargs="?", help="job id (default: the current job)")
+    sp.add_argument("--prices", type=Path, help="YAML/JSON {instance_type: on-demand USD per hour} to use")
+    sp = sub.add_parser("review", help="Markdown summary of the synthesized app for a pull request (no AWS access)")
+    sp.add_argument("--assembly", type=Path, help="a cloud assembly (cdk.out) to read instead of synthesizing")
+    sp.add_argument("--teams-dir", type=Path, help="team files to synthesize (default: the repository's teams/)")
+    sp.add_argument("--base", type=Path, help="the base branch's cloud assembly: show IAM changes and replacements")
+    sp.add_argument("--prices", type=Path, help="YAML/JSON {instance_type: on-demand USD per hour} to use")
+    sp.add_argument("--spot-prices", type=Path, help="YAML/JSON {instance_type: spot USD per hour} to use")
+    sp.add_argument("--out", type=Path, help="also write the Markdown to this file")
     return p
 
 
+def run_review(args: argparse.Namespace) -> str:
+    try:
+        table_ = prices.load_prices(args.prices)
+        spot = prices.read_price_file(args.spot_prices) if args.spot_prices else None
+        if args.assembly is None:
+            args.assembly = review.synthesize(Path(tempfile.mkdtemp(prefix="trainctl-review-")), args.teams_dir)
+        head = review.load_assembly(args.assembly)
+        base = review.load_assembly(args.base) if args.base else None
+        text = review.summary(head, table_, spot, base)
+    except (prices.PriceError, review.ReviewError) as exc:
+        raise CliError(str(exc)) from None
+    if args.out:
+        args.out.write_text(text)
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.action == "review":
+        print(run_review(args), end="")
+        return 0
     client = _client_factory(args.region)
     try:
         ref = jobs.find_cluster(client, args.team, args.cluster)
@@ -229,6 +302,13 @@ def run(args: argparse.Namespace) -> int:
     elif args.action == "logs":
         print_logs(client, ref, known_job(client, ref, args.job), args.node, args.follow)
         return 0
+    elif args.action == "cost":
+        try:
+            table_ = prices.load_prices(args.prices)
+            info = cost.job_cost(client, ref, known_job(client, ref, args.job or current_job(client, ref)), table_)
+        except prices.PriceError as exc:
+            raise CliError(str(exc)) from None
+        out = info if args.json else format_cost(info)
     elif args.action == "stop":
         message = stop(client, ref, known_job(client, ref, args.job))
         out = {"message": message} if args.json else message

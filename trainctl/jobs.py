@@ -13,6 +13,7 @@ import fnmatch
 import io
 import json
 import os
+import re
 import secrets
 import tarfile
 import time
@@ -21,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
+from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
 ClientFactory = Callable[[str], Any]
 MANIFEST = "spot-training-manifest.json"  # bootstrap_scripts/node_agent.py writes it last
+_PLAN = re.compile(r"\bplan: (\d+) steps\b")
 ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
 
 
@@ -110,6 +112,30 @@ def pack_code(directory: Path) -> bytes:
     return buf.getvalue()
 
 
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    limit_usd: float
+    spent_usd: float
+
+    @property
+    def exceeded(self) -> bool:
+        return self.spent_usd >= self.limit_usd
+
+
+def team_budget(client: ClientFactory, team: str) -> Optional[Budget]:
+    """The team's AWS Budgets budget (``budget:`` in its team file), or None if it has none."""
+    account = client("sts").get_caller_identity()["Account"]
+    name = budget_name(team)
+    budgets = client("budgets")
+    try:
+        found = budgets.describe_budget(AccountId=account, BudgetName=name)["Budget"]
+    except budgets.exceptions.NotFoundException:
+        return None
+    spent = found.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)
+    return Budget(name, float(found["BudgetLimit"]["Amount"]), float(spent))
+
+
 def new_job_id() -> str:
     return time.strftime("job-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
 
@@ -131,6 +157,12 @@ def submit(
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
+    budget = team_budget(client, ref.team)
+    if budget is not None and budget.exceeded:
+        raise JobError(
+            f"team {ref.team} has spent {budget.spent_usd:.2f} of its {budget.limit_usd:.2f} USD budget this month "
+            f"({budget.name}); raise budget.usd_per_month in its team file or wait for the next month"
+        )
     job_id = job_id or new_job_id()
     code_key = f"{ref.prefix}code/{job_id}.tar.gz"
     client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=pack_code(code_dir))
@@ -186,6 +218,22 @@ def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Op
     return dict(json.loads(body))
 
 
+def node_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, str]]:
+    """The node agents' markers of a job, ``nodes/<instance>/<name>``: {instance: {name: S3 key}}."""
+    prefix = f"{ref.job_prefix(job_id)}nodes/"
+    found: dict[str, dict[str, str]] = {}
+    for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            instance, _, name = obj["Key"][len(prefix) :].partition("/")
+            found.setdefault(instance, {})[name] = obj["Key"]
+    return found
+
+
+def leaving_nodes(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[str]:
+    """Instances that left the job on an interruption notice (their agent wrote ``nodes/<id>/leaving``)."""
+    return sorted(i for i, names in node_markers(client, ref, job_id).items() if "leaving" in names)
+
+
 def group(client: ClientFactory, ref: ClusterRef) -> dict[str, Any]:
     """The cluster's Auto Scaling group as DescribeAutoScalingGroups returns it (instances, desired capacity)."""
     groups = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])
@@ -194,6 +242,15 @@ def group(client: ClientFactory, ref: ClusterRef) -> dict[str, Any]:
 
 def desired_capacity(client: ClientFactory, ref: ClusterRef) -> int:
     return int(group(client, ref)["DesiredCapacity"])
+
+
+def planned_steps(client: ClientFactory, ref: ClusterRef, job_id: str) -> Optional[int]:
+    """The trainer's newest ``plan: N steps`` line (how many steps the job trains in all), if it prints one."""
+    found = client("logs").filter_log_events(
+        logGroupName=str(ref.spec["log_group"]), logStreamNamePrefix=f"{job_id}/", filterPattern='"plan:"'
+    )
+    plans = [m for e in sorted(found["events"], key=lambda e: e["timestamp"]) if (m := _PLAN.search(e["message"]))]
+    return int(plans[-1].group(1)) if plans else None
 
 
 def log_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[tuple[float, str, str]]:

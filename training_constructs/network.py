@@ -11,6 +11,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from training_constructs.checkov import skip_checkov
+from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
+
 
 class ClusterNetwork(Construct):
     """A VPC fit for multi-node training.
@@ -74,6 +77,7 @@ class ClusterNetwork(Construct):
             flow_logs = logs.LogGroup(
                 self, "FlowLogs", retention=flow_log_retention, removal_policy=RemovalPolicy.DESTROY
             )
+            skip_checkov(flow_logs, *LOG_GROUP_KMS_SKIP)
             vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs))
             self.vpc = vpc
         private = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED

@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import jsii
-from aws_cdk import CfnResource, Stack
-from cdk_nag import IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
+from aws_cdk import (
+    CfnResource,
+    IPolicyValidationContext,
+    IPolicyValidationPlugin,
+    PolicyValidationPluginReport,
+    PolicyViolatingResource,
+    PolicyViolation,
+    Stack,
+    Validations,
+)
 from constructs import IConstruct
 
 PACK = "SpotTraining"
@@ -343,70 +352,110 @@ RULES: tuple[Rule, ...] = (
 
 
 # ------------------------------------------------------------------------------------------ cdk-nag adapter
-@jsii.implements(IApplyRule)
-class _Finding:
-    """One rule applied to one resource, in the shape cdk-nag's ``applyRule`` reads (properties, not fields)."""
-
-    def __init__(self, node: CfnResource, rule: Rule, result: Optional[list[str]]) -> None:
-        self._node, self._rule, self._result = node, rule, result
-
-    @builtins.property
-    def node(self) -> CfnResource:
-        return self._node
-
-    @builtins.property
-    def rule_suffix_override(self) -> str:
-        return self._rule.id
-
-    @builtins.property
-    def info(self) -> str:
-        return self._rule.message
-
-    @builtins.property
-    def explanation(self) -> str:
-        return self._rule.why + (f" Found: {'; '.join(self._result)}." if self._result else "")
-
-    @builtins.property
-    def level(self) -> NagMessageLevel:
-        return NagMessageLevel.ERROR
-
-    def rule(self, node: CfnResource) -> NagRuleCompliance:
-        if self._result is None:
-            return NagRuleCompliance.NOT_APPLICABLE
-        return NagRuleCompliance.NON_COMPLIANT if self._result else NagRuleCompliance.COMPLIANT
+def _acknowledged(construct: IConstruct, rule_id: str) -> bool:
+    """Whether ``rule_id`` is acknowledged on the construct or a scope above it (cdk-nag's rule, same metadata)."""
+    key = Validations.ACKNOWLEDGED_RULES_METADATA_KEY
+    current: Optional[IConstruct] = construct
+    while current is not None:
+        for entry in current.node.metadata:
+            if entry.type == key and isinstance(entry.data, dict):
+                if rule_id in (re.sub(r"^annotation::", "", k, flags=re.IGNORECASE) for k in entry.data):
+                    return True
+        current = current.node.scope
+    return False
 
 
-class SpotTrainingChecks(NagPack):
-    """The rules above as a cdk-nag pack; findings are ``SpotTraining-ST<n>``."""
+def _find_resource(app: IConstruct, stack_path: str, logical_id: str, resource: Resource) -> Optional[IConstruct]:
+    """The construct of a template resource: by its ``aws:cdk:path`` metadata, else by walking the stack."""
+    cdk_path = (resource.get("Metadata") or {}).get("aws:cdk:path")
+    if isinstance(cdk_path, str):
+        found: Optional[IConstruct] = app
+        for part in cdk_path.split("/"):
+            found = found.node.try_find_child(part) if found is not None else None
+        if found is not None:
+            return found
+    stack: Optional[IConstruct] = app
+    for part in stack_path.split("/"):
+        stack = stack.node.try_find_child(part) if stack is not None else None
+    if stack is None:
+        return None
+    for child in stack.node.find_all():
+        if isinstance(child, CfnResource) and Stack.of(child).resolve(child.logical_id) == logical_id:
+            return child
+    return None
+
+
+@jsii.implements(IPolicyValidationPlugin)
+class SpotTrainingChecks:
+    """The rules above as a validation plugin that reports like a cdk-nag pack: findings are ``SpotTraining-ST<n>``,
+    acknowledged like any cdk-nag finding.
+
+    It reads each synthesized template once, in Python, and crosses into jsii only for the construct of a finding
+    (to honour an acknowledgement and name its path): a cdk-nag ``NagPack`` calls back into Python for every
+    ``CfnResource`` of every stack, about 20 jsii round trips each, which made it most of a 10-team synth.
+    """
 
     def __init__(self, scope: Optional[IConstruct] = None, *, verbose: Optional[bool] = None) -> None:
-        super().__init__(scope, verbose=verbose)
-        self._pack_name = PACK
-        self._templates: dict[str, Template] = {}
+        del scope  # the same signature as a NagPack; the app comes with the validation context
+        self._verbose = bool(verbose)
 
     @builtins.property
     def name(self) -> str:
         return PACK
 
-    def _template(self, stack: Stack) -> Template:
-        outdir = getattr(stack.node.root, "outdir", None)
-        path = Path(str(outdir)) / stack.template_file
-        key = str(path)
-        if key not in self._templates:
-            self._templates[key] = json.loads(path.read_text())  # the pack runs after synthesis
-        return self._templates[key]
+    @builtins.property
+    def version(self) -> Optional[str]:
+        return None  # as a cdk-nag pack: no version, no rule list
 
-    @jsii.member(jsii_name="checkResource")
-    def _check_resource(self, node: CfnResource) -> None:
-        rules = [r for r in RULES if node.cfn_resource_type in r.types]
-        if not rules:
-            return
-        stack = Stack.of(node)
-        template = self._template(stack)
-        logical_id = str(stack.resolve(node.logical_id))
-        resource = template.get("Resources", {}).get(logical_id)
-        if resource is None:
-            return  # removed by an override or a condition: nothing deployed to check
-        for rule in rules:
-            finding = _Finding(node, rule, rule.check(logical_id, resource, template))
-            self._apply_rule(finding)  # type: ignore[arg-type]  # read-only properties are what jsii reads
+    @builtins.property
+    def rule_ids(self) -> Optional[list[str]]:
+        return None
+
+    def findings(self, template: Template) -> list[tuple[str, Rule, str]]:
+        """(logical id, rule, description) of every non-compliant resource of one template."""
+        out = []
+        for logical_id, resource in (template.get("Resources") or {}).items():
+            for rule in RULES:
+                if resource.get("Type") not in rule.types:
+                    continue
+                try:
+                    result = rule.check(logical_id, resource, template)
+                except Exception as exc:  # reported as cdk-nag reports a rule that throws
+                    reason = (
+                        str(exc)
+                        if self._verbose
+                        else "This is generally caused by a parameter referencing an intrinsic function."
+                    )
+                    out.append((logical_id, rule, f"Rule threw an error during validation. {reason}"))
+                    continue
+                if result:
+                    why = f" {rule.why} Found: {'; '.join(result)}." if self._verbose else ""
+                    out.append((logical_id, rule, rule.message + why))
+        return out
+
+    def validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
+        described: dict[str, str] = {}  # rule id -> description of its first finding (cdk-nag groups by rule)
+        violating: dict[str, list[PolicyViolatingResource]] = {}
+        app: Optional[IConstruct] = None
+        for stack in context.stack_templates:
+            template = json.loads(Path(stack.template_path).read_text())
+            for logical_id, rule, description in self.findings(template):
+                rule_id = f"{PACK}-{rule.id}"
+                app = app or context.app_construct
+                resource = template["Resources"][logical_id]
+                construct = _find_resource(app, stack.stack_construct_path, logical_id, resource)
+                if construct is not None and _acknowledged(construct, rule_id):
+                    continue
+                if construct is not None:
+                    where = PolicyViolatingResource(locations=["Properties"], construct_path=construct.node.path)
+                else:
+                    where = PolicyViolatingResource(
+                        locations=["Properties"], resource_logical_id=logical_id, template_path=stack.template_path
+                    )
+                described.setdefault(rule_id, description)
+                violating.setdefault(rule_id, []).append(where)
+        violations = [
+            PolicyViolation(rule_name=k, description=d, severity="error", violating_resources=violating[k])
+            for k, d in described.items()
+        ]
+        return PolicyValidationPluginReport(success=not violations, violations=violations)

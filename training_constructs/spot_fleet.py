@@ -168,13 +168,6 @@ class SpotFleet(Construct):
         A separate policy, not the role's default one: the launch template waits for the default
         policy, and this policy names the group, which needs the launch template first.
         """
-        stack = Stack.of(self)
-        group_arn = stack.format_arn(
-            service="autoscaling",
-            resource="autoScalingGroup",
-            resource_name=f"*:autoScalingGroupName/{self.asg.auto_scaling_group_name}",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
         policy = iam.Policy(
             self,
             construct_id,
@@ -183,15 +176,29 @@ class SpotFleet(Construct):
                 iam.PolicyStatement(
                     sid="ScaleOwnGroup",
                     actions=["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
-                    resources=[group_arn],
+                    resources=[self.group_arn],
                 )
             ],
         )
-        asg_id = stack.get_logical_id(typing.cast(CfnElement, self.asg.node.default_child))
+        self.acknowledge_group_arn(policy)
+        return policy
+
+    @property
+    def group_arn(self) -> str:
+        """The group's ARN with a wildcard for its UUID (unknown until the group exists)."""
+        return Stack.of(self).format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{self.asg.auto_scaling_group_name}",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+
+    def acknowledge_group_arn(self, policy: iam.Policy) -> None:
+        """cdk-nag's IAM5 on :attr:`group_arn` in ``policy``: the wildcard is the UUID, the ARN names one group."""
+        asg_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.asg.node.default_child))
         acknowledge(
             policy,
             "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
             f"autoScalingGroup:*:autoScalingGroupName/<{asg_id}>]",
             "The wildcard is the group's UUID, unknown until it exists; the ARN names this one group.",
         )
-        return policy

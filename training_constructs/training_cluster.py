@@ -153,7 +153,8 @@ class TrainingCluster(Construct):
         self.placement_group = self.fleet.placement_group
 
         # Least privilege, each grant scoped to this cluster.
-        params = [
+        self.name = spec.name
+        self.parameter_arns = params = [
             stack.format_arn(
                 service="ssm", resource="parameter", resource_name=f"{parameter_path(team, spec.name)[1:]}/{p}"
             )
@@ -199,7 +200,9 @@ class TrainingCluster(Construct):
         self.fleet.scale_policy("ScalePolicy", self.role)
         self.logs.grant_write(self.role)
         if self.warm_pool is not None:
-            self.warm_pool.claim_policy("ClaimPolicy", self.role, cluster_tag_key=CLUSTER_TAG, cluster=spec.name)
+            self.warm_pool.claim_policy(
+                "ClaimPolicy", self.role, cluster_tag_key=CLUSTER_TAG, cluster=spec.name, team_tag=(TEAM_TAG, team)
+            )
         self.drill = None
         if spec.interruption_drill is not None:
             self.drill = InterruptionDrill(

@@ -68,9 +68,20 @@ class WarmVolumePool(Construct):
                 )
             self.volumes.append(volume)
 
-    def claim_policy(self, construct_id: str, role: iam.IRole, *, cluster_tag_key: str, cluster: str) -> iam.Policy:
-        """Attach/detach exactly this pool's volumes (ARN and tag), only to instances tagged with this cluster."""
+    def claim_policy(
+        self,
+        construct_id: str,
+        role: iam.IRole,
+        *,
+        cluster_tag_key: str,
+        cluster: str,
+        team_tag: Optional[tuple[str, str]] = None,
+    ) -> iam.Policy:
+        """Attach/detach exactly this pool's volumes (ARN and tag), only to instances tagged with this cluster
+        (and, with ``team_tag``, this team: cluster names repeat across teams, so the cluster tag alone would let
+        this pool's volumes be attached to another team's instances of a cluster with the same name)."""
         stack = Stack.of(self)
+        instance_tags = {cluster_tag_key: cluster, **dict([team_tag] if team_tag else [])}
         policy = iam.Policy(
             self,
             construct_id,
@@ -89,14 +100,15 @@ class WarmVolumePool(Construct):
                     sid="AttachToOwnClusterInstances",
                     actions=["ec2:AttachVolume", "ec2:DetachVolume"],
                     resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
-                    conditions={"StringEquals": {f"aws:ResourceTag/{cluster_tag_key}": cluster}},
+                    conditions={"StringEquals": {f"aws:ResourceTag/{k}": v for k, v in instance_tags.items()}},
                 ),
             ],
         )
         acknowledge(
             policy,
             "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
-            f"Spot instance ids are only known at launch; the statement is limited to instances tagged "
-            f"{cluster_tag_key}={cluster} and to this pool's volumes, listed by ARN.",
+            "Spot instance ids are only known at launch; the statement is limited to instances tagged "
+            + ", ".join(f"{k}={v}" for k, v in instance_tags.items())
+            + " and to this pool's volumes, listed by ARN.",
         )
         return policy

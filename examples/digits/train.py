@@ -38,6 +38,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--output", default="", help="write the final state_dict here (rank 0)")
     p.add_argument("--step-sleep-s", type=float, default=0.0, help="slow each step down (demos and tests)")
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=0,
+        help="print a step line every N steps on every rank (tests: the furthest step is known even when the "
+        "node of rank 0 vanishes); default: every 10 steps, rank 0 only",
+    )
     return p.parse_args()
 
 
@@ -84,6 +91,8 @@ def main() -> int:
 
     first_step = step + 1  # logged, so that the time to the first step after a (re)start can be read off the logs
     batches = len(train_idx) // world // args.batch_size
+    if rank == 0:
+        print(f"plan: {args.epochs * batches} steps", flush=True)  # trainctl status estimates the time left from it
     loop_started, steps_at_start = time.monotonic(), step
     for epoch in range(start_epoch, args.epochs):
         order = train_idx[
@@ -98,7 +107,10 @@ def main() -> int:
             loss.backward()
             optimizer.step()
             step += 1
-            if rank == 0 and (step % 10 == 0 or step == first_step):
+            if args.log_every > 0:
+                if step % args.log_every == 0 or step == first_step:
+                    print(f"step {step} epoch {epoch} loss {loss.item():.4f} rank {rank}", flush=True)
+            elif rank == 0 and (step % 10 == 0 or step == first_step):
                 print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
             if args.step_sleep_s:
                 time.sleep(args.step_sleep_s)

@@ -8,6 +8,7 @@ final weights (the last checkpoint in S3) are compared bit for bit with an unint
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -26,9 +27,10 @@ import yaml
 from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
 from emulator.deploy import bootstrap, deploy
-from emulator.nodes import NodeLauncher
+from emulator.nodes import SHUTDOWN_GRACE_S, NodeLauncher
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
+from trainctl.prices import load_prices
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 4
 STEPS_PER_EPOCH = 1400 // 2 // 32  # the example's training split, 2 ranks, batch 32 per rank
 MANIFEST = "spot-training-manifest.json"
+POLL_S = inspect.signature(NodeLauncher).parameters["poll_s"].default  # the launcher's default
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +284,12 @@ def test_trainctl_submit_then_stop_saves_a_checkpoint_and_scales_to_zero(
         )  # fmt: skip
         assert code == 0, err
         job_id = out.strip()
-        launcher.wait_for(lambda: bool(jobs.checkpoints(client, ref, job_id)), 180, "a first checkpoint")
+        launcher.wait_for(lambda: len(jobs.checkpoints(client, ref, job_id)) >= 2, 180, "two checkpoints")
+        code, out, _ = _trainctl(capsys, "--json", "status", "--cluster", "main", job_id)
+        running = json.loads(out)
+        assert running["state"] == "RUNNING"
+        assert running["planned_steps"] == 50 * (1400 // 32)  # the example's training split, 1 rank, batch 32
+        assert running["eta_s"] is not None and running["eta_s"] > 0
         code, out, _ = _trainctl(capsys, "stop", "--cluster", "main", job_id)
         assert code == 0
         assert "stop requested" in out
@@ -298,3 +306,44 @@ def test_trainctl_submit_then_stop_saves_a_checkpoint_and_scales_to_zero(
     assert jobs.desired_capacity(client, ref) == 0
     code, out, _ = _trainctl(capsys, "--json", "status", "--cluster", "main", job_id)
     assert json.loads(out)["state"] == "STOPPED"
+
+
+def test_trainctl_cost_prices_every_node_of_the_demo_job(
+    cloud: EmulatedCloud, demo_run: Any, aws_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Hours from the group's activity, spot prices from EC2's history, on-demand from the table, per node."""
+    summary, ref = demo_run
+    code, out, err = _trainctl(capsys, "--json", "cost", "--cluster", "main", summary.job_id)
+    assert code == 0, err
+    info = json.loads(out)
+    ec2 = cloud.client("ec2")
+    table = load_prices()
+    assert {n["instance"] for n in info["nodes"]} == {n.instance_id for n in summary.nodes}
+    lines = jobs.log_events(cloud.client, ref, summary.job_id)
+    for node in info["nodes"]:
+        described = ec2.describe_instances(InstanceIds=[node["instance"]])["Reservations"][0]["Instances"][0]
+        assert (node["type"], node["az"]) == (described["InstanceType"], described["Placement"]["AvailabilityZone"])
+        assert node["market"] == described.get("InstanceLifecycle") == "spot"  # the default team: no on-demand base
+        history = ec2.describe_spot_price_history(InstanceTypes=[node["type"]], AvailabilityZone=node["az"])
+        assert node["usd_per_hour"] == pytest.approx(float(history["SpotPriceHistory"][0]["SpotPrice"]))
+        assert node["on_demand_usd_per_hour"] == table.on_demand[node["type"]]
+        assert node["timed_by"] == "group activity"
+        assert node["start"] == pytest.approx(described["LaunchTime"].timestamp(), abs=1.0)  # from launch (1 s steps)
+        own = [ts for ts, stream, _ in lines if stream.endswith("/" + node["instance"])]
+        # ... to termination. EC2 ends that activity once the instance is down; the emulator terminates at the API
+        # call and shuts the node down at its next poll, so a node may log until then (and the time has 1 s steps).
+        assert node["start"] <= own[0] and own[-1] <= node["end"] + 1.0 + POLL_S + SHUTDOWN_GRACE_S
+    assert info["total_usd"] == pytest.approx(sum(n["hours"] * n["usd_per_hour"] for n in info["nodes"]))
+    assert info["on_demand_usd"] == pytest.approx(sum(n["hours"] * n["on_demand_usd_per_hour"] for n in info["nodes"]))
+    assert 0 < info["total_usd"] < info["on_demand_usd"]
+    assert info["savings_pct"] == pytest.approx(100 * (1 - info["total_usd"] / info["on_demand_usd"]))
+    assert info["interruptions"] == 1
+    assert info["redone"]["steps"] == summary.steps_redone
+    code, out, _ = _trainctl(capsys, "cost", "--cluster", "main", summary.job_id)
+    assert code == 0
+    assert summary.replacement in out and f"savings {info['savings_pct']:.1f} %" in out
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("g5.xlarge: free\n")
+    code, out, err = _trainctl(capsys, "cost", "--cluster", "main", summary.job_id, "--prices", str(prices))
+    assert (code, out) == (2, "")
+    assert err == f"trainctl: error: {prices}: g5.xlarge: price must be a positive number of USD per hour, got 'free'\n"

@@ -1,0 +1,84 @@
+"""Budget guard: a scheduled Lambda function that stops a team's jobs once its monthly budget is spent.
+
+Every run: read the team's AWS Budgets budget; below the limit, do nothing. At or over it, for each cluster
+(its job-spec parameter names the bucket, prefix and current-job parameter): ask the current job to stop the
+way ``trainctl stop`` does (a ``STOP`` object: the node agents save a checkpoint, write ``STOPPED`` and scale
+the group to 0), and set the group to 0 at once when no instance runs or the stop was asked more than
+``FORCE_AFTER_S`` ago and instances still run (an agent that does not answer must not keep spending).
+Environment: ``BUDGET_NAME``, ``JOB_SPEC_PARAMETERS`` (comma-separated), ``TEAM_TAG``, ``TEAM``,
+``FORCE_AFTER_S``. Standard library and boto3 only (the Lambda runtime's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Optional
+
+import boto3
+from botocore.exceptions import ClientError
+
+FINISHED = ("DONE", "FAILED", "STOPPED")
+
+
+def _marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
+    try:
+        return dict(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+
+
+def _groups(autoscaling: Any, team_tag: str, team: str) -> dict[str, dict[str, Any]]:
+    """The team's groups by cluster name (tag ``<team_tag>`` = team, cluster from the cluster tag)."""
+    cluster_tag = team_tag.rsplit(":", 1)[0] + ":cluster"
+    found: dict[str, dict[str, Any]] = {}
+    for page in autoscaling.get_paginator("describe_auto_scaling_groups").paginate():
+        for group in page["AutoScalingGroups"]:
+            tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+            if tags.get(team_tag) == team and cluster_tag in tags:
+                found[tags[cluster_tag]] = group
+    return found
+
+
+def guard(clients: Any, env: dict[str, str], account: str, now: float) -> dict[str, Any]:
+    budget = clients("budgets").describe_budget(AccountId=account, BudgetName=env["BUDGET_NAME"])["Budget"]
+    limit = float(budget["BudgetLimit"]["Amount"])
+    spent = float(budget.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0.0))
+    report: dict[str, Any] = {"budget": env["BUDGET_NAME"], "limit_usd": limit, "spent_usd": spent, "actions": []}
+    if spent < limit:
+        return report
+    s3, ssm, autoscaling = clients("s3"), clients("ssm"), clients("autoscaling")
+    groups = _groups(autoscaling, env["TEAM_TAG"], env["TEAM"])
+    force_after = float(env.get("FORCE_AFTER_S", "900"))
+    for name in filter(None, env["JOB_SPEC_PARAMETERS"].split(",")):
+        spec = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+        group = groups.get(spec["cluster"])
+        if group is None or group["DesiredCapacity"] == 0:
+            continue
+        try:
+            job = json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])
+        except ssm.exceptions.ParameterNotFound:
+            job = None
+        prefix = f"{spec['prefix']}{job['job_id']}/" if job else None
+        finished = prefix is not None and any(_marker(s3, spec["bucket"], prefix + m) for m in FINISHED)
+        stop = _marker(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
+        if prefix and not finished and stop is None:
+            body = {"requested_at": now, "by": "budget guard", "reason": f"budget {env['BUDGET_NAME']} spent"}
+            s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())
+            report["actions"].append(f"{spec['cluster']}: asked job {job['job_id']} to stop")
+        overdue = stop is not None and now - float(stop.get("requested_at", now)) > force_after
+        if prefix is None or finished or overdue or not group["Instances"]:
+            autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
+            report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
+    return report
+
+
+def handler(event: Any, context: Any) -> dict[str, Any]:
+    session = boto3.session.Session()
+    account = context.invoked_function_arn.split(":")[4]
+    report = guard(session.client, dict(os.environ), account, time.time())
+    print(json.dumps(report))
+    return report

@@ -1,0 +1,103 @@
+"""Tell moto's IAM evaluation which resource a request touches, for the actions our instance role is scoped on.
+
+moto (5.2.x) evaluates identity policies only when its IAM enforcement is on (``/moto-api/reset-auth``), and then
+checks S3 requests against the bucket/object ARN but every other service's request against Resource ``"*"``
+(``BaseResponse.call_action`` asks the response class for ``_determine_resource``; only SQS, IAM and STS have one).
+A policy that names a log group, an Auto Scaling group, a volume or a parameter by ARN therefore never matches, and
+a policy on ``"*"`` always does: the resource part of those policies is not tested at all.
+
+:func:`install` gives moto's Logs, Auto Scaling, EC2 and SSM response classes a ``_determine_resource`` for the
+few actions below, with the ARN AWS authorizes them on (the service authorization reference), so moto's own
+evaluator compares it with the policy's ``Resource``. Every other action keeps ``"*"``, as in moto. What this
+does not add (see tests/emulator/test_isolation.py): condition keys (moto ignores ``StringLike``, and
+``StringEquals`` on keys it gets no value for, such as ``aws:ResourceTag/...`` and ``s3:prefix``), the second
+resource of a two-resource action (``AttachVolume`` is checked on the volume, not the instance), and the log
+stream of ``PutLogEvents`` (moto's ``Fn::GetAtt LogGroup.Arn`` lacks AWS's trailing ``:*``, so both logs
+actions are checked against the group's ARN as moto reports it).
+
+Installed by ``python -m emulator.server --iam-enforcement`` only; enforcement itself stays off until
+:meth:`emulator.cloud.EmulatedCloud.enforce_iam` switches it on, so deploys run unauthenticated as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moto.utilities.utils import get_partition
+
+LOG_GROUP_ACTIONS = frozenset({"CreateLogStream", "PutLogEvents"})
+GROUP_ACTIONS = frozenset({"SetDesiredCapacity", "UpdateAutoScalingGroup"})
+INSTANCE_IN_GROUP_ACTIONS = frozenset({"TerminateInstanceInAutoScalingGroup", "SetInstanceProtection"})
+VOLUME_ACTIONS = frozenset({"AttachVolume", "DetachVolume"})
+PARAMETER_ACTIONS = frozenset({"GetParameter", "PutParameter"})
+
+
+def _logs_resource(self: Any) -> str:
+    if self._get_action() in LOG_GROUP_ACTIONS:
+        name = self._get_param("logGroupName")
+        if name:
+            return f"arn:{get_partition(self.region)}:logs:{self.region}:{self.current_account}:log-group:{name}"
+    return "*"
+
+
+def _autoscaling_resource(self: Any) -> str:
+    action = self._get_action()
+    backend = self.autoscaling_backend
+    if action in GROUP_ACTIONS:
+        group = backend.autoscaling_groups.get(self._get_param("AutoScalingGroupName"))
+        return str(group.arn) if group is not None else "*"
+    if action in INSTANCE_IN_GROUP_ACTIONS:
+        instance_id = self._get_param("InstanceId")
+        for group in backend.autoscaling_groups.values():
+            if any(state.instance.id == instance_id for state in group.instance_states):
+                return str(group.arn)
+    return "*"
+
+
+def _ec2_resource(self: Any) -> str:
+    if self._get_action() in VOLUME_ACTIONS:
+        volume_id = self._get_param("VolumeId")
+        if volume_id:
+            return f"arn:{get_partition(self.region)}:ec2:{self.region}:{self.current_account}:volume/{volume_id}"
+    return "*"
+
+
+def _ssm_resource(self: Any) -> str:
+    if self._get_action() in PARAMETER_ACTIONS:
+        name = str(self._get_param("Name") or "")
+        if name:
+            partition = get_partition(self.region)
+            return f"arn:{partition}:ssm:{self.region}:{self.current_account}:parameter/{name.lstrip('/')}"
+    return "*"
+
+
+def _safe(resolver: Any) -> Any:
+    """A resolver that cannot break a request: anything unexpected falls back to moto's own ``"*"``."""
+
+    def determine(self: Any) -> str:
+        try:
+            return str(resolver(self))
+        except Exception:  # fall back to moto's behaviour: never fail the request here
+            return "*"
+
+    determine.emulator_iam_resources = True  # type: ignore[attr-defined]
+    return determine
+
+
+def install() -> None:
+    """Add the resolvers to moto's response classes (idempotent). Run before the server handles requests."""
+    from moto.autoscaling.responses import AutoScalingResponse
+    from moto.ec2.responses import EC2Response
+    from moto.logs.responses import LogsResponse
+    from moto.ssm.responses import SimpleSystemManagerResponse
+
+    for cls, resolver in (
+        (LogsResponse, _logs_resource),
+        (AutoScalingResponse, _autoscaling_resource),
+        (EC2Response, _ec2_resource),
+        (SimpleSystemManagerResponse, _ssm_resource),
+    ):
+        current = vars(cls).get("_determine_resource")
+        if current is not None and not getattr(current, "emulator_iam_resources", False):
+            raise RuntimeError(f"moto's {cls.__name__} now determines resources itself: revisit emulator/iam_resources")
+        setattr(cls, "_determine_resource", _safe(resolver))  # noqa: B010 (adding a method to moto's class)

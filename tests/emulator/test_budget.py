@@ -1,0 +1,146 @@
+"""Team budgets on the emulated cloud: the deployed budget, its alerts, the scheduled guard, trainctl's view.
+
+AWS billing does not exist here, so the test stands in for it: it re-creates the budget with a ``CalculatedSpend``
+(what AWS Budgets would report), through the Budgets API. Everything else is the deployed stack's own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from budget_guard.handler import guard, handler
+from emulator import EmulatedCloud
+from emulator.demo import EXAMPLE_DIR
+from emulator.deploy import bootstrap, deploy
+from team_config.naming import TEAM_TAG, budget_name
+from trainctl import jobs
+from trainctl.cli import main as trainctl_main
+
+pytestmark = pytest.mark.slow
+
+TEAM, LIMIT, WARN, EVERY = "capped", 50.0, 70, 30
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
+    teams = tmp_path_factory.mktemp("teams")
+    team = {
+        "budget": {
+            "usd_per_month": LIMIT,
+            "warn_at_percent": WARN,
+            "notify": ["leads@example.com"],
+            "check_every_minutes": EVERY,
+        },
+        "clusters": [{"name": "main", "instance_types": ["g5.xlarge", "g6.xlarge"], "max_nodes": 2}],
+    }
+    (teams / f"{TEAM}.yaml").write_text(yaml.safe_dump(team))
+    with EmulatedCloud(run_dir=tmp_path_factory.mktemp("budget")) as c:
+        bootstrap(c)
+        deploy(c, f"TrainingStack-{TEAM}", context={"teams_dir": str(teams), "team": TEAM})
+        yield c
+
+
+def _guard_function(cloud: EmulatedCloud) -> dict[str, Any]:
+    functions = cloud.client("lambda").list_functions()["Functions"]
+    found = [f for f in functions if f.get("Environment", {}).get("Variables", {}).get("TEAM") == TEAM]
+    assert len(found) == 1
+    return dict(found[0])
+
+
+def _set_spend(cloud: EmulatedCloud, usd: float) -> None:
+    """Stand-in for AWS billing: the budget as AWS Budgets would report it after ``usd`` of spend."""
+    budgets, name = cloud.client("budgets"), budget_name(TEAM)
+    budget = budgets.describe_budget(AccountId=cloud.account_id, BudgetName=name)["Budget"]
+    budgets.delete_budget(AccountId=cloud.account_id, BudgetName=name)
+    budget["CalculatedSpend"] = {"ActualSpend": {"Amount": str(usd), "Unit": "USD"}}
+    budgets.create_budget(AccountId=cloud.account_id, Budget=budget)
+
+
+def test_the_stack_creates_the_budget_its_alerts_and_a_scheduled_guard(cloud: EmulatedCloud) -> None:
+    budgets = cloud.client("budgets")
+    budget = budgets.describe_budget(AccountId=cloud.account_id, BudgetName=budget_name(TEAM))["Budget"]
+    assert float(budget["BudgetLimit"]["Amount"]) == LIMIT and budget["BudgetLimit"]["Unit"] == "USD"
+    assert (budget["BudgetType"], budget["TimeUnit"]) == ("COST", "MONTHLY")
+    assert budget["CostFilters"] == {"TagKeyValue": [f"user:{TEAM_TAG}${TEAM}"]}
+    notes = budgets.describe_notifications_for_budget(AccountId=cloud.account_id, BudgetName=budget_name(TEAM))
+    assert sorted(n["Threshold"] for n in notes["Notifications"]) == [WARN, 100]
+    for note in notes["Notifications"]:  # (moto has no DescribeSubscribersForNotification: the emails are
+        # asserted on the template, tests/test_constructs.py)
+        assert note["NotificationType"] == "ACTUAL" and note["ComparisonOperator"] == "GREATER_THAN"
+
+    function = _guard_function(cloud)
+    env = function["Environment"]["Variables"]
+    assert env["BUDGET_NAME"] == budget_name(TEAM)
+    assert env["JOB_SPEC_PARAMETERS"] == f"/spot-training/{TEAM}/main/job-spec"
+    assert function["Runtime"].startswith("python3.")
+    events = cloud.client("events")
+    rules = [
+        r
+        for r in events.list_rules()["Rules"]
+        if any(t["Arn"] == function["FunctionArn"] for t in events.list_targets_by_rule(Rule=r["Name"])["Targets"])
+    ]
+    assert [r["ScheduleExpression"] for r in rules] == [f"rate({EVERY} minutes)"]
+
+
+def _trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = trainctl_main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
+    cloud: EmulatedCloud, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    client = cloud.client
+    ref = jobs.find_cluster(client, TEAM, "main")
+    env = _guard_function(cloud)["Environment"]["Variables"]
+    job_id = jobs.submit(client, ref, EXAMPLE_DIR, command="python train.py", nodes=1)
+    assert jobs.desired_capacity(client, ref) == 1
+    assert jobs.group(client, ref)["Instances"]  # an instance runs (no node agent here: nothing answers the stop)
+
+    report = guard(client, env, cloud.account_id, now=1000.0)
+    assert (report["spent_usd"], report["limit_usd"], report["actions"]) == (0.0, LIMIT, [])
+    assert jobs.marker(client, ref, job_id, "STOP") is None
+
+    _set_spend(cloud, LIMIT + 10)
+    asked_at = time.time()
+    report = guard(client, env, cloud.account_id, now=asked_at)
+    assert report["actions"] == [f"main: asked job {job_id} to stop"]
+    stop = jobs.marker(client, ref, job_id, "STOP")
+    assert stop is not None and stop["by"] == "budget guard"
+    assert jobs.desired_capacity(client, ref) == 1  # the nodes get their time to save a final checkpoint
+
+    # the same run through the Lambda entry point, with the function's own environment
+    for key, value in {**cloud.client_env({}), **env}.items():
+        monkeypatch.setenv(key, value)
+    arn = _guard_function(cloud)["FunctionArn"]
+    report = handler({}, SimpleNamespace(invoked_function_arn=arn))
+    assert report["actions"] == []  # asked already, not yet overdue
+    assert json.loads(capsys.readouterr().out) == report  # its report goes to the function's log
+
+    code, out, _ = _trainctl(capsys, "--json", "status", "--team", TEAM, "--cluster", "main", job_id)
+    assert code == 0
+    assert json.loads(out)["budget"] == {"name": budget_name(TEAM), "limit_usd": LIMIT, "spent_usd": LIMIT + 10}
+    code, out, _ = _trainctl(capsys, "status", "--team", TEAM, "--cluster", "main", job_id)
+    assert f"budget: spent {LIMIT + 10:.2f} of {LIMIT:.2f} USD this month ({budget_name(TEAM)})" in out
+    code, _, err = _trainctl(
+        capsys, "submit", "--team", TEAM, "--cluster", "main", "--code", str(tmp_path), "--nodes", "1"
+    )
+    assert code == 2
+    assert err == (
+        f"trainctl: error: team {TEAM} has spent {LIMIT + 10:.2f} of its {LIMIT:.2f} USD budget this month "
+        f"({budget_name(TEAM)}); raise budget.usd_per_month in its team file or wait for the next month\n"
+    )
+
+    overdue = asked_at + float(env["FORCE_AFTER_S"]) + 1
+    report = guard(client, env, cloud.account_id, now=overdue)
+    assert report["actions"] == [f"main: group {ref.group} set to 0"]
+    assert jobs.desired_capacity(client, ref) == 0

@@ -1,0 +1,472 @@
+"""The interruption matrix (issue #6) end to end on the emulated cloud: the example job (2 nodes, fixed seed)
+through each kind of interruption, every fact read back from S3, CloudWatch Logs and the Auto Scaling API.
+
+(a) a notice and (g) the rendezvous host interrupted are in ``test_e2e.py``. Here, on one deployed TrainingStack:
+(b) rebalance recommendation then notice, (c) hard termination with no notice, (d) a notice while a checkpoint
+upload is in flight, (e) a node powered off while it restores, (f) both nodes interrupted at once, (h) three
+interruptions in one job. For each: the job ends DONE with the group at 0 and nothing of it left running; a
+thread checks the bucket all along that no manifest ever points at a missing or corrupt object; with a notice no
+step is redone, without one (c, e) at most one checkpoint interval (in steps, from the checkpoints the job wrote,
+S3 versions); the final weights equal an uninterrupted run's bit for bit (with and without a notice: resuming
+from any checkpoint replays exactly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import torch
+
+from emulator import EmulatedCloud
+from emulator.demo import EXAMPLE_DIR, JobEvent, JobRun, Scenario, Summary, run_job
+from emulator.deploy import bootstrap, deploy
+from trainctl import jobs
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+EPOCHS = 2
+STEP_SLEEP_S = 0.15  # 2 epochs are 42 steps: slow enough that every interruption lands mid-training
+INTERVAL_S = 2.0
+MANIFEST = "spot-training-manifest.json"
+# Every rank logs every step: the furthest step is known even when the node of rank 0 vanishes with its logs.
+TRAIN_ARGS = "--log-every 1"
+_RANK_STEP = re.compile(r"\bstep (\d+) epoch \d+ loss \S+ rank (\d+)")
+_RANK0_STEP = re.compile(r"\bstep \d+ epoch \d+ loss \S+ rank 0$")
+_DURABLE = re.compile(r"checkpoint (\d+) durable in s3://")
+_INTERRUPTED = re.compile(r"interrupted: checkpoint (\d+) saved")
+
+
+# ---------------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
+    run_dir = tmp_path_factory.mktemp("matrix")
+    with EmulatedCloud(run_dir=run_dir) as c:
+        bootstrap(c)
+        deploy(c, "TrainingStack")
+        yield c
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The final weights of an uninterrupted 2-process run of the same job (same seed and epochs)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    out = tmp / "reference.pt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "bootstrap_scripts"),
+        "SPOT_TRAINING_CHECKPOINT_DIR": str(tmp / "ckpt"),
+        "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": "1000000",
+        "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    cmd = [
+        sys.executable, "-m", "spot_training.launch", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=reference", "--local-addr=127.0.0.1",
+        str(EXAMPLE_DIR / "train.py"), "--epochs", str(EPOCHS), "--seed", "0", "--output", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return dict(torch.load(out))
+
+
+# ---------------------------------------------------------------------------------------------------- the bucket
+class ManifestWatch:
+    """While a case runs, verifies every checkpoint manifest under the cluster's prefix, again and again: each
+    object it lists must exist with its size and sha256. An object that is gone is fine only if its manifest went
+    first (the agent prunes manifest first); a manifest still there over a missing or corrupt object is a problem.
+    """
+
+    def __init__(self, cloud: EmulatedCloud, ref: jobs.ClusterRef) -> None:
+        self.s3 = cloud.client("s3")
+        self.bucket, self.prefix = ref.bucket, ref.prefix
+        self.verified: set[tuple[str, str]] = set()  # (manifest key, ETag)
+        self.problems: list[str] = []
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="manifest-watch", daemon=True)
+
+    def __enter__(self) -> ManifestWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.check()  # and once more at the end
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            try:
+                self.check()
+            except Exception as exc:  # a listing error is not a finding; note it and go on
+                self.problems.append(f"watch error: {type(exc).__name__}: {exc}")
+
+    def _manifest_etag(self, key: str) -> Optional[str]:
+        try:
+            return str(self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"])
+        except self.s3.exceptions.ClientError:
+            return None
+
+    def check(self) -> None:
+        self.rounds += 1
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for obj in page.get("Contents", []):
+                key, etag = obj["Key"], obj["ETag"]
+                if "/ckpt/" not in key or not key.endswith("/" + MANIFEST) or (key, etag) in self.verified:
+                    continue
+                problem = self._verify(key)
+                if problem is None:
+                    self.verified.add((key, etag))
+                elif self._manifest_etag(key) == etag:  # still the same manifest: a real finding
+                    self.problems.append(problem)
+
+    def _verify(self, key: str) -> Optional[str]:
+        base = key[: -len(MANIFEST)]
+        try:
+            manifest = json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except self.s3.exceptions.NoSuchKey:
+            return None  # pruned since the listing
+        if str(manifest.get("step")) != base.rstrip("/").rsplit("/", 1)[1]:
+            return f"{key}: manifest names step {manifest.get('step')}"
+        for rel, meta in manifest["files"].items():
+            try:
+                body = self.s3.get_object(Bucket=self.bucket, Key=base + rel)["Body"].read()
+            except self.s3.exceptions.NoSuchKey:
+                return f"{key}: object {rel} is missing"
+            if len(body) != meta["size"] or hashlib.sha256(body).hexdigest() != meta["sha256"]:
+                return f"{key}: object {rel} does not match its size/sha256"
+        return None
+
+
+def manifest_steps(cloud: EmulatedCloud, ref: jobs.ClusterRef, job_id: str) -> list[int]:
+    """Every checkpoint step of the job that ever got a manifest (the bucket is versioned: pruned ones too)."""
+    s3 = cloud.client("s3")
+    prefix = f"{ref.job_prefix(job_id)}ckpt/"
+    steps: set[int] = set()
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=ref.bucket, Prefix=prefix):
+        for version in page.get("Versions", []):
+            step, _, rel = version["Key"][len(prefix) :].partition("/")
+            if rel == MANIFEST and step.isdigit():
+                steps.add(int(step))
+    return sorted(steps)
+
+
+def in_flight(cloud: EmulatedCloud, ref: jobs.ClusterRef, job_id: str) -> dict[int, list[str]]:
+    """Checkpoints with objects in S3 but no manifest yet (an upload in flight): {step: [object names]}."""
+    s3 = cloud.client("s3")
+    prefix = f"{ref.job_prefix(job_id)}ckpt/"
+    found: dict[int, list[str]] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            step, _, rel = obj["Key"][len(prefix) :].partition("/")
+            if step.isdigit():
+                found.setdefault(int(step), []).append(rel)
+    return {step: sorted(rels) for step, rels in found.items() if MANIFEST not in rels}
+
+
+# ---------------------------------------------------------------------------------------------------- one case
+@dataclass
+class Case:
+    summary: Summary
+    ref: jobs.ClusterRef
+    watch: ManifestWatch
+    log: list[tuple[float, str, str]]  # every shipped log line of the job (time, stream, message)
+    manifest_steps: list[int]
+
+    @property
+    def job_id(self) -> str:
+        return self.summary.job_id
+
+    def lines(self, pattern: re.Pattern[str], instance: Optional[str] = None, after: float = 0.0) -> list[Any]:
+        """(time, match) of the job's log lines matching ``pattern`` (of one node's stream), in time order."""
+        return [
+            (ts, m)
+            for ts, stream, msg in self.log
+            if ts >= after and (instance is None or stream.endswith("/" + instance)) and (m := pattern.search(msg))
+        ]
+
+    @property
+    def interval_steps(self) -> int:
+        """One checkpoint interval in steps: the largest gap between consecutive checkpoints the job made durable."""
+        steps = self.manifest_steps
+        return max(b - a for a, b in itertools.pairwise(steps))
+
+
+def run_case(cloud: EmulatedCloud, name: str, scenario: Scenario, **options: Any) -> Case:
+    assert cloud.run_dir is not None
+    ref = jobs.find_cluster(cloud.client, "default", "main")
+    options.setdefault("checkpoint_interval_s", INTERVAL_S)
+    options.setdefault("step_sleep_s", STEP_SLEEP_S)
+    with ManifestWatch(cloud, ref) as watch:
+        summary, ref = run_job(
+            cloud,
+            cloud.run_dir / name,
+            epochs=EPOCHS,
+            train_args=TRAIN_ARGS,
+            scenario=scenario,
+            timeout_s=420.0,
+            progress=lambda _: None,
+            **options,
+        )
+    log = jobs.log_events(cloud.client, ref, summary.job_id)
+    return Case(summary, ref, watch, log, manifest_steps(cloud, ref, summary.job_id))
+
+
+def rank0_node(run: JobRun) -> str:
+    """The node running rank 0 now: its stream has the newest ``... rank 0`` step line (waits for one)."""
+    return run.stream_of(_RANK0_STEP)
+
+
+def assert_done_and_clean(cloud: EmulatedCloud, case: Case, reference: dict[str, torch.Tensor]) -> None:
+    """Common to every case: DONE, group at 0, nothing left, bucket sound throughout, weights bitwise equal."""
+    client, ref, summary = cloud.client, case.ref, case.summary
+    assert jobs.marker(client, ref, case.job_id, "DONE") is not None
+    assert jobs.marker(client, ref, case.job_id, "FAILED") is None
+    group = jobs.group(client, ref)
+    assert group["DesiredCapacity"] == 0 and group["Instances"] == []
+    # the bucket: checked all along (many rounds, every manifest of the job seen) and never wrong
+    assert case.watch.problems == []
+    seen = {key for key, _ in case.watch.verified if f"/{case.job_id}/ckpt/" in key}
+    assert len(seen) >= 2 and case.watch.rounds >= 10
+    # nothing of the job left running: no node process (any session), no process in a node's directory, no IMDS
+    assert summary.nodes_running_after == 0
+    for node in summary.nodes:
+        assert node.proc.poll() is not None
+        with pytest.raises(ProcessLookupError):
+            os.killpg(node.proc.pid, 0)
+        for entry in Path("/proc").iterdir():
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            assert not cwd.startswith(str(node.root)), f"process {entry.name} of {node.instance_id} is left"
+        with socket.socket() as s:
+            assert s.connect_ex((node.host, int(node.imds_url.rsplit(":", 1)[1]))) != 0
+    # the result: the final checkpoint is the planned end of training, bit for bit the uninterrupted run's
+    planned = jobs.planned_steps(client, ref, case.job_id)
+    assert planned is not None and summary.steps_trained == planned == case.manifest_steps[-1]
+    key = f"{ref.job_prefix(case.job_id)}ckpt/{summary.steps_trained}/state.pt"
+    body = cloud.client("s3").get_object(Bucket=ref.bucket, Key=key)["Body"].read()
+    state = torch.load(io.BytesIO(body), weights_only=False)
+    assert state["model"].keys() == reference.keys()
+    assert all(torch.equal(state["model"][k], reference[k]) for k in reference)
+    assert summary.final_world_size == 2
+
+
+def assert_nothing_redone(case: Case) -> None:
+    """With a notice: every restart resumed from the furthest step the job had reached (its emergency checkpoint)."""
+    assert case.summary.restarts
+    assert [r.steps_redone for r in case.summary.restarts] == [0] * len(case.summary.restarts)
+    stopped = {int(m.group(1)) for _, m in case.lines(_INTERRUPTED)}
+    assert {r.resumed_from for r in case.summary.restarts} <= stopped  # each from an emergency checkpoint
+
+
+def notices(case: Case) -> list[JobEvent]:
+    return [e for e in case.summary.events if e.kind == "notice"]
+
+
+# ---------------------------------------------------------------------------------------------------- the cases
+def test_b_rebalance_recommendation_then_notice(cloud: EmulatedCloud, reference: Any) -> None:
+    """A rebalance recommendation to the node *without* rank 0 still gets a checkpoint (the agents relay it);
+    the notice that follows loses nothing. No periodic checkpoints: only the recommendation and the notice save."""
+    facts: dict[str, Any] = {}
+
+    def scenario(run: JobRun) -> None:
+        run.wait_step(5)
+        victim = next(i for i in run.running() if i != rank0_node(run))
+        rebalance = run.recommend_rebalance(victim)
+        facts["rebalance_step"] = saved = run.wait_durable(0)
+        run.wait_step(saved + 5)  # train on, so the notice has something to save
+        run.wait_for_replacement(run.interrupt(victim))
+        facts.update(victim=victim, rebalance=rebalance)
+
+    case = run_case(cloud, "b-rebalance", scenario, checkpoint_interval_s=3600.0)
+    assert_done_and_clean(cloud, case, reference)
+    victim, rebalance, notice = facts["victim"], facts["rebalance"], notices(case)[0]
+    assert notice.instance_id == victim and rebalance.at < notice.at
+    assert case.lines(re.compile(r"rebalance recommendation .*asking the trainer for a checkpoint"), victim)
+    relayed = case.lines(re.compile(rf"peer {victim} got a rebalance recommendation"))
+    assert relayed and relayed[0][0] < notice.at
+    durable = case.lines(_DURABLE)
+    assert min(ts for ts, _ in durable) > rebalance.at  # nothing was saved before the recommendation ...
+    before_notice = [int(m.group(1)) for ts, m in durable if ts < notice.at]
+    assert before_notice == [facts["rebalance_step"]]  # ... and exactly its checkpoint before the notice
+    assert_nothing_redone(case)
+
+
+def test_c_hard_termination_without_notice(cloud: EmulatedCloud, reference: Any) -> None:
+    """The node of rank 0 (it writes and uploads the checkpoints) loses power: its unsynced work and unshipped
+    logs are gone. The survivor notices its peer left, the replacement restores; at most one interval redone."""
+    facts: dict[str, Any] = {}
+
+    def scenario(run: JobRun) -> None:
+        first = run.wait_durable(0)
+        facts["durable_at_kill"] = run.wait_durable(first + 1)
+        victim = run.checkpoint_writer()
+        run.wait_for_replacement(run.power_off(victim))
+
+    case = run_case(cloud, "c-power-off", scenario)
+    assert_done_and_clean(cloud, case, reference)
+    (kill,) = case.summary.events
+    assert kill.kind == "power-off"
+    markers = jobs.node_markers(cloud.client, case.ref, case.job_id)
+    assert "leaving" not in markers[kill.instance_id]  # it never knew
+    assert facts["durable_at_kill"] < case.summary.steps_trained  # it struck mid-training
+    restart = next(r for r in case.summary.restarts if r.at > kill.at)
+    assert restart.resumed_from >= facts["durable_at_kill"]  # from the newest durable checkpoint (or newer)
+    assert 0 <= restart.steps_redone <= case.interval_steps
+    assert all(r.steps_redone <= case.interval_steps for r in case.summary.restarts)
+
+
+def test_d_notice_while_a_checkpoint_upload_is_in_flight(cloud: EmulatedCloud, reference: Any) -> None:
+    """Uploads are held between their objects and their manifest (SPOT_TRAINING_TEST_UPLOAD_DELAY_S); the notice
+    reaches the uploading node while S3 holds a checkpoint's objects without its manifest."""
+    facts: dict[str, Any] = {}
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(0)
+        writer = run.checkpoint_writer()
+        newest = run.durable_step()
+        flying: dict[int, list[str]] = {}
+
+        def upload_in_flight() -> bool:
+            flying.update(in_flight(cloud, run.ref, run.job_id))
+            return any(step > newest for step in flying)
+
+        run.wait_for(upload_in_flight, "an upload in flight")
+        planned = jobs.planned_steps(run.client, run.ref, run.job_id)
+        assert planned is not None and max(flying) < planned, "the upload in flight is the job's last checkpoint"
+        notice = run.interrupt(writer)
+        facts["after_notice"] = in_flight(cloud, run.ref, run.job_id)
+        facts.update(before_notice=flying, notice=notice, newest=newest)
+        run.wait_for_replacement(notice)
+
+    # held uploads lag 3 s behind: slower steps, so that the notice still lands mid-training
+    env = {"SPOT_TRAINING_TEST_UPLOAD_DELAY_S": "3"}
+    case = run_case(cloud, "d-upload", scenario, node_env=env, step_sleep_s=0.25)
+    assert_done_and_clean(cloud, case, reference)
+    notice = facts["notice"]
+    flying = sorted(set(facts["before_notice"]) & set(facts["after_notice"]))
+    assert flying, "no checkpoint was in flight across the notice"
+    step = flying[-1]
+    assert step > facts["newest"] and facts["after_notice"][step] == ["state.pt"]  # objects, no manifest
+    # that upload completed after the notice (its manifest came last), then the emergency checkpoint
+    completed = [ts for ts, m in case.lines(_DURABLE, notice.instance_id) if int(m.group(1)) == step]
+    assert completed and completed[0] > notice.at
+    assert step in case.manifest_steps
+    emergency = [int(m.group(1)) for _, m in case.lines(_INTERRUPTED, after=notice.at)]
+    assert emergency and emergency[0] > step and emergency[0] in case.manifest_steps
+    assert_nothing_redone(case)
+
+
+def test_e_power_off_while_a_node_restores(cloud: EmulatedCloud, reference: Any) -> None:
+    """After a notice, the replacement loses power while it restores (restores held back by
+    SPOT_TRAINING_TEST_RESTORE_DELAY_S); the survivor drops it, a second replacement restores; the job goes on."""
+    facts: dict[str, Any] = {}
+    restoring = re.compile(r"restoring checkpoint (\d+) from s3://")
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(0)
+        notice = run.interrupt(run.running()[-1])
+        replacement = run.wait_for_replacement(notice)
+
+        def is_restoring() -> bool:
+            return any(
+                stream.endswith("/" + replacement.instance_id) and restoring.search(msg)
+                for _, stream, msg in run.log_events()
+            )
+
+        run.wait_for(is_restoring, f"{replacement.instance_id} to restore")
+        kill = run.power_off(replacement.instance_id)
+        run.wait_for_replacement(kill)
+        facts.update(notice=notice, kill=kill)
+
+    case = run_case(cloud, "e-restore", scenario, node_env={"SPOT_TRAINING_TEST_RESTORE_DELAY_S": "6"})
+    assert_done_and_clean(cloud, case, reference)
+    kill = facts["kill"]
+    assert [e.kind for e in case.summary.events] == ["notice", "power-off"]
+    # it was restoring: it started and never finished, never resumed, never trained
+    assert case.lines(restoring, kill.instance_id)
+    for unfinished in (r"step 'restore checkpoint' took", r"resume step:", r"running: "):
+        assert not case.lines(re.compile(unfinished), kill.instance_id), unfinished
+    assert "leaving" not in jobs.node_markers(cloud.client, case.ref, case.job_id).get(kill.instance_id, {})
+    assert len(case.summary.nodes) == 4  # 2 + the replacement that died + its replacement
+    assert all(0 <= r.steps_redone <= case.interval_steps for r in case.summary.restarts)
+    assert case.summary.restarts[0].steps_redone == 0  # the notice
+
+
+def test_f_both_nodes_interrupted_at_once(cloud: EmulatedCloud, reference: Any) -> None:
+    facts: dict[str, Any] = {}
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(0)
+        first, second = run.running()
+        events = [run.interrupt(first), run.interrupt(second)]
+        run.wait_for(
+            lambda: sum(n.booted_at > events[0].at for n in run.launcher.nodes.values()) >= 2, "two replacements"
+        )
+        facts["originals"] = {first, second}
+
+    case = run_case(cloud, "f-both", scenario)
+    assert_done_and_clean(cloud, case, reference)
+    originals = facts["originals"]
+    assert {e.instance_id for e in notices(case)} == originals
+    markers = jobs.node_markers(cloud.client, case.ref, case.job_id)
+    assert {i for i, names in markers.items() if "leaving" in names} == originals
+    assert len(case.summary.nodes) == 4
+    # the job went on on two new nodes only: every later step line comes from a replacement's stream
+    restart = case.summary.restarts[0]
+    later = {stream.rsplit("/", 1)[1] for ts, stream, msg in case.log if ts > restart.at and _RANK_STEP.search(msg)}
+    assert later and not later & originals
+    assert_nothing_redone(case)
+
+
+def test_h_three_interruptions_in_one_job(cloud: EmulatedCloud, reference: Any) -> None:
+    """Three notices, each once training has made a checkpoint past the last restart: a plain node, the
+    replacement of the first one, then the rendezvous host."""
+
+    def scenario(run: JobRun) -> None:
+        last = -1
+        for number, pick in enumerate(("plain", "replacement", "host"), start=1):
+            last = run.wait_durable(last + 1)
+            planned = jobs.planned_steps(run.client, run.ref, run.job_id)
+            assert planned is not None and last < planned, f"the job reached its end before interruption {number}"
+            if pick == "replacement":
+                victim = max(run.launcher.nodes.values(), key=lambda n: n.booted_at).instance_id
+            else:
+                victim = run.running()[0 if pick == "host" else -1]
+            notice = run.interrupt(victim)
+            run.wait_for_replacement(notice)
+            last = max(last, run.durable_step())
+
+    # 3 checkpoints past 3 restarts within 2 epochs (42 steps): a shorter interval than the other cases
+    case = run_case(cloud, "h-three", scenario, checkpoint_interval_s=INTERVAL_S / 2, step_sleep_s=0.3)
+    assert_done_and_clean(cloud, case, reference)
+    sent = notices(case)
+    assert len(sent) == 3 and len({e.instance_id for e in sent}) == 3
+    assert len(case.summary.nodes) == 5
+    stopped = [int(m.group(1)) for _, m in case.lines(_INTERRUPTED)]
+    assert len(set(stopped)) == 3 and max(stopped) < case.summary.steps_trained  # three saves mid-training
+    assert len({r.resumed_from for r in case.summary.restarts}) >= 3
+    assert_nothing_redone(case)

@@ -1,0 +1,104 @@
+"""trainctl review: the Markdown a pull request carries, from two real synths (a base and a change)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainctl import review
+from trainctl.cli import main as trainctl_main
+from trainctl.prices import load_prices
+
+TYPES = ["g5.xlarge", "g5.2xlarge"]
+CLUSTER = {"name": "main", "instance_types": TYPES, "max_nodes": 2}
+
+
+def _team_dir(root: Path, **team: Any) -> Path:
+    root.mkdir()
+    (root / "alpha.yaml").write_text(yaml.safe_dump({"clusters": [CLUSTER], **team}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def assemblies(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Base: one cluster in 10.0.0.0/16. Change: a new VPC range, 3 nodes, and a budget."""
+    tmp = tmp_path_factory.mktemp("review")
+    base_teams = _team_dir(tmp / "base-teams", network={"new_vpc": {"cidr": "10.0.0.0/16"}})
+    head_teams = _team_dir(
+        tmp / "head-teams",
+        network={"new_vpc": {"cidr": "10.1.0.0/16"}},
+        clusters=[{**CLUSTER, "max_nodes": 3}],
+        budget={"usd_per_month": 500},
+    )
+    return review.synthesize(tmp / "base", base_teams), review.synthesize(tmp / "head", head_teams)
+
+
+def _template(assembly: Path) -> dict[str, Any]:
+    return dict(json.loads((assembly / "TrainingStack-alpha.template.json").read_text()))
+
+
+def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assemblies: tuple[Path, Path]) -> None:
+    _, head = assemblies
+    prices = load_prices()
+    text = review.summary(review.load_assembly(head), prices, spot={"g5.2xlarge": 0.5})
+    dearest = max(TYPES, key=prices.on_demand_price)
+    worst = 3 * prices.on_demand_price(dearest)
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 | {worst:.2f} | {3 * 0.5:.2f} |" in text
+    assert "| TrainingStack-alpha | spot-training-alpha | 500 |" in text
+    # every acknowledgement of the template's metadata, with its reason
+    assert "AwsSolutions-IAM5[Resource::*]" in text
+    assert "Read-only Describe* calls for peer discovery and volume claims" in text
+    assert "Replaced or deleted" not in text  # only with a base
+
+
+def test_review_against_a_base_shows_iam_changes_and_replacements(assemblies: tuple[Path, Path]) -> None:
+    base, head = assemblies
+    text = review.summary(review.load_assembly(head), load_prices(), base=review.load_assembly(base))
+    [vpc] = [k for k, r in _template(head)["Resources"].items() if r["Type"] == "AWS::EC2::VPC"]
+    assert f"| TrainingStack-alpha | {vpc} | AWS::EC2::VPC | replaced: CidrBlock changes |" in text
+    subnets = [k for k, r in _template(head)["Resources"].items() if r["Type"] == "AWS::EC2::Subnet"]
+    assert subnets and all(f"| TrainingStack-alpha | {s} | AWS::EC2::Subnet | replaced: " in text for s in subnets)
+    bucket = next(k for k, r in _template(head)["Resources"].items() if r["Type"] == "AWS::S3::Bucket")
+    assert f"| {bucket} |" not in text  # the checkpoint bucket survives the change
+    assert "- added `BudgetGuardPolicy" in text and "Allow budgets:ViewBudget on arn:" in text
+    assert "- removed `" not in text  # nothing of the base's IAM goes away
+
+
+def _trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = trainctl_main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_trainctl_review_writes_the_markdown_and_errors_are_one_line(
+    assemblies: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, head = assemblies
+    out_file = tmp_path / "review.md"
+    code, out, err = _trainctl(capsys, "review", "--assembly", str(head), "--base", str(base), "--out", str(out_file))
+    assert (code, err) == (0, "")
+    assert out.startswith("## Spot training: what this change deploys") and out_file.read_text() == out
+
+    code, out, err = _trainctl(capsys, "review", "--assembly", str(tmp_path / "nope"))
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"trainctl: error: {tmp_path}/nope is not a cloud assembly (no manifest.json); run `npx cdk synth` first\n"
+    )
+    (tmp_path / "spot.yaml").write_text("g5.xlarge: cheap\n")
+    code, _, err = _trainctl(capsys, "review", "--assembly", str(head), "--spot-prices", str(tmp_path / "spot.yaml"))
+    assert code == 2
+    assert err == (
+        f"trainctl: error: {tmp_path}/spot.yaml: g5.xlarge: price must be a positive number of USD per hour, "
+        "got 'cheap'\n"
+    )
+    bad = tmp_path / "teams"
+    bad.mkdir()
+    (bad / "beta.yaml").write_text(yaml.safe_dump({"clusters": [{**CLUSTER, "max_nodes": 0}]}))
+    code, _, err = _trainctl(capsys, "review", "--teams-dir", str(bad))
+    assert code == 2
+    assert err.startswith(f"trainctl: error: {bad}/beta.yaml: clusters[0].max_nodes: ") and err.count("\n") == 1

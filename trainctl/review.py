@@ -1,0 +1,246 @@
+"""``trainctl review``: a Markdown summary of what the synthesized app deploys, for a pull request to carry.
+
+Per team and cluster: instance types, max nodes, on-demand base, worst-case hourly cost (max nodes at the dearest
+type's on-demand price) and the same at a spot price when one is given; team budgets; the IAM statements
+(added and removed ones when a base assembly is given); the cdk-nag acknowledgements with their reasons; and,
+against a base, the resources CloudFormation would replace or delete. Replacement is decided with cfn-lint's copy
+of the CloudFormation resource schemas (``createOnlyProperties``: changing one replaces the resource).
+Reads a cloud assembly (``cdk.out``): the one it synthesizes, or one given with ``--assembly``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from team_config.naming import CLUSTER_TAG, TEAM_TAG
+from trainctl.prices import PriceTable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
+
+
+class ReviewError(Exception):
+    """A one-line reason (no assembly, synth failed)."""
+
+
+@dataclass
+class Stack:
+    name: str
+    template: dict[str, Any]
+    acknowledged: list[tuple[str, str, str]]  # (construct path, finding, reason)
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return dict(self.template.get("Resources", {}))
+
+
+def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
+    """Synthesize every team (cdk-nag and the SpotTraining checks run, as in ``cdk synth``) into ``outdir``."""
+    from aws_cdk import App
+
+    import app as cdk_app
+    from team_config import ConfigError, load_teams
+
+    try:
+        teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)
+    except ConfigError as exc:
+        raise ReviewError(str(exc).splitlines()[0]) from None
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    application = App(outdir=str(outdir), context=context)
+    cdk_app.add_teams(application, teams)
+    try:
+        application.synth()
+    except RuntimeError as exc:
+        if "ValidationFailed" not in str(exc):
+            raise
+        raise ReviewError(
+            f"synth found cdk-nag or SpotTraining violations: see {outdir}/validation-report.json, or `npx cdk synth`"
+        ) from None
+    return outdir
+
+
+def load_assembly(directory: Path) -> dict[str, Stack]:
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file():
+        raise ReviewError(f"{directory} is not a cloud assembly (no manifest.json); run `npx cdk synth` first")
+    manifest = json.loads(manifest_path.read_text())
+    stacks = {}
+    for name, artifact in sorted(manifest.get("artifacts", {}).items()):
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        template = json.loads((directory / artifact["properties"]["templateFile"]).read_text())
+        metadata = dict(artifact.get("metadata", {}))
+        extra = artifact.get("additionalMetadataFile")
+        if extra and (directory / extra).is_file():
+            metadata.update(json.loads((directory / extra).read_text()))
+        acknowledged = [
+            (path, finding, reason)
+            for path, entries in sorted(metadata.items())
+            for entry in entries
+            if entry.get("type") == "aws:cdk:acknowledged-rules"
+            for finding, reason in sorted(entry["data"].items())
+        ]
+        stacks[name] = Stack(name, template, acknowledged)
+    if not stacks:
+        raise ReviewError(f"{directory}: the assembly holds no CloudFormation stack")
+    return stacks
+
+
+def _render(value: Any) -> str:
+    """A policy value as text: references as <LogicalId> / <LogicalId.Attr>, joins joined."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ", ".join(_render(v) for v in value)
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((key, arg),) = value.items()
+        if key == "Ref":
+            return f"<{arg}>"
+        if key == "Fn::GetAtt":
+            return f"<{'.'.join(arg) if isinstance(arg, list) else arg}>"
+        if key == "Fn::Join":
+            return str(arg[0]).join(_render(v) for v in arg[1])
+        if key == "Fn::Sub":
+            return _render(arg if isinstance(arg, str) else arg[0])
+    return json.dumps(value, sort_keys=True)
+
+
+def iam_statements(stack: Stack) -> set[str]:
+    found: set[str] = set()
+    for logical_id, resource in stack.resources.items():
+        props = resource.get("Properties", {})
+        documents = []
+        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            documents.append(props.get("PolicyDocument", {}))
+        if resource["Type"] == "AWS::IAM::Role":
+            documents += [p.get("PolicyDocument", {}) for p in props.get("Policies", [])]
+            for s in props.get("AssumeRolePolicyDocument", {}).get("Statement", []):
+                found.add(f"{logical_id}: trusts {_render(s.get('Principal'))} to {_render(s.get('Action'))}")
+            found |= {f"{logical_id}: managed policy {_render(arn)}" for arn in props.get("ManagedPolicyArns", [])}
+        for document in documents:
+            for s in document.get("Statement", []):
+                actions = s.get("Action", s.get("NotAction"))
+                what = ", ".join(actions) if isinstance(actions, list) else str(actions)
+                cond = f" if {json.dumps(s['Condition'], sort_keys=True)}" if "Condition" in s else ""
+                found.add(f"{logical_id}: {s['Effect']} {what} on {_render(s.get('Resource', '*'))}{cond}")
+    # an asset's hash changes with its content, not with what the statement grants
+    return {ASSET_HASH.sub("<asset hash>", f) for f in found}
+
+
+def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
+    for resource in stack.resources.values():
+        if resource["Type"] != "AWS::AutoScaling::AutoScalingGroup":
+            continue
+        props = resource["Properties"]
+        tags = {t["Key"]: t["Value"] for t in props.get("Tags", [])}
+        policy = props.get("MixedInstancesPolicy", {})
+        types = [
+            o["InstanceType"] for o in policy.get("LaunchTemplate", {}).get("Overrides", []) if "InstanceType" in o
+        ]
+        distribution = policy.get("InstancesDistribution", {})
+        yield {
+            "team": tags.get(TEAM_TAG, "?"),
+            "cluster": tags.get(CLUSTER_TAG, "?"),
+            "types": types,
+            "max_nodes": int(props["MaxSize"]),
+            "on_demand_base": int(distribution.get("OnDemandBaseCapacity", 0)),
+        }
+
+
+def replaced(base: Stack, head: Stack) -> list[tuple[str, str, str]]:
+    """(logical id, type, why) of every resource of ``base`` that deploying ``head`` replaces or deletes."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    out = []
+    for logical_id, old in sorted(base.resources.items()):
+        new = head.resources.get(logical_id)
+        if new is None:
+            out.append((logical_id, old["Type"], "deleted (not in the new template)"))
+            continue
+        if new["Type"] != old["Type"]:
+            out.append((logical_id, old["Type"], f"replaced: type changes to {new['Type']}"))
+            continue
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=old["Type"]).schema
+        for path in schema.get("createOnlyProperties", []):
+            keys = path.split("/")[2:]
+            if _at(old.get("Properties", {}), keys) != _at(new.get("Properties", {}), keys):
+                out.append((logical_id, old["Type"], f"replaced: {'.'.join(keys)} changes"))
+                break
+    return out
+
+
+def _at(props: Any, keys: list[str]) -> Any:
+    for key in keys:
+        props = props.get(key) if isinstance(props, Mapping) else None
+    return props
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    cells = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in rows]
+    return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *(f"| {' | '.join(r)} |" for r in cells)]
+
+
+def summary(
+    head: dict[str, Stack],
+    prices: PriceTable,
+    spot: Optional[Mapping[str, float]] = None,
+    base: Optional[dict[str, Stack]] = None,
+) -> str:
+    out = ["## Spot training: what this change deploys", ""]
+    out.append(
+        f"Stacks: {', '.join(head)}" + (f"; compared with a base assembly of {', '.join(base)}." if base else ".")
+    )
+    out += ["", "### Clusters", ""]
+    rows = []
+    for stack in head.values():
+        for c in clusters(stack):
+            dearest = max(c["types"], key=prices.on_demand_price)
+            on_demand = c["max_nodes"] * prices.on_demand_price(dearest)
+            spot_cost = "-"
+            if spot is not None and dearest in spot:
+                spot_nodes = c["max_nodes"] - c["on_demand_base"]
+                spot_cost = f"{spot_nodes * spot[dearest] + c['on_demand_base'] * prices.on_demand_price(dearest):.2f}"
+            rows.append(
+                [c["team"], c["cluster"], ", ".join(c["types"]), str(c["max_nodes"]), str(c["on_demand_base"]),
+                 f"{on_demand:.2f}", spot_cost]
+            )  # fmt: skip
+    out += _table(["team", "cluster", "instance types", "max nodes", "on-demand base", "worst case USD/h on demand",
+                   "worst case USD/h at spot"], rows)  # fmt: skip
+    out += [
+        "",
+        f"Worst case: every node of the group running as its dearest listed type. On-demand prices: {prices.source}. "
+        + ("Spot prices: as given." if spot is not None else "Spot: no spot prices given (--spot-prices FILE)."),
+    ]
+    budgets = [
+        [stack.name, _render(r["Properties"]["Budget"]["BudgetName"]),
+         str(r["Properties"]["Budget"]["BudgetLimit"]["Amount"])]
+        for stack in head.values() for r in stack.resources.values() if r["Type"] == "AWS::Budgets::Budget"
+    ]  # fmt: skip
+    out += ["", "### Team budgets", ""]
+    out += _table(["stack", "budget", "USD per month"], budgets) if budgets else ["No team sets a budget."]
+    out += ["", "### IAM", ""]
+    for name, stack in head.items():
+        statements = iam_statements(stack)
+        if base is None or name not in base:
+            out.append(f"<details><summary>{name}: {len(statements)} statements</summary>\n")
+            out += [f"- `{s}`" for s in sorted(statements)]
+            out += ["", "</details>", ""]
+            continue
+        before = iam_statements(base[name])
+        added, removed = sorted(statements - before), sorted(before - statements)
+        out.append(f"{name}: {len(added)} added, {len(removed)} removed")
+        out += [f"- added `{s}`" for s in added] + [f"- removed `{s}`" for s in removed] + [""]
+    out += ["### cdk-nag acknowledgements", ""]
+    acks = [[name, path, finding, reason] for name, s in head.items() for path, finding, reason in s.acknowledged]
+    out += _table(["stack", "construct", "finding", "reason"], acks) if acks else ["None."]
+    if base is not None:
+        out += ["", "### Replaced or deleted resources", ""]
+        rows = [[name, *r] for name, stack in head.items() if name in base for r in replaced(base[name], stack)]
+        rows += [[name, "(whole stack)", "", "deleted"] for name in base if name not in head]
+        out += _table(["stack", "resource", "type", "why"], rows) if rows else ["None."]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,166 @@
+"""TeamBudget: an AWS Budgets budget over the team's tagged resources, and a guard that stops spending at 100 %.
+
+The budget (``spot-training-<team>``, monthly, USD) counts the cost of resources tagged with the team tag (a
+cost allocation tag an account admin activates once in the Billing console); it emails the notify list when
+actual spend passes the warning share and again at 100 %. AWS Budgets' own actions can only stop EC2 instances
+or attach policies, which does not fit an Auto Scaling group (it would replace the instances), so a small
+scheduled Lambda function (``budget_guard/handler.py``) reads the budget and, once it is spent, asks each
+cluster's job to stop (final checkpoint, nothing lost) and sets the groups to 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_budgets as budgets
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from team_config.model import BudgetConfig
+from team_config.naming import TEAM_TAG, budget_name, parameter_path
+from training_constructs.checkov import skip_checkov
+from training_constructs.checkpoint_store import CheckpointStore
+from training_constructs.nag import acknowledge
+from training_constructs.training_cluster import TrainingCluster
+from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
+
+GUARD_DIR = Path(__file__).resolve().parent.parent / "budget_guard"
+GUARD_CHECKOV_SKIPS = {
+    "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
+    "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
+    "CKV_AWS_117": "Calls only AWS APIs (Budgets, SSM, S3, Auto Scaling) and reaches no VPC resource; inside the VPC "
+    "it would need a NAT or interface endpoints, for no protection gained.",
+    "CKV_AWS_173": "The environment holds names only (budget, team, tag key, SSM parameter names), no secrets; "
+    "the default AWS-managed key encrypts it at rest.",
+}
+
+
+class TeamBudget(Construct):
+    """Exposes ``budget`` (the CfnBudget), ``guard`` (the function) and ``schedule`` (its rule)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        team: str,
+        config: BudgetConfig,
+        clusters: Sequence[TrainingCluster],
+        checkpoint_store: CheckpointStore,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        name = budget_name(team)
+        subscribers = [
+            budgets.CfnBudget.SubscriberProperty(subscription_type="EMAIL", address=a) for a in config.notify
+        ]
+        self.budget = budgets.CfnBudget(
+            self,
+            "Budget",
+            budget=budgets.CfnBudget.BudgetDataProperty(
+                budget_name=name,
+                budget_type="COST",
+                time_unit="MONTHLY",
+                budget_limit=budgets.CfnBudget.SpendProperty(amount=config.usd_per_month, unit="USD"),
+                cost_filters={"TagKeyValue": [f"user:{TEAM_TAG}${team}"]},
+            ),
+            notifications_with_subscribers=[
+                budgets.CfnBudget.NotificationWithSubscribersProperty(
+                    notification=budgets.CfnBudget.NotificationProperty(
+                        notification_type="ACTUAL",
+                        comparison_operator="GREATER_THAN",
+                        threshold=percent,
+                        threshold_type="PERCENTAGE",
+                    ),
+                    subscribers=subscribers,
+                )
+                for percent in (config.warn_at_percent, 100)
+            ]
+            if subscribers
+            else None,
+        )
+
+        log_group = logs.LogGroup(self, "GuardLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        role = iam.Role(self, "GuardRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.guard = lambda_.Function(
+            self,
+            "Guard",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler="handler.handler",
+            code=lambda_.Code.from_asset(str(GUARD_DIR), exclude=["__pycache__"]),
+            timeout=Duration.minutes(2),
+            memory_size=256,
+            role=role,
+            log_group=log_group,
+            reserved_concurrent_executions=1,
+            environment={
+                "BUDGET_NAME": name,
+                "TEAM": team,
+                "TEAM_TAG": TEAM_TAG,
+                "JOB_SPEC_PARAMETERS": ",".join(f"{parameter_path(team, c.name)}/job-spec" for c in clusters),
+                "FORCE_AFTER_S": str(config.force_stop_after_minutes * 60),
+            },
+            description=f"Stops team {team}'s training jobs once budget {name} is spent",
+        )
+        skip_checkov(log_group, *LOG_GROUP_KMS_SKIP)
+        for check, reason in GUARD_CHECKOV_SKIPS.items():
+            skip_checkov(self.guard, check, reason)
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            schedule=events.Schedule.rate(Duration.minutes(config.check_every_minutes)),
+            targets=[targets.LambdaFunction(self.guard, retry_attempts=2)],
+        )
+
+        budget_arn = stack.format_arn(service="budgets", region="", resource="budget", resource_name=name)
+        policy = iam.Policy(
+            self,
+            "GuardPolicy",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(sid="ReadOwnBudget", actions=["budgets:ViewBudget"], resources=[budget_arn]),
+                iam.PolicyStatement(
+                    sid="ReadClusterJobParameters",
+                    actions=["ssm:GetParameter"],
+                    resources=[arn for c in clusters for arn in c.parameter_arns],
+                ),
+                iam.PolicyStatement(
+                    sid="ReadWriteJobMarkers",
+                    actions=["s3:GetObject", "s3:PutObject"],
+                    resources=[
+                        checkpoint_store.bucket.arn_for_objects(f"{CheckpointStore.cluster_prefix(c.name)}*")
+                        for c in clusters
+                    ],
+                ),
+                iam.PolicyStatement(
+                    sid="ScaleClusterGroups",
+                    actions=["autoscaling:SetDesiredCapacity"],
+                    resources=[c.fleet.group_arn for c in clusters],
+                ),
+                iam.PolicyStatement(
+                    sid="FindClusterGroups", actions=["autoscaling:DescribeAutoScalingGroups"], resources=["*"]
+                ),
+            ],
+        )
+        log_group.grant_write(role)
+        for cluster in clusters:
+            cluster.fleet.acknowledge_group_arn(policy)
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "autoscaling:DescribeAutoScalingGroups supports no resource-level permissions; IAM requires '*'.",
+        )
+        bucket_id = stack.get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
+        for cluster in clusters:
+            acknowledge(
+                policy,
+                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*]",
+                "The guard reads and writes job markers (STOP, DONE, ...) under this cluster's prefix only.",
+            )
