@@ -102,3 +102,14 @@ def test_trainctl_review_writes_the_markdown_and_errors_are_one_line(
     code, _, err = _trainctl(capsys, "review", "--teams-dir", str(bad))
     assert code == 2
     assert err.startswith(f"trainctl: error: {bad}/beta.yaml: clusters[0].max_nodes: ") and err.count("\n") == 1
+
+
+def test_the_cli_analytics_resource_is_not_a_deletion() -> None:
+    """`npx cdk synth` adds AWS::CDK::Metadata, an in-process synth does not: comparing them deletes nothing."""
+    bucket = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "b"}}
+    base = review.Stack("S", {"Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata"}, "B": bucket}}, [])
+    renamed = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "c"}}
+    assert review.replaced(base, review.Stack("S", {"Resources": {"B": bucket}}, [])) == []
+    assert review.replaced(base, review.Stack("S", {"Resources": {"B": renamed}}, [])) == [
+        ("B", "AWS::S3::Bucket", "replaced: BucketName changes")
+    ]

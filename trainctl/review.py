@@ -158,6 +158,8 @@ def replaced(base: Stack, head: Stack) -> list[tuple[str, str, str]]:
 
     out = []
     for logical_id, old in sorted(base.resources.items()):
+        if old["Type"] == "AWS::CDK::Metadata":  # the CLI's usage analytics (absent from in-process synths)
+            continue
         new = head.resources.get(logical_id)
         if new is None:
             out.append((logical_id, old["Type"], "deleted (not in the new template)"))

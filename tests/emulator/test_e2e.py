@@ -14,7 +14,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import SHUTDOWN_GRACE_S, NodeLauncher
+from tests.emulator.reference import reference_weights
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 from trainctl.prices import load_prices
@@ -124,35 +124,13 @@ def test_every_manifest_points_at_objects_that_verify(cloud: EmulatedCloud, demo
             assert hashlib.sha256(body).hexdigest() == meta["sha256"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_final_weights_equal_an_uninterrupted_run_bitwise(cloud: EmulatedCloud, demo_run: Any, tmp_path: Path) -> None:
     summary, ref = demo_run
     s3 = cloud.client("s3")
     final = f"{ref.job_prefix(summary.job_id)}ckpt/{summary.steps_trained}/state.pt"
     state = torch.load(io.BytesIO(s3.get_object(Bucket=ref.bucket, Key=final)["Body"].read()), weights_only=False)
 
-    out = tmp_path / "reference.pt"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "bootstrap_scripts"),
-        "SPOT_TRAINING_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
-        "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": "1000000",
-        "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1",
-        "GLOO_SOCKET_IFNAME": "lo",
-    }
-    cmd = [
-        sys.executable, "-m", "spot_training.launch", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=reference", "--local-addr=127.0.0.1",
-        str(EXAMPLE_DIR / "train.py"), "--epochs", str(EPOCHS), "--seed", "0", "--output", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    reference = torch.load(out)
+    reference = reference_weights(tmp_path, EPOCHS)
     assert state["step"] == EPOCHS * STEPS_PER_EPOCH
     assert state["model"].keys() == reference.keys()
     assert all(torch.equal(state["model"][k], reference[k]) for k in reference)

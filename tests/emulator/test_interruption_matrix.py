@@ -20,8 +20,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,8 +30,9 @@ import pytest
 import torch
 
 from emulator import EmulatedCloud
-from emulator.demo import EXAMPLE_DIR, JobEvent, JobRun, Scenario, Summary, run_job
+from emulator.demo import JobEvent, JobRun, Scenario, Summary, run_job
 from emulator.deploy import bootstrap, deploy
+from tests.emulator.reference import reference_weights
 from trainctl import jobs
 
 pytestmark = pytest.mark.slow
@@ -61,33 +60,10 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
         yield c
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     """The final weights of an uninterrupted 2-process run of the same job (same seed and epochs)."""
-    tmp = tmp_path_factory.mktemp("reference")
-    out = tmp / "reference.pt"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "bootstrap_scripts"),
-        "SPOT_TRAINING_CHECKPOINT_DIR": str(tmp / "ckpt"),
-        "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": "1000000",
-        "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1",
-        "GLOO_SOCKET_IFNAME": "lo",
-    }
-    cmd = [
-        sys.executable, "-m", "spot_training.launch", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=reference", "--local-addr=127.0.0.1",
-        str(EXAMPLE_DIR / "train.py"), "--epochs", str(EPOCHS), "--seed", "0", "--output", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return dict(torch.load(out))
+    return reference_weights(tmp_path_factory.mktemp("reference"), EPOCHS)
 
 
 # ---------------------------------------------------------------------------------------------------- the bucket
