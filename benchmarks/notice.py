@@ -12,15 +12,12 @@ each line with its own millisecond timestamp), as ``emulator/demo.py`` and ``tra
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +27,7 @@ from typing import Any, Optional
 import boto3
 
 from emulator.imds import ImdsMock
+from tests.bootstrap.conftest import code_archive, free_port  # the agent harness the bootstrap tests use
 
 REPO = Path(__file__).resolve().parent.parent
 BOOTSTRAP = REPO / "bootstrap_scripts"
@@ -96,23 +94,6 @@ class BootPhases:
 
 
 PHASES = ("metadata", "volume claim", "code fetch", "checkpoint restore", "rendezvous", "first step")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def code_archive(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 class Emulated:
@@ -221,7 +202,7 @@ def run(cloud: Emulated, size_mib: int) -> tuple[NoticeTimes, BootPhases]:
         "python": sys.executable, "nproc_per_node": 1, "min_nodes": 1, "desired_nodes": 1, "max_nodes": 1,
         "checkpoint_dir": "/opt/ml/checkpoints", "checkpoint_interval_s": 1e6,  # only the emergency checkpoint
         "mean_time_between_interruptions_s": 3600, "max_restarts": 1, "interruption_grace_s": 110,
-        "rendezvous_port": free_port(),
+        "rendezvous_port": free_port("127.0.0.1"),
         "warm_pool": {"tag_key": POOL_TAG, "pool": name, "device_name": "/dev/sdf"},
     }  # fmt: skip
     cloud.ssm.put_parameter(Name=f"{parameter}/job-spec", Value=json.dumps(spec), Type="String", Overwrite=True)
