@@ -36,7 +36,7 @@ lint: deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	# On-node code on its own: it imports spot_training as the node sees it (bootstrap_scripts on sys.path).
-	cd bootstrap_scripts && ../$(BIN)/mypy --config-file ../pyproject.toml node_agent.py spot_training
+	cd bootstrap_scripts && ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache/bootstrap node_agent.py spot_training
 
 unit: deps
 	$(BIN)/pytest

@@ -21,6 +21,7 @@ flipped each repetition), reported as the median of the per-repetition ratios wi
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import platform
@@ -56,6 +57,7 @@ PER_CONNECTION_SOURCE = (
     "#optimizing-performance-parallelization"
 )
 REAL_POLL_S = 5.0  # the agent's metadata poll on a real node (SPOT_TRAINING_POLL_INTERVAL_S default)
+OVERHEAD_REPS = 5  # item 2's runs take seconds and its two sides differ by a few percent: more repetitions
 SPOT_DISCOUNT = 0.70  # assumed; AWS advertises "up to 90%" off On-Demand (https://aws.amazon.com/ec2/spot/pricing/)
 TRIVIAL_APP = """
 from aws_cdk import App, Stack
@@ -108,14 +110,23 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     (trivial / "app.py").write_text(TRIVIAL_APP)
     (trivial / "cdk.json").write_text('{"app": "python3 app.py"}')
 
-    def ours(count: int) -> Callable[[], float]:
+    # CDK_VALIDATION=false turns off aws-cdk-lib's built-in CloudFormation validation (a WASM rule engine that
+    # every app, the trivial one too, loads at synth): the sides without it show what our constructs cost.
+    quiet = dict(env, CDK_VALIDATION="false")
+
+    def ours(count: int, env: dict[str, str] = env) -> Callable[[], float]:
         args = [str(CDK), "synth", "--quiet", "--no-notices", "-c", f"teams_dir={dirs[count]}"]
         return lambda: timed([*args, "-o", str(work / f"out-{count}")], REPO, env)
 
+    def trivial_app(env: dict[str, str] = env) -> Callable[[], float]:
+        return lambda: timed([str(CDK), "synth", "--quiet", "--no-notices", "-o", "out"], trivial, env)
+
     sides = {
-        "trivial": lambda: timed([str(CDK), "synth", "--quiet", "--no-notices", "-o", "out"], trivial, env),
+        "trivial": trivial_app(),
         "1 team": ours(1),
         "10 teams": ours(10),
+        "trivial, no validation": trivial_app(quiet),
+        "10 teams, no validation": ours(10, quiet),
     }
     t = alternate(sides, reps)
     med = {k: statistics.median(v) for k, v in t.items()}
@@ -124,6 +135,11 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         f"goal <= 1.5 | medians {med['10 teams']:.1f} s / {med['trivial']:.1f} s |",
         f"| synth: 10 teams / 1 team | {ratio(t['10 teams'], t['1 team'])} | - | "
         f"medians {med['10 teams']:.1f} s / {med['1 team']:.1f} s |",
+        "| synth without aws-cdk-lib's built-in CloudFormation validation (`CDK_VALIDATION=false`): 10 teams / "
+        f"trivial | {ratio(t['10 teams, no validation'], t['trivial, no validation'])} | - | medians "
+        f"{med['10 teams, no validation']:.1f} s / {med['trivial, no validation']:.1f} s; the validation costs "
+        f"{med['trivial'] - med['trivial, no validation']:.1f} s in the trivial app, "
+        f"{med['10 teams'] - med['10 teams, no validation']:.1f} s in ours |",
     ]
 
 
@@ -152,7 +168,7 @@ def bench_checkpoint_overhead(work: Path, reps: int) -> list[str]:
     return [
         f"| checkpoint overhead: steps/s saving every 1 s / never (example MLP, {epochs} epochs, 1 process) | "
         f"{ratio(rates['every 1 s'], rates['never'])} | goal >= 0.98 | "
-        f"medians {med['every 1 s']:.0f} / {med['never']:.0f} steps/s |"
+        f"medians {med['every 1 s']:.0f} / {med['never']:.0f} steps/s, {reps} repetitions |"
     ]
 
 
@@ -414,26 +430,39 @@ def main() -> int:
     started = time.monotonic()
     rows: list[str] = []
     sections: list[str] = []
+    took: dict[str, float] = {}
+
+    def part(name: str) -> bool:
+        """Whether to run ``name``; records how long the previous part took."""
+        took[name] = time.monotonic()
+        return name in only
+
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
-        if "synth" in only:
+        if part("synth"):
             rows += bench_synth(work, args.reps)
-        if "overhead" in only:
-            rows += bench_checkpoint_overhead(work, args.reps)
-        if "transfer" in only:
+        if part("overhead"):
+            rows += bench_checkpoint_overhead(work, max(args.reps, OVERHEAD_REPS))
+        if part("transfer"):
             rows += bench_transfer(work, args.reps, args.sizes_mib)
-        if "notice" in only:
+        if part("notice"):
             lines, measured = bench_notice(work, args.reps, args.notice_sizes_mib)
             sections += lines + cost_section(measured, args.discount)
+        part("end")
+    marks = list(took.items())
+    durations = ", ".join(
+        f"{name} {end - begin:.0f} s" for (name, begin), (_, end) in itertools.pairwise(marks) if name in only
+    )
     table = ["| what | ratio | goal | notes |", "|---|---|---|---|", *rows, ""] if rows else []
     text = "\n".join(
         [
             "# Benchmark results",
             "",
             f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {machine()}.",
-            f"Each ratio is the median of {args.reps} alternated repetitions, with the range in brackets; "
-            f"the whole run took {time.monotonic() - started:.0f} s. The machine is shared (other jobs run on the "
-            "same cores), so absolute times are noisy; the ratios compare sides run alternately in this run.",
+            f"Each ratio is the median of {args.reps} alternated repetitions (unless its row says otherwise), with "
+            f"the range in brackets; the whole run took {time.monotonic() - started:.0f} s ({durations}). The "
+            "machine is shared (other jobs run on the same cores), so absolute times are noisy; the ratios compare "
+            "sides run alternately in this run.",
             "",
             *table,
             *sections,

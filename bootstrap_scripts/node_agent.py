@@ -122,6 +122,7 @@ JOB_KEYS = {
     "max_nodes",
     "nodes",
     "checkpoint_interval_s",
+    "checkpoint_wait_for_upload",
     "mean_time_between_interruptions_s",
     "max_restarts",
     "interruption_grace_s",
@@ -143,6 +144,7 @@ SPEC_KEYS = {
     "max_nodes",
     "checkpoint_dir",
     "checkpoint_interval_s",
+    "checkpoint_wait_for_upload",
     "mean_time_between_interruptions_s",
     "max_restarts",
     "interruption_grace_s",
@@ -265,6 +267,7 @@ class Job:
         self.max_nodes: int = spec["max_nodes"]
         self.checkpoint_dir: str = spec["checkpoint_dir"]
         self.checkpoint_interval_s: Optional[float] = spec["checkpoint_interval_s"]
+        self.checkpoint_wait_for_upload: bool = spec["checkpoint_wait_for_upload"]
         self.mtbi_s: float = spec["mean_time_between_interruptions_s"]
         self.max_restarts: int = spec["max_restarts"]
         self.grace_s: float = spec["interruption_grace_s"]
@@ -336,6 +339,9 @@ def validate_job(spec: Any, current: Any, current_name: str) -> Job:
     merged.update(current)
     for key in ("checkpoint_interval_s", "warm_pool"):  # the stack leaves unset values out of the JSON
         merged.setdefault(key, None)
+    wait = merged.setdefault("checkpoint_wait_for_upload", False)  # a job spec from before the option: off
+    if not isinstance(wait, bool):
+        raise AgentError(f"checkpoint_wait_for_upload must be true or false, got {wait!r}")
     job_id = merged.get("job_id")
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise AgentError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
@@ -1128,6 +1134,7 @@ class Agent:
                 "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": ""
                 if job.checkpoint_interval_s is None
                 else str(job.checkpoint_interval_s),
+                "SPOT_TRAINING_CHECKPOINT_WAIT_FOR_UPLOAD": "1" if job.checkpoint_wait_for_upload else "0",
                 "SPOT_TRAINING_MTBI_S": str(job.mtbi_s),
                 "SPOT_TRAINING_INSTANCE_ID": self.instance_id,
                 "SPOT_TRAINING_NODE_INDEX": str(ids.index(self.instance_id)),

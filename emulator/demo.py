@@ -383,12 +383,14 @@ def run_job(
     node_env: Optional[dict[str, str]] = None,
     timeout_s: float = 480.0,
     progress: Callable[[str], None] = print,
+    **job_options: Any,
 ) -> tuple[Summary, jobs.ClusterRef]:
     """On a deployed TrainingStack: submit the example, run ``scenario``, wait for DONE and the group at 0.
 
     ``scenario`` (default :func:`interrupt_once` of ``interrupt_after_step`` / ``interrupt_host``) acts on the
     running job through a :class:`JobRun` and returns once its interruptions are delivered. ``train_args``: extra
-    arguments of ``train.py``; ``node_env``: extra environment of every node (on top of ``NODE_ENV``).
+    arguments of ``train.py``; ``node_env``: extra environment of every node (on top of ``NODE_ENV``);
+    ``job_options``: more keys of the submitted job (``checkpoint_wait_for_upload=True``, ...).
     """
     client = cloud.client
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
@@ -406,6 +408,7 @@ def run_job(
             min_nodes=NODES,
             max_nodes=NODES,
             checkpoint_interval_s=checkpoint_interval_s,
+            **job_options,
         )
         progress(f"submitted job {job_id} to {TEAM}/{CLUSTER} ({NODES} nodes, group {ref.group})")
         run = JobRun(client, ref, job_id, launcher, time.monotonic() + timeout_s, progress)

@@ -217,6 +217,11 @@ class JobConfig(Strict):
     checkpoint_interval_s: Optional[int] = Field(
         None, gt=0, description="Fixed interval; unset: Young/Daly from measured cost."
     )
+    checkpoint_wait_for_upload: bool = Field(
+        False,
+        description="Training waits at each checkpoint until it is durable in S3: a hard kill then loses at most one "
+        "interval (default: training goes on while it uploads, so one interval plus the write and upload time).",
+    )
     mean_time_between_interruptions_s: int = Field(3600, gt=0, description="Assumed MTBI for the Young/Daly interval.")
     max_restarts: int = Field(3, ge=0, le=100)
     interruption_grace_s: int = Field(

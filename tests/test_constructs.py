@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from tests.synth import CLUSTER, joined, resources, synth, team_config
+from training_constructs.training_cluster import BOOTSTRAP_DIR
 
 EXISTING_VPC = {
     "vpc_id": "vpc-0123456789abcdef0",
@@ -150,6 +154,29 @@ def test_user_data_downloads_bootstrap_asset_and_runs_it_with_cluster_identity(d
     assert "python3 -m zipfile -e /opt/spot-training/bootstrap.zip /opt/spot-training/bootstrap" in text
     assert "bootstrap/user_data.sh --region " in text
     assert "--team team-a --cluster main --job-spec-parameter /spot-training/team-a/main/job-spec" in text
+
+
+def test_bootstrap_asset_ships_exactly_the_tracked_scripts(tmp_path: Path) -> None:
+    """Tool caches and bytecode next to the scripts (mypy, pytest, an editor) stay out of the asset nodes download."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "."], cwd=BOOTSTRAP_DIR, check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert "node_agent.py" in tracked and "spot_training/checkpoint.py" in tracked
+    junk = [BOOTSTRAP_DIR / ".tool_cache" / "cache.json", BOOTSTRAP_DIR / "spot_training" / "__pycache__" / "x.pyc"]
+    created = [p.parent for p in junk if not p.parent.exists()]
+    try:
+        for path in junk:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("junk")
+        synth(team_config(), outdir=str(tmp_path))
+    finally:
+        for path in junk:
+            path.unlink(missing_ok=True)
+        for path in created:
+            shutil.rmtree(path)
+    [asset] = [p for p in tmp_path.glob("asset.*") if p.is_dir()]
+    staged = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
+    assert staged == sorted(tracked)
 
 
 def test_fixed_ami_and_root_device(variant: Template) -> None:
@@ -396,6 +423,7 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
         '\\"max_nodes\\":2',
         '\\"interruption_grace_s\\":90',
         '\\"checkpoint_dir\\":\\"/opt/ml/checkpoints\\"',
+        '\\"checkpoint_wait_for_upload\\":false',
     ):
         assert fragment in value, fragment
     # Unset values (no warm pool, Young/Daly interval) are left out of the JSON; the agent reads them as null.

@@ -233,6 +233,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--job-id", help="job id (default: job-<time>-<random>)")
     s.add_argument("--python", help="interpreter of the training environment on the node")
     s.add_argument("--checkpoint-interval-s", type=float, help="fixed checkpoint interval (default: Young/Daly)")
+    s.add_argument(
+        "--checkpoint-wait-for-upload",
+        action=argparse.BooleanOptionalAction,
+        help="train on only once each checkpoint is durable in S3 (default: the cluster's job setting)",
+    )
     for name, help_text in (("status", "nodes, checkpoint, interruptions"), ("logs", "the job's logs")):
         sp = sub.add_parser(name, help=help_text)
         cluster_args(sp)
@@ -285,9 +290,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     out: Any
     if args.action == "submit":
-        overrides = {
-            k: v for k, v in (("python", args.python), ("checkpoint_interval_s", args.checkpoint_interval_s)) if v
+        given = {
+            "python": args.python,
+            "checkpoint_interval_s": args.checkpoint_interval_s,
+            "checkpoint_wait_for_upload": args.checkpoint_wait_for_upload,
         }
+        overrides = {k: v for k, v in given.items() if v is not None}
         try:
             job_id = jobs.submit(
                 client, ref, args.code, command=args.entry_command or str(ref.spec["command"]), nodes=args.nodes,

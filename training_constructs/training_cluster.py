@@ -22,6 +22,9 @@ from training_constructs.training_logs import TrainingLogs
 from training_constructs.warm_volume_pool import POOL_TAG, WarmVolumePool
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap_scripts"
+# What a checkout leaves next to the scripts (tool caches, bytecode) is not shipped: it would be hashed on every
+# synth, uploaded, downloaded by every node, and change the asset hash (and so the launch template) for nothing.
+BOOTSTRAP_EXCLUDE = [".*", "__pycache__", "*.pyc"]
 INSTALL_DIR = "/opt/spot-training"
 
 
@@ -90,6 +93,7 @@ class TrainingCluster(Construct):
             "max_nodes": spec.max_nodes,
             "checkpoint_dir": job.checkpoint_dir,
             "checkpoint_interval_s": job.checkpoint_interval_s,
+            "checkpoint_wait_for_upload": job.checkpoint_wait_for_upload,
             "mean_time_between_interruptions_s": job.mean_time_between_interruptions_s,
             "max_restarts": job.max_restarts,
             "interruption_grace_s": job.interruption_grace_s,
@@ -109,7 +113,7 @@ class TrainingCluster(Construct):
             string_value=stack.to_json_string(job_spec),
         )
 
-        bootstrap = s3_assets.Asset(self, "BootstrapScripts", path=str(BOOTSTRAP_DIR), exclude=["__pycache__", "*.pyc"])
+        bootstrap = s3_assets.Asset(self, "BootstrapScripts", path=str(BOOTSTRAP_DIR), exclude=BOOTSTRAP_EXCLUDE)
         user_data = ec2.UserData.for_linux()
         user_data.add_commands("set -euo pipefail")
         archive = user_data.add_s3_download_command(

@@ -23,6 +23,13 @@ then ``step()`` returns True), when the agent asks (``<dir>/.spot-training/save-
 recommendation), and every interval: ``interval_s`` / SPOT_TRAINING_CHECKPOINT_INTERVAL_S, or Young/Daly
 ``sqrt(2 * cost * MTBI)`` with the measured cost of the last checkpoint (copy + write + the agent's last upload)
 and MTBI from SPOT_TRAINING_MTBI_S (default 3600 s). Rank 0 decides; the decision is all-reduced.
+
+What a hard kill (no notice) can lose: everything after the newest checkpoint that is durable in S3. By default
+training goes on while a checkpoint is written and uploaded, so that is up to one interval plus the write and
+upload time. With ``wait_for_upload`` / SPOT_TRAINING_CHECKPOINT_WAIT_FOR_UPLOAD=1 (the job's
+``checkpoint_wait_for_upload``) ``step()`` returns after a periodic or requested checkpoint only once the agent
+reports it durable (``<dir>/.spot-training/sync-state.json``): at most one interval is lost, and every
+checkpoint costs its write and upload time in training (the other ranks wait at their next collective).
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ except ImportError:  # pragma: no cover - numpy ships with torch wheels in pract
 
 STATE_FILE = "state.pt"
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM: "stopped by the signal, state saved"
+STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory
+# With wait_for_upload: give up waiting for the agent after this long (no agent running, S3 unreachable), say so
+# and train on; the next checkpoint waits again.
+UPLOAD_WAIT_TIMEOUT_S = float(os.environ.get("SPOT_TRAINING_UPLOAD_WAIT_TIMEOUT_S") or 600)
 _SAVE, _STOP = 1, 2
 
 
@@ -104,6 +115,7 @@ class Checkpointer:
         *,
         directory: Optional[str] = None,
         interval_s: Optional[float] = None,
+        wait_for_upload: Optional[bool] = None,
         handle_sigterm: bool = True,
     ) -> None:
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
@@ -112,6 +124,9 @@ class Checkpointer:
         env_interval = os.environ.get("SPOT_TRAINING_CHECKPOINT_INTERVAL_S", "")
         self.interval_s = interval_s if interval_s is not None else (float(env_interval) if env_interval else None)
         self.mtbi_s = float(os.environ.get("SPOT_TRAINING_MTBI_S") or 3600)
+        if wait_for_upload is None:
+            wait_for_upload = os.environ.get("SPOT_TRAINING_CHECKPOINT_WAIT_FOR_UPLOAD") == "1"
+        self.wait_for_upload = wait_for_upload
         self.stop_requested = threading.Event()
         self.last_cost_s = 0.0
         self.last_save = time.monotonic()
@@ -196,16 +211,43 @@ class Checkpointer:
             return self.interval_s
         upload_s = 0.0
         try:
-            with open(os.path.join(self.directory, ".spot-training", "sync-state.json")) as f:
-                upload_s = float(json.load(f).get("last_upload_s", 0.0))
-        except (OSError, ValueError):
+            upload_s = float(self._sync_state().get("last_upload_s", 0.0))
+        except (TypeError, ValueError):
             pass
         return math.sqrt(2.0 * (self.last_cost_s + upload_s) * self.mtbi_s)
+
+    def _sync_state(self) -> Dict[str, Any]:
+        """What the agent last made durable (``last_uploaded_step``, ``last_upload_s``); {} before its first."""
+        try:
+            with open(os.path.join(self.directory, STATE_DIR, "sync-state.json")) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return state if isinstance(state, dict) else {}
+
+    def wait_uploaded(self, step: int, timeout_s: float = UPLOAD_WAIT_TIMEOUT_S) -> bool:
+        """Rank 0: block until the agent reports checkpoint ``step`` (or a newer one) durable in S3."""
+        self.wait()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            uploaded = self._sync_state().get("last_uploaded_step")
+            if isinstance(uploaded, int) and uploaded >= step:
+                return True
+            if self.stop_requested.is_set():  # a notice: the emergency checkpoint comes next, do not hold it up
+                return False
+            if time.monotonic() >= deadline:
+                print(
+                    f"spot_training: checkpoint {step} not reported durable in S3 within {timeout_s:g} s; training "
+                    "goes on (is the node agent running?)",
+                    flush=True,
+                )
+                return False
+            time.sleep(0.05)
 
     def step(self, step: int, extra: Optional[Dict[str, Any]] = None) -> bool:
         """Call after every optimizer step on every rank. Saves when due; True when the trainer must stop."""
         flag = _STOP if self.stop_requested.is_set() else 0
-        request = os.path.join(self.directory, ".spot-training", "save-request")
+        request = os.path.join(self.directory, STATE_DIR, "save-request")
         if not flag and self.rank == 0:
             if time.monotonic() - self.last_save >= self._interval() or os.path.exists(request):
                 flag = _SAVE
@@ -214,6 +256,9 @@ class Checkpointer:
             self.save(step, extra, block=flag == _STOP)
             if self.rank == 0 and os.path.exists(request):
                 os.remove(request)
+            if flag == _SAVE and self.wait_for_upload and self.rank == 0:
+                self.wait_uploaded(step)
+                self.last_save = time.monotonic()  # the interval counts training time, not the wait
         if flag == _STOP:
             self.stop_requested.set()
         return flag == _STOP

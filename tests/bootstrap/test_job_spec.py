@@ -61,6 +61,7 @@ def job_error(cluster: Cluster, current: Any) -> str:
         ({"min_nodes": 3, "max_nodes": 2}, "max_nodes must be an integer from 3 to 1000, got 2"),
         ({"interruption_grace_s": "90"}, "interruption_grace_s must be a positive number, got '90'"),
         ({"python": "python3"}, "python must be an absolute path, got 'python3'"),
+        ({"checkpoint_wait_for_upload": "yes"}, "checkpoint_wait_for_upload must be true or false, got 'yes'"),
         ({"gpus": 8}, f"/spot-training/team-a/CLUSTER/current-job has unknown key(s): gpus (allowed: {ALLOWED})"),
     ],
 )
@@ -90,9 +91,16 @@ def test_spec_version_and_missing_or_broken_current_job(make_cluster: Any) -> No
 
 def test_valid_job_merges_overrides(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
-    cluster.submit("job-7", {"train.py": ""}, "python -m pkg.train --lr '0.1 0.2'", nproc_per_node=2)
+    assert "checkpoint_wait_for_upload" not in cluster.spec  # a job spec written before the option: off
+    cluster.submit("job-6", {"train.py": ""}, "python train.py")
+    assert node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter).checkpoint_wait_for_upload is False
+    cluster.submit(
+        "job-7", {"train.py": ""}, "python -m pkg.train --lr '0.1 0.2'", nproc_per_node=2,
+        checkpoint_wait_for_upload=True,
+    )  # fmt: skip
     job = node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
     assert (job.job_id, job.nproc_per_node, job.argv) == ("job-7", 2, ["-m", "pkg.train", "--lr", "0.1 0.2"])
+    assert job.checkpoint_wait_for_upload is True
     assert job.job_prefix == f"{cluster.name}/job-7/"
 
 

@@ -7,8 +7,9 @@ upload is in flight, (e) a node powered off while it restores, (f) both nodes in
 interruptions in one job. For each: the job ends DONE with the group at 0 and nothing of it left running; a
 thread checks the bucket all along that no manifest ever points at a missing or corrupt object; with a notice no
 step is redone, without one (c, e) at most one checkpoint interval (in steps, from the checkpoints the job wrote,
-S3 versions); the final weights equal an uninterrupted run's bit for bit (with and without a notice: resuming
-from any checkpoint replays exactly).
+S3 versions; (c) twice: right after a checkpoint became durable, and mid-upload with
+``checkpoint_wait_for_upload``, where exactly the one interval is lost); the final weights equal an
+uninterrupted run's bit for bit (with and without a notice: resuming from any checkpoint replays exactly).
 """
 
 from __future__ import annotations
@@ -312,6 +313,51 @@ def test_c_hard_termination_without_notice(cloud: EmulatedCloud, reference: Any)
     restart = next(r for r in case.summary.restarts if r.at > kill.at)
     assert restart.resumed_from >= facts["durable_at_kill"]  # from the newest durable checkpoint (or newer)
     assert 0 <= restart.steps_redone <= case.interval_steps
+    assert all(r.steps_redone <= case.interval_steps for r in case.summary.restarts)
+
+
+def test_c_hard_termination_mid_upload_loses_at_most_one_interval_with_wait_for_upload(
+    cloud: EmulatedCloud, reference: Any
+) -> None:
+    """(c) at the worst moment: the node of rank 0 loses power while a checkpoint uploads (objects in S3, no
+    manifest; uploads held by SPOT_TRAINING_TEST_UPLOAD_DELAY_S). With the job's ``checkpoint_wait_for_upload``
+    training waited for that upload, so exactly one interval is redone: from the last durable checkpoint to the
+    step of the one in flight, and not a step beyond it. (By default training goes on during the upload and those
+    steps are lost too: the README's trade-off.)"""
+    facts: dict[str, Any] = {}
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(0)
+        writer = run.checkpoint_writer()
+        durable = run.durable_step()
+        flying: dict[int, list[str]] = {}
+
+        def upload_in_flight() -> bool:
+            flying.clear()
+            flying.update(in_flight(cloud, run.ref, run.job_id))
+            return any(step > durable for step in flying)
+
+        run.wait_for(upload_in_flight, "an upload in flight")
+        planned = jobs.planned_steps(run.client, run.ref, run.job_id)
+        assert planned is not None and max(flying) < planned, "the upload in flight is the job's last checkpoint"
+        kill = run.power_off(writer)
+        facts.update(kill=kill, durable=durable, flying=max(flying), after=in_flight(cloud, run.ref, run.job_id))
+        run.wait_for_replacement(kill)
+
+    env = {"SPOT_TRAINING_TEST_UPLOAD_DELAY_S": "3"}
+    case = run_case(cloud, "c-mid-upload", scenario, node_env=env, checkpoint_wait_for_upload=True)
+    assert_done_and_clean(cloud, case, reference)
+    (kill,) = case.summary.events
+    assert kill.kind == "power-off"
+    durable, flying = facts["durable"], facts["flying"]
+    assert facts["after"].get(flying) == ["state.pt"]  # still in flight after the kill: it never became durable
+    durable_before_kill = [int(m.group(1)) for ts, m in case.lines(_DURABLE) if ts < kill.at]
+    assert max(durable_before_kill) == durable < flying
+    restart = next(r for r in case.summary.restarts if r.at > kill.at)
+    assert restart.resumed_from == durable
+    # one interval: the steps between the last durable checkpoint and the one in flight, nothing trained past it
+    assert restart.furthest_before == flying
+    assert restart.steps_redone == flying - durable <= case.interval_steps
     assert all(r.steps_redone <= case.interval_steps for r in case.summary.restarts)
 
 
