@@ -56,6 +56,7 @@ except ImportError:  # pragma: no cover - numpy ships with torch wheels in pract
 STATE_FILE = "state.pt"
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM: "stopped by the signal, state saved"
 STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory
+REQUEST_CHECK_S = 0.1  # how often rank 0 looks for the agent's save-request (a rebalance recommendation)
 # With wait_for_upload: give up waiting for the agent after this long (no agent running, S3 unreachable), say so
 # and train on; the next checkpoint waits again.
 UPLOAD_WAIT_TIMEOUT_S = float(os.environ.get("SPOT_TRAINING_UPLOAD_WAIT_TIMEOUT_S") or 600)
@@ -129,7 +130,7 @@ class Checkpointer:
         self.wait_for_upload = wait_for_upload
         self.stop_requested = threading.Event()
         self.last_cost_s = 0.0
-        self.last_save = time.monotonic()
+        self.last_save = self._request_check_at = time.monotonic()
         self.saved_step: Optional[int] = None
         self._writer: Optional[threading.Thread] = None
         self._write_error: Optional[BaseException] = None
@@ -249,8 +250,13 @@ class Checkpointer:
         flag = _STOP if self.stop_requested.is_set() else 0
         request = os.path.join(self.directory, STATE_DIR, "save-request")
         if not flag and self.rank == 0:
-            if time.monotonic() - self.last_save >= self._interval() or os.path.exists(request):
+            now = time.monotonic()
+            if now - self.last_save >= self._interval():
                 flag = _SAVE
+            elif now >= self._request_check_at:  # a file check per step would cost more than the step on a tiny model
+                self._request_check_at = now + REQUEST_CHECK_S
+                if os.path.exists(request):
+                    flag = _SAVE
         flag = self._all_max(flag)
         if flag:
             self.save(step, extra, block=flag == _STOP)
