@@ -11,7 +11,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: deps test lint unit synth demo bench clean
+.PHONY: run-deps deps test lint unit synth demo bench clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,10 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-deps: $(BIN)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
+# What the app, the demo and the benchmarks need; make test also needs checkov's venv.
+run-deps: $(BIN)/.installed node_modules/.installed
+
+deps: run-deps $(CHECKOV_VENV)/.installed
 
 lint: deps
 	$(BIN)/ruff check .
@@ -43,15 +46,15 @@ unit: deps
 
 test: lint unit
 
-synth: deps
+synth: run-deps
 	cdk synth --quiet
 
 # The local emulated cloud: deploy TrainingStack, train the example through a spot interruption, summarize.
-demo: deps
+demo: run-deps
 	$(BIN)/python -m emulator demo
 
 # Ratios measured side by side (see benchmarks/bench.py); writes benchmarks/RESULTS.md. Not part of make test.
-bench: deps
+bench: run-deps
 	$(BIN)/python -m benchmarks.bench
 
 clean:
