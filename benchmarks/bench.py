@@ -42,7 +42,7 @@ import yaml
 from boto3.s3.transfer import TransferConfig
 from moto.server import ThreadedMotoServer
 
-from benchmarks import notice
+from benchmarks import fast_ranges, notice
 from benchmarks.cost_model import ADVISOR_BUCKETS, expected_job_cost
 
 REPO = Path(__file__).resolve().parent.parent
@@ -212,6 +212,7 @@ def bench_transfer(work: Path, reps: int, sizes_mib: list[int]) -> list[str]:
         max_concurrency=1,
     )  # fmt: skip
 
+    fast_ranges.install()  # moto would read a whole object for every ranged GET
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request lines
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -308,6 +309,7 @@ def bench_notice(work: Path, reps: int, sizes_mib: list[int]) -> tuple[list[str]
     import node_agent
 
     transfer = node_agent.TRANSFER
+    fast_ranges.install()  # moto would read a whole object for every ranged GET
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
