@@ -274,11 +274,13 @@ def test_b_rebalance_recommendation_then_notice(cloud: EmulatedCloud, reference:
         victim = next(i for i in run.running() if i != rank0_node(run))
         rebalance = run.recommend_rebalance(victim)
         facts["rebalance_step"] = saved = run.wait_durable(0)
-        run.wait_step(saved + 5)  # train on, so the notice has something to save
+        run.wait_step(saved + 3)  # train on, so the notice has something to save
         run.wait_for_replacement(run.interrupt(victim))
         facts.update(victim=victim, rebalance=rebalance)
 
-    case = run_case(cloud, "b-rebalance", scenario, checkpoint_interval_s=3600.0)
+    # The relay takes two agents' metadata polls and the notice one more: slower steps keep the notice mid-training
+    # (at 0.15 s a step, a run whose relay took 4 s saw the notice only after the last step).
+    case = run_case(cloud, "b-rebalance", scenario, checkpoint_interval_s=3600.0, step_sleep_s=0.3)
     assert_done_and_clean(cloud, case, reference)
     victim, rebalance, notice = facts["victim"], facts["rebalance"], notices(case)[0]
     assert notice.instance_id == victim and rebalance.at < notice.at
