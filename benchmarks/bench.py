@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import logging
 import os
 import platform
 import shutil
@@ -40,7 +39,6 @@ from typing import Any
 import boto3
 import yaml
 from boto3.s3.transfer import TransferConfig
-from moto.server import ThreadedMotoServer
 
 from benchmarks import fast_ranges, notice
 from benchmarks.cost_model import ADVISOR_BUCKETS, expected_job_cost
@@ -212,13 +210,8 @@ def bench_transfer(work: Path, reps: int, sizes_mib: list[int]) -> list[str]:
         max_concurrency=1,
     )  # fmt: skip
 
-    fast_ranges.install()  # moto would read a whole object for every ranged GET
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request lines
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
     rows = []
-    try:
+    with fast_ranges.moto_server() as (host, port):  # ranged GETs read only their range (moto: the whole object)
         s3 = boto3.client(
             "s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
             aws_access_key_id="bench", aws_secret_access_key="bench",  # noqa: S106 - moto accepts any
@@ -292,8 +285,6 @@ def bench_transfer(work: Path, reps: int, sizes_mib: list[int]) -> list[str]:
                 )
             s3.delete_object(Bucket="bench", Key=f"plain/{size}")
             store.prune(0)
-    finally:
-        server.stop()
     return rows
 
 
@@ -309,22 +300,15 @@ def bench_notice(work: Path, reps: int, sizes_mib: list[int]) -> tuple[list[str]
     import node_agent
 
     transfer = node_agent.TRANSFER
-    fast_ranges.install()  # moto would read a whole object for every ranged GET
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
     notices: dict[int, list[notice.NoticeTimes]] = {s: [] for s in sizes_mib}
     boots: dict[int, list[notice.BootPhases]] = {s: [] for s in sizes_mib}
-    try:
+    with fast_ranges.moto_server() as (_, port):
         cloud = notice.Emulated(f"http://localhost:{port}", work / "nodes")
         for rep in range(reps):
             for size in sizes_mib if rep % 2 == 0 else reversed(sizes_mib):
                 times, phases = notice.run(cloud, size)
                 notices[size].append(times)
                 boots[size].append(phases)
-    finally:
-        server.stop()
 
     part_mib = transfer.multipart_chunksize // 2**20
     lines = [

@@ -8,11 +8,15 @@ the range handling gets a view that reads only the requested bytes; everything e
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from moto.s3 import models, responses
+from moto.server import ThreadedMotoServer
 
 _SIMPLE_RANGE = re.compile(r"^bytes=\d+-\d*$")
 _in_range_get = threading.local()
@@ -61,3 +65,16 @@ def install() -> None:
     models.FakeKey.value = property(get_value, value.fset)  # type: ignore[method-assign,assignment,unused-ignore]
     responses.S3Response.key_response = patched_key_response  # type: ignore[method-assign]
     models.FakeKey._fast_ranges = True  # type: ignore[attr-defined]
+
+
+@contextmanager
+def moto_server() -> Iterator[tuple[str, int]]:
+    """A patched moto server on 127.0.0.1 (host, port) for the duration, without its per-request log lines."""
+    install()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        yield server.get_host_and_port()
+    finally:
+        server.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -10,26 +9,20 @@ from typing import Any
 import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
-from moto.server import ThreadedMotoServer
 
 from benchmarks import fast_ranges
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Any]:
-    fast_ranges.install()
-    fast_ranges.install()  # idempotent
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client(
-        "s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test",
-    )  # fmt: skip
-    client.create_bucket(Bucket="ranges")
-    yield client
-    server.stop()
+    fast_ranges.install()  # moto_server installs it again: idempotent
+    with fast_ranges.moto_server() as (host, port):
+        client = boto3.client(
+            "s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+            aws_access_key_id="test", aws_secret_access_key="test",
+        )  # fmt: skip
+        client.create_bucket(Bucket="ranges")
+        yield client
 
 
 def test_ranged_gets_return_the_requested_bytes_and_plain_gets_the_object(

@@ -122,6 +122,7 @@ class Checkpointer:
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         self.optimizer, self.scheduler = optimizer, scheduler
         self.directory = directory or os.environ.get("SPOT_TRAINING_CHECKPOINT_DIR") or "checkpoints"
+        self._save_request = os.path.join(self.directory, STATE_DIR, "save-request")  # the agent's, on a rebalance
         env_interval = os.environ.get("SPOT_TRAINING_CHECKPOINT_INTERVAL_S", "")
         self.interval_s = interval_s if interval_s is not None else (float(env_interval) if env_interval else None)
         self.mtbi_s = float(os.environ.get("SPOT_TRAINING_MTBI_S") or 3600)
@@ -248,7 +249,7 @@ class Checkpointer:
     def step(self, step: int, extra: Optional[Dict[str, Any]] = None) -> bool:
         """Call after every optimizer step on every rank. Saves when due; True when the trainer must stop."""
         flag = _STOP if self.stop_requested.is_set() else 0
-        request = os.path.join(self.directory, STATE_DIR, "save-request")
+        request = self._save_request
         if not flag and self.rank == 0:
             now = time.monotonic()
             if now - self.last_save >= self._interval():

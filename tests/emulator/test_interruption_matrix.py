@@ -162,6 +162,26 @@ def in_flight(cloud: EmulatedCloud, ref: jobs.ClusterRef, job_id: str) -> dict[i
     return {step: sorted(rels) for step, rels in found.items() if MANIFEST not in rels}
 
 
+def wait_for_upload_in_flight(cloud: EmulatedCloud, run: JobRun) -> tuple[str, int, dict[int, list[str]]]:
+    """After the first durable checkpoint, wait until S3 holds a newer one's objects without its manifest (uploads
+    held by SPOT_TRAINING_TEST_UPLOAD_DELAY_S), not the job's last: (its uploader, the newest durable step then,
+    what is in flight)."""
+    run.wait_durable(0)
+    writer = run.checkpoint_writer()
+    durable = run.durable_step()
+    flying: dict[int, list[str]] = {}
+
+    def upload_in_flight() -> bool:
+        flying.clear()
+        flying.update(in_flight(cloud, run.ref, run.job_id))
+        return any(step > durable for step in flying)
+
+    run.wait_for(upload_in_flight, "an upload in flight")
+    planned = jobs.planned_steps(run.client, run.ref, run.job_id)
+    assert planned is not None and max(flying) < planned, "the upload in flight is the job's last checkpoint"
+    return writer, durable, flying
+
+
 # ---------------------------------------------------------------------------------------------------- one case
 @dataclass
 class Case:
@@ -329,19 +349,7 @@ def test_c_hard_termination_mid_upload_loses_at_most_one_interval_with_wait_for_
     facts: dict[str, Any] = {}
 
     def scenario(run: JobRun) -> None:
-        run.wait_durable(0)
-        writer = run.checkpoint_writer()
-        durable = run.durable_step()
-        flying: dict[int, list[str]] = {}
-
-        def upload_in_flight() -> bool:
-            flying.clear()
-            flying.update(in_flight(cloud, run.ref, run.job_id))
-            return any(step > durable for step in flying)
-
-        run.wait_for(upload_in_flight, "an upload in flight")
-        planned = jobs.planned_steps(run.client, run.ref, run.job_id)
-        assert planned is not None and max(flying) < planned, "the upload in flight is the job's last checkpoint"
+        writer, durable, flying = wait_for_upload_in_flight(cloud, run)
         kill = run.power_off(writer)
         facts.update(kill=kill, durable=durable, flying=max(flying), after=in_flight(cloud, run.ref, run.job_id))
         run.wait_for_replacement(kill)
@@ -369,18 +377,7 @@ def test_d_notice_while_a_checkpoint_upload_is_in_flight(cloud: EmulatedCloud, r
     facts: dict[str, Any] = {}
 
     def scenario(run: JobRun) -> None:
-        run.wait_durable(0)
-        writer = run.checkpoint_writer()
-        newest = run.durable_step()
-        flying: dict[int, list[str]] = {}
-
-        def upload_in_flight() -> bool:
-            flying.update(in_flight(cloud, run.ref, run.job_id))
-            return any(step > newest for step in flying)
-
-        run.wait_for(upload_in_flight, "an upload in flight")
-        planned = jobs.planned_steps(run.client, run.ref, run.job_id)
-        assert planned is not None and max(flying) < planned, "the upload in flight is the job's last checkpoint"
+        writer, newest, flying = wait_for_upload_in_flight(cloud, run)
         notice = run.interrupt(writer)
         facts["after_notice"] = in_flight(cloud, run.ref, run.job_id)
         facts.update(before_notice=flying, notice=notice, newest=newest)
