@@ -8,9 +8,9 @@ flipped each repetition), reported as the median of the per-repetition ratios wi
 2. checkpoint overhead: the example's model's training steps/s with the checkpoint helper saving every 1 s vs
    without it, in interleaved blocks of one process (the helper's snapshot + asynchronous write; the upload is the
    agent's, in another process).
-3. checkpoint transfer: the node agent's upload/download (parallel, multipart, sha256 manifest) vs a single-stream
-   boto3 ``upload_file``/``download_file`` (``use_threads=False``), same moto endpoint on loopback; and the agent
-   with one connection vs its default, for what parallelism buys here.
+3. checkpoint transfer: the node agent's upload/download (parallel, multipart / ranged GETs, sha256 manifest) vs a
+   single-stream boto3 ``upload_file``/``download_file`` (``use_threads=False``), same moto endpoint on loopback;
+   and the agent with one connection vs its default, for what parallelism buys here.
 4. notice to durable: the real agent on an emulated node, from the spot notice to the checkpoint's manifest in S3,
    for 10 MiB / 100 MiB / 1 GiB checkpoints, as a share of the 120 s notice; projected to a real instance from
    S3's per-connection throughput (``benchmarks/notice.py``).
@@ -275,7 +275,8 @@ def bench_transfer(work: Path, reps: int, sizes_mib: list[int]) -> list[str]:
             )
             rows.append(
                 f"| transfer {size} MiB download: single-stream boto3 time / agent time | "
-                f"{ratio(down['boto3'], down['agent'])} | goal >= 1.0 | agent verifies sha256 after download |"
+                f"{ratio(down['boto3'], down['agent'])} | goal >= 1.0 | agent checks each part's sha256 as it "
+                "streams in |"
             )
             if "agent, 1 connection" in up:
                 rows.append(

@@ -12,7 +12,8 @@ CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED``
 
 S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
   ckpt/<step>/<files...>                 one checkpoint; ``ckpt/<step>/spot-training-manifest.json`` is
-                                         written last (size + sha256 of every file). No manifest: it does not exist.
+                                         written last (size, sha256 and the sha256 of every part of every file).
+                                         No manifest: it does not exist.
   nodes/<instance-id>/done               a node finished (barrier before the job's DONE)
   nodes/<instance-id>/leaving            a node got a notice and will not join another rendezvous
   nodes/<instance-id>/synced             a node's final checkpoint sync of a training attempt is over (nodes leaving on
@@ -100,12 +101,15 @@ SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
 TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20, max_concurrency=8)
 
 
-def download_config(size: int) -> TransferConfig:
-    """As :data:`TRANSFER`, but never more than 8 ranges per object: the same 8 connections on S3, and far fewer
-    ranged GETs where each one costs a whole-object read (moto: a 1 GiB restore in 64 ranges copied 64 GiB)."""
-    return TransferConfig(
-        multipart_threshold=16 * 2**20, multipart_chunksize=max(16 * 2**20, -(-size // 8)), max_concurrency=8
-    )
+PART_MIN, PARTS_MAX = 16 * 2**20, 8
+RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3transfer does
+
+
+def part_size(size: int) -> int:
+    """Bytes per checksummed part of a checkpoint file, which is also one ranged GET on restore: 16 MiB, larger
+    for large files so that no file has more than 8 (the same 8 connections on S3, and few ranged GETs where each
+    one costs a whole-object read: moto)."""
+    return max(PART_MIN, -(-size // PARTS_MAX))
 
 
 PARALLEL_FILES = 8
@@ -456,6 +460,26 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+def file_digests(path: str) -> Dict[str, Any]:
+    """A manifest entry, in one read of the file: size, sha256, and the sha256 of every ``part_size`` bytes (so a
+    restore verifies each ranged GET as it streams in, instead of reading the whole file again)."""
+    size = os.path.getsize(path)
+    part = part_size(size)
+    whole, parts = hashlib.sha256(), []
+    with open(path, "rb") as f:
+        for start in range(0, size, part):
+            h, left = hashlib.sha256(), min(part, size - start)
+            while left > 0:
+                chunk = f.read(min(2**20, left))
+                if not chunk:
+                    raise AgentError(f"{path} shrank while it was being uploaded")
+                whole.update(chunk)
+                h.update(chunk)
+                left -= len(chunk)
+            parts.append(h.hexdigest())
+    return {"size": size, "sha256": whole.hexdigest(), "part_size": part, "part_sha256": parts}
+
+
 def young_daly_s(cost_s: float, mtbi_s: float) -> float:
     """Checkpoint interval minimising expected lost work: sqrt(2 * checkpoint cost * MTBI)."""
     return math.sqrt(2.0 * max(cost_s, 0.0) * mtbi_s)
@@ -495,10 +519,9 @@ class CheckpointStore:
 
         def put(item: Tuple[str, str]) -> Tuple[str, Dict[str, Any]]:
             rel, path = item
-            size = os.path.getsize(path)
-            digest = hasher.submit(sha256_file, path)  # hashed while the parts upload (hashlib releases the GIL)
+            digests = hasher.submit(file_digests, path)  # hashed while the parts upload (hashlib releases the GIL)
             self.s3.upload_file(path, self.bucket, base + rel, Config=TRANSFER)
-            return rel, {"size": size, "sha256": digest.result()}
+            return rel, digests.result()
 
         with ThreadPoolExecutor(PARALLEL_FILES) as pool, ThreadPoolExecutor(PARALLEL_FILES) as hasher:
             entries = dict(pool.map(put, sorted(files.items())))
@@ -538,17 +561,60 @@ class CheckpointStore:
             if sizes.get(rel) != meta.get("size"):
                 raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size")
 
-        def get(item: Tuple[str, Dict[str, Any]]) -> None:
-            rel, meta = item
+        ranges: List[Tuple[str, Dict[str, Any], int]] = []  # (file, its manifest entry, part index)
+        for rel, meta in files.items():
             path = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            self.s3.download_file(self.bucket, base + rel, path, Config=download_config(int(sizes[rel])))
-            if os.path.getsize(path) != meta["size"] or sha256_file(path) != meta["sha256"]:
+            if "part_sha256" not in meta:  # written by an agent before parts: one download, then one sha256 read
+                ranges.append((rel, meta, -1))
+                continue
+            part, digests = meta.get("part_size"), meta["part_sha256"]
+            parts = -(-meta["size"] // part) if isinstance(part, int) and part > 0 else None
+            if not isinstance(digests, list) or len(digests) != parts:
+                raise AgentError(f"checkpoint {step}: manifest lists bad parts for {rel}")
+            with open(path, "wb") as f:
+                f.truncate(meta["size"])
+            ranges += [(rel, meta, i) for i in range(len(digests))]
+
+        def get(item: Tuple[str, Dict[str, Any], int]) -> None:
+            rel, meta, i = item
+            key, path = base + rel, os.path.join(dest, rel)
+            try:
+                if i < 0:
+                    self.s3.download_file(self.bucket, key, path, Config=TRANSFER)
+                    ok = os.path.getsize(path) == meta["size"] and sha256_file(path) == meta.get("sha256")
+                else:
+                    start = i * meta["part_size"]
+                    length = min(meta["part_size"], meta["size"] - start)
+                    ok = self.get_range(key, path, start, length) == meta["part_sha256"][i]
+            except ClientError:  # deleted since the listing
+                raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size") from None
+            if not ok:
                 raise AgentError(f"checkpoint {step}: object {rel} fails its sha256 check")
 
-        with ThreadPoolExecutor(PARALLEL_FILES) as pool:
-            list(pool.map(get, files.items()))
+        with ThreadPoolExecutor(TRANSFER.max_concurrency) as pool:
+            list(pool.map(get, ranges))
         return manifest
+
+    def get_range(self, key: str, path: str, start: int, length: int) -> Optional[str]:
+        """GET ``length`` bytes of ``key`` from ``start`` into the same bytes of ``path``, hashing them as they
+        arrive: their sha256, or None if the object had fewer bytes."""
+        for attempt in range(1, RANGE_ATTEMPTS + 1):
+            h, got = hashlib.sha256(), 0
+            try:
+                rng = f"bytes={start}-{start + length - 1}"
+                body = self.s3.get_object(Bucket=self.bucket, Key=key, Range=rng)["Body"]
+                with open(path, "r+b") as f:
+                    f.seek(start)
+                    for chunk in body.iter_chunks(2**20):
+                        h.update(chunk)
+                        f.write(chunk)
+                        got += len(chunk)
+                return h.hexdigest() if got == length else None
+            except BotoCoreError as exc:  # a broken or stalled stream (ClientError, e.g. NoSuchKey: not retried)
+                if attempt == RANGE_ATTEMPTS:
+                    raise AgentError(f"s3://{self.bucket}/{key} bytes {start}-{start + length - 1}: {exc}") from None
+        return None
 
     def restore_newest(self, checkpoint_dir: str) -> Optional[Tuple[int, str]]:
         """Put the newest checkpoint whose objects all verify into the checkpoint dir; (step, layout) or None.
