@@ -22,7 +22,8 @@ When to save (collective: every rank must call ``step()`` at every step): after 
 then ``step()`` returns True), when the agent asks (``<dir>/.spot-training/save-request``, on a rebalance
 recommendation), and every interval: ``interval_s`` / SPOT_TRAINING_CHECKPOINT_INTERVAL_S, or Young/Daly
 ``sqrt(2 * cost * MTBI)`` with the measured cost of the last checkpoint (copy + write + the agent's last upload)
-and MTBI from SPOT_TRAINING_MTBI_S (default 3600 s). Rank 0 decides; the decision is all-reduced.
+and MTBI from SPOT_TRAINING_MTBI_S (default 3600 s). Rank 0 decides about every 0.1 s of training and the
+decision is all-reduced; the steps in between cost one comparison (no collective, no GPU sync, no file check).
 
 What a hard kill (no notice) can lose: everything after the newest checkpoint that is durable in S3. By default
 training goes on while a checkpoint is written and uploaded, so that is up to one interval plus the write and
@@ -56,7 +57,10 @@ except ImportError:  # pragma: no cover - numpy ships with torch wheels in pract
 STATE_FILE = "state.pt"
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM: "stopped by the signal, state saved"
 STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory
-REQUEST_CHECK_S = 0.1  # how often rank 0 looks for the agent's save-request (a rebalance recommendation)
+# How often, in training time, the ranks agree whether to save or stop (one all-reduce; rank 0 looks at the clock,
+# the interval and the agent's save-request). Between two agreements step() costs one comparison: no collective
+# (and no GPU sync) per step. Rank 0 picks the next agreement's call number from the measured step time.
+CHECK_S = 0.1
 # With wait_for_upload: give up waiting for the agent after this long (no agent running, S3 unreachable), say so
 # and train on; the next checkpoint waits again.
 UPLOAD_WAIT_TIMEOUT_S = float(os.environ.get("SPOT_TRAINING_UPLOAD_WAIT_TIMEOUT_S") or 600)
@@ -131,7 +135,8 @@ class Checkpointer:
         self.wait_for_upload = wait_for_upload
         self.stop_requested = threading.Event()
         self.last_cost_s = 0.0
-        self.last_save = self._request_check_at = time.monotonic()
+        self.last_save = self._checked_at = time.monotonic()
+        self._calls = self._checked_call = self._next_check = 0  # step() calls; the next agreement is at _next_check
         self.saved_step: Optional[int] = None
         self._writer: Optional[threading.Thread] = None
         self._write_error: Optional[BaseException] = None
@@ -152,12 +157,12 @@ class Checkpointer:
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
-    def _all_max(self, value: int) -> int:
+    def _all_max(self, values: List[int]) -> List[int]:
         if not self.distributed:
-            return value
-        t = torch.tensor([value], dtype=torch.int64, device=self._device())
+            return values
+        t = torch.tensor(values, dtype=torch.int64, device=self._device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
+        return [int(v) for v in t.tolist()]
 
     def _gather(self, obj: Any) -> List[Any]:
         if not self.distributed:
@@ -247,18 +252,23 @@ class Checkpointer:
             time.sleep(0.05)
 
     def step(self, step: int, extra: Optional[Dict[str, Any]] = None) -> bool:
-        """Call after every optimizer step on every rank. Saves when due; True when the trainer must stop."""
+        """Call after every optimizer step on every rank. Saves when due; True when the trainer must stop.
+
+        The ranks decide together about every CHECK_S of training (the same call on every rank: rank 0 sends the
+        call number of the next decision along with this one); the calls in between return at once."""
+        self._calls += 1
+        if self._calls < self._next_check:
+            return False
         flag = _STOP if self.stop_requested.is_set() else 0
-        request = self._save_request
-        if not flag and self.rank == 0:
+        request, proposal = self._save_request, 0
+        if self.rank == 0:
             now = time.monotonic()
-            if now - self.last_save >= self._interval():
+            if not flag and (now - self.last_save >= self._interval() or os.path.exists(request)):
                 flag = _SAVE
-            elif now >= self._request_check_at:  # a file check per step would cost more than the step on a tiny model
-                self._request_check_at = now + REQUEST_CHECK_S
-                if os.path.exists(request):
-                    flag = _SAVE
-        flag = self._all_max(flag)
+            per_call = max(now - self._checked_at, 1e-6) / max(self._calls - self._checked_call, 1)
+            proposal = self._calls + max(1, int(CHECK_S / per_call))
+            self._checked_at, self._checked_call = now, self._calls
+        flag, self._next_check = self._all_max([flag, proposal])
         if flag:
             self.save(step, extra, block=flag == _STOP)
             if self.rank == 0 and os.path.exists(request):
@@ -266,6 +276,7 @@ class Checkpointer:
             if flag == _SAVE and self.wait_for_upload and self.rank == 0:
                 self.wait_uploaded(step)
                 self.last_save = time.monotonic()  # the interval counts training time, not the wait
+            self._checked_at = time.monotonic()  # the next step time measured is a training step's
         if flag == _STOP:
             self.stop_requested.set()
         return flag == _STOP

@@ -1,4 +1,5 @@
-"""The checkpoint helper's ``wait_for_upload``: whether training goes on before the agent made a checkpoint durable.
+"""The checkpoint helper: ``wait_for_upload`` (whether training goes on before the agent made a checkpoint durable),
+and when the ranks agree to save or stop.
 
 The agent's side is played by a thread doing what the node agent's sync does: see ``<dir>/<step>/state.pt``, then
 report it durable in ``<dir>/.spot-training/sync-state.json``. Every wait is bounded.
@@ -7,13 +8,19 @@ report it durable in ``<dir>/.spot-training/sync-state.json``. Every wait is bou
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from spot_training.checkpoint import STATE_DIR, STATE_FILE, Checkpointer
+from spot_training.checkpoint import CHECK_S, STATE_DIR, STATE_FILE, Checkpointer
+
+from .conftest import BOOTSTRAP
 
 BOUND_S = 30.0
 
@@ -79,3 +86,94 @@ def test_wait_for_upload_without_an_agent_gives_up_with_one_line_and_a_notice_cu
     ckpt.stop_requested.set()  # SIGTERM: the emergency checkpoint is next, the wait must not use the grace
     assert ckpt.wait_uploaded(1, timeout_s=BOUND_S) is False
     assert capsys.readouterr().out == ""
+
+
+def test_a_save_request_is_acted_on_within_one_check_period_of_training(tmp_path: Path) -> None:
+    """The helper looks for the agent's save-request at the ranks' periodic agreement (CHECK_S of training), not at
+    every step: with steps of at least 1 ms it is seen within CHECK_S / 1 ms calls, and removed once saved."""
+    ckpt = Checkpointer(torch.nn.Linear(2, 2), directory=str(tmp_path), interval_s=1e9, handle_sigterm=False)
+    for step in range(1, 51):  # the helper learns the step time
+        time.sleep(0.001)
+        assert ckpt.step(step) is False
+    assert ckpt.local_steps() == []
+    request = tmp_path / STATE_DIR / "save-request"
+    request.parent.mkdir()
+    request.touch()
+    bound = int(CHECK_S / 0.001) + 1
+    for step in range(51, 51 + bound):
+        time.sleep(0.001)
+        assert ckpt.step(step) is False
+        ckpt.wait()
+        if ckpt.local_steps():
+            break
+    assert ckpt.local_steps() == [step]
+    assert not request.exists()
+    ckpt.close()
+
+
+TWO_RANKS = """
+import datetime, json, sys, time
+import torch
+import torch.distributed as dist
+from spot_training.checkpoint import Checkpointer
+
+rank, port, directory = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=60))
+count = [0]
+all_reduce = dist.all_reduce
+def counted(*args, **kwargs):
+    count[0] += 1
+    return all_reduce(*args, **kwargs)
+dist.all_reduce = counted
+ckpt = Checkpointer(torch.nn.Linear(2, 2), directory=directory, interval_s=1e9, handle_sigterm=False)
+stopped = None
+for step in range(1, 5001):
+    time.sleep(0.002 if rank == 0 else 0.003)  # the ranks run at different speeds between agreements
+    if rank == 1 and step == 300:
+        ckpt.stop_requested.set()  # SIGTERM on rank 1 only
+    if ckpt.step(step):
+        stopped = step
+        break
+ckpt.close()
+print(json.dumps({"stopped": stopped, "all_reduces": count[0], "saved": ckpt.local_steps()}))
+"""
+
+
+def test_two_ranks_agree_every_few_steps_and_a_notice_on_one_rank_stops_both_at_the_same_step(
+    tmp_path: Path,
+) -> None:
+    """Two gloo ranks on loopback: a SIGTERM seen by rank 1 only stops both at the same step with the emergency
+    checkpoint of that step, and they all-reduce about every CHECK_S of training, not at every step."""
+    script = tmp_path / "two_ranks.py"
+    script.write_text(TWO_RANKS)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(BOOTSTRAP))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), str(port), str(tmp_path / "ckpt")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            outs.append(json.loads(out))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    stopped = outs[0]["stopped"]
+    assert stopped is not None and outs[1]["stopped"] == stopped
+    assert 300 <= stopped <= 300 + int(CHECK_S / 0.002) + 1  # within one agreement period after the notice
+    assert outs[0]["saved"] == [stopped]  # rank 0 wrote the emergency checkpoint of the step both stopped at
+    for out in outs:
+        assert out["all_reduces"] * 5 <= stopped, out  # steps of >= 2 ms, agreements every ~0.1 s: far fewer
