@@ -1,0 +1,122 @@
+"""Where the app's synth time goes, phase by phase (not part of ``make bench``; item 1 has the ratios).
+
+    .venv/bin/python -m benchmarks.synth_phases [--teams 10]
+
+Runs ``app.py``'s steps in one process per setting (with and without aws-cdk-lib's built-in CloudFormation
+validation, ``CDK_VALIDATION``), for N teams of two clusters each as in item 1, with the CLI's context from
+``cdk.json``, and prints the seconds of each phase and the jsii round trips of the construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def phases(teams_dir: Path) -> dict[str, Any]:
+    """This process: imports, team files, construction, synthesis (validation and cdk-nag included)."""
+    started = time.perf_counter()
+    from aws_cdk import App
+    from jsii import _runtime
+    from jsii._kernel.providers import process
+
+    import app as app_module
+    from team_config import load_teams
+
+    calls = [0]
+    send = process._NodeProcess.send
+
+    def counted(self: object, *args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        return send(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    process._NodeProcess.send = counted  # type: ignore[method-assign,assignment]
+    by_class: dict[str, float] = defaultdict(
+        float
+    )  # seconds spent creating each aws-cdk-lib class (nested creations included)
+    create = _runtime.JSIIMeta.__call__
+
+    def timed(cls: type, *args: object, **kwargs: object) -> object:
+        t = time.perf_counter()
+        try:
+            return create(cls, *args, **kwargs)
+        finally:
+            if cls.__module__.startswith("aws_cdk"):
+                by_class[f"{cls.__module__}.{cls.__name__}"] += time.perf_counter() - t
+
+    _runtime.JSIIMeta.__call__ = timed  # type: ignore[method-assign,assignment]
+    imported = time.perf_counter()
+    app = App()
+    teams = load_teams(teams_dir)
+    loaded = time.perf_counter()
+    before = calls[0]
+    app_module.add_teams(app, teams)
+    built = time.perf_counter()
+    round_trips = calls[0] - before
+    app.synth()
+    done = time.perf_counter()
+    slowest = sorted(by_class.items(), key=lambda kv: -kv[1])
+    return {
+        "imports": imported - started,
+        "team files": loaded - imported,
+        "construction": built - loaded,
+        "synthesis": done - built,
+        "total": done - started,
+        "jsii round trips in construction": round_trips,
+        "slowest aws-cdk-lib classes": ", ".join(f"{k} {v:.2f} s" for k, v in slowest[:4]),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--teams", type=int, default=10)
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(phases(Path(args.child))))
+        return 0
+    context = json.loads((REPO / "cdk.json").read_text()).get("context", {})
+    team = yaml.safe_load((REPO / "teams" / "default.yaml").read_text())
+    team["clusters"] = [dict(team["clusters"][0], name=n) for n in ("main", "dev")]
+    with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
+        teams_dir = Path(tmp) / "teams"
+        teams_dir.mkdir()
+        for i in range(args.teams):
+            (teams_dir / f"{'default' if i == 0 else f'team{i}'}.yaml").write_text(yaml.safe_dump(team))
+        for validation in ("true", "false"):
+            env = dict(
+                os.environ,
+                CDK_VALIDATION=validation,
+                CDK_OUTDIR=str(Path(tmp) / f"out-{validation}"),
+                CDK_CONTEXT_JSON=json.dumps(context),
+                PYTHONPATH=str(REPO),
+                JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+                JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1",
+            )
+            out = subprocess.run(  # noqa: S603 - our argv
+                [sys.executable, "-m", "benchmarks.synth_phases", "--child", str(teams_dir)],
+                cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
+            ).stdout  # fmt: skip
+            result = json.loads(out.strip().splitlines()[-1])
+            trips = result.pop("jsii round trips in construction")
+            slowest = result.pop("slowest aws-cdk-lib classes")
+            line = ", ".join(f"{k} {v:.2f} s" for k, v in result.items())
+            print(f"{args.teams} teams, CDK_VALIDATION={validation}: {line}; construction: {trips} jsii round trips")
+            print(f"  slowest aws-cdk-lib classes to create (nested creations included): {slowest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
