@@ -79,7 +79,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import boto3
@@ -87,6 +87,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 from spot_training import warm_volume
 from spot_training.proctree import kill_all, process_tree
+from urllib3.exceptions import HTTPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = "spot-training-manifest.json"
@@ -471,8 +472,8 @@ def file_digests(path: str) -> Dict[str, Any]:
             h, left = hashlib.sha256(), min(part, size - start)
             while left > 0:
                 chunk = f.read(min(2**20, left))
-                if not chunk:
-                    raise AgentError(f"{path} shrank while it was being uploaded")
+                if not chunk:  # OSError: the sync round fails, says so, and the next round tries again
+                    raise OSError(f"{path} shrank while it was being uploaded")
                 whole.update(chunk)
                 h.update(chunk)
                 left -= len(chunk)
@@ -558,7 +559,7 @@ class CheckpointStore:
         for rel, meta in files.items():
             if ".." in rel.split("/") or rel.startswith("/") or rel == MANIFEST:
                 raise AgentError(f"checkpoint {step}: manifest lists an unsafe name {rel!r}")
-            if sizes.get(rel) != meta.get("size"):
+            if not isinstance(meta.get("size"), int) or sizes.get(rel) != meta["size"]:
                 raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size")
 
         ranges: List[Tuple[str, Dict[str, Any], int]] = []  # (file, its manifest entry, part index)
@@ -593,7 +594,14 @@ class CheckpointStore:
                 raise AgentError(f"checkpoint {step}: object {rel} fails its sha256 check")
 
         with ThreadPoolExecutor(TRANSFER.max_concurrency) as pool:
-            list(pool.map(get, ranges))
+            futures = [pool.submit(get, item) for item in ranges]
+            try:
+                for future in as_completed(futures):
+                    future.result()
+            except BaseException:
+                for future in futures:  # a bad part condemns the checkpoint: fetch no more of it
+                    future.cancel()
+                raise
         return manifest
 
     def get_range(self, key: str, path: str, start: int, length: int) -> Optional[str]:
@@ -611,7 +619,8 @@ class CheckpointStore:
                         f.write(chunk)
                         got += len(chunk)
                 return h.hexdigest() if got == length else None
-            except BotoCoreError as exc:  # a broken or stalled stream (ClientError, e.g. NoSuchKey: not retried)
+            except (BotoCoreError, HTTPError, OSError) as exc:  # a broken or stalled stream, a local write error
+                # (older botocore lets urllib3's errors through); ClientError (e.g. NoSuchKey) is not retried
                 if attempt == RANGE_ATTEMPTS:
                     raise AgentError(f"s3://{self.bucket}/{key} bytes {start}-{start + length - 1}: {exc}") from None
         return None

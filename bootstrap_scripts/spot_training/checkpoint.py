@@ -265,8 +265,11 @@ class Checkpointer:
             now = time.monotonic()
             if not flag and (now - self.last_save >= self._interval() or os.path.exists(request)):
                 flag = _SAVE
-            per_call = max(now - self._checked_at, 1e-6) / max(self._calls - self._checked_call, 1)
-            proposal = self._calls + max(1, int(CHECK_S / per_call))
+            gap = max(self._calls - self._checked_call, 1)
+            per_call = max(now - self._checked_at, 1e-6) / gap
+            # At most double the gap per agreement: one window of fast steps (prefetched data, unsynced GPU work)
+            # must not push the next decision, and so a notice's emergency checkpoint, far out.
+            proposal = self._calls + max(1, min(int(CHECK_S / per_call), 2 * gap))
             self._checked_at, self._checked_call = now, self._calls
         flag, self._next_check = self._all_max([flag, proposal])
         if flag:

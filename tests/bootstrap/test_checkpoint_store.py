@@ -14,6 +14,7 @@ from typing import Any
 import node_agent
 import pytest
 from node_agent import MANIFEST, AgentError, CheckpointStore, safe_extract
+from urllib3.exceptions import ProtocolError
 
 from .conftest import Clients
 
@@ -90,61 +91,90 @@ def four_byte_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_agent, "PART_MIN", 4)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"01234567", b"0123456789", bytes(range(100))],
+    ids=["empty", "exact-multiple", "short-last-part", "capped-at-8-parts"],
+)
 def test_a_file_of_several_parts_is_checksummed_per_part_and_restored_byte_for_byte(
-    store: Any, tmp_path: Path, four_byte_parts: None
+    store: Any, tmp_path: Path, four_byte_parts: None, payload: bytes
 ) -> None:
-    payload = b"0123456789"
     upload(store, tmp_path, 10, payload)
     entry = manifest(store, 10)["files"]["state.pt"]
-    assert entry["size"] == 10
+    part = max(4, -(-len(payload) // 8))  # 4 bytes, more when 4-byte parts would make more than 8
+    assert entry["size"] == len(payload)
     assert entry["sha256"] == hashlib.sha256(payload).hexdigest()
-    assert entry["part_size"] == 4
-    assert entry["part_sha256"] == [hashlib.sha256(payload[i : i + 4]).hexdigest() for i in (0, 4, 8)]
+    assert entry["part_size"] == part
+    assert entry["part_sha256"] == [
+        hashlib.sha256(payload[i : i + part]).hexdigest() for i in range(0, len(payload), part)
+    ]
+    assert len(entry["part_sha256"]) <= 8
     dest = tmp_path / "ckpt"
     dest.mkdir()
     assert store.restore_newest(str(dest)) == (10, "step")
     assert (dest / "10" / "state.pt").read_bytes() == payload
 
 
-@pytest.mark.parametrize(
-    ("corrupt", "reason"),
-    [
-        (lambda s: put(s, "20/state.pt", b"01234X6789"), "checkpoint 20: object state.pt fails its sha256 check"),
-        (lambda s: put(s, f"20/{MANIFEST}", json.dumps(dict(manifest(s, 20), files={"state.pt": dict(
-            manifest(s, 20)["files"]["state.pt"], part_sha256=[])})).encode()),
-         "checkpoint 20: manifest lists bad parts for state.pt"),
-    ],
-    ids=["one-byte-in-the-middle-part", "parts-missing-from-manifest"],
-)  # fmt: skip
-def test_a_bad_part_is_caught_while_it_streams_in(
-    store: Any, tmp_path: Path, four_byte_parts: None, corrupt: Any, reason: str
+def flaky_streams(store: Any, monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
+    """The first ``failures`` ranged GETs break after their first byte, as a dropped connection does."""
+    ranges: list[str] = []
+    get_object = store.s3.get_object
+
+    class Broken:
+        def __init__(self, body: Any) -> None:
+            self.body = body
+
+        def iter_chunks(self, size: int) -> Any:
+            yield self.body.read(1)
+            raise ProtocolError("Connection broken: IncompleteRead")
+
+    def flaky(**kwargs: Any) -> Any:
+        response = get_object(**kwargs)
+        if "Range" in kwargs:
+            ranges.append(kwargs["Range"])
+            if len(ranges) <= failures:
+                response["Body"] = Broken(response["Body"])
+        return response
+
+    monkeypatch.setattr(store.s3, "get_object", flaky)
+    return ranges
+
+
+def test_a_part_whose_stream_breaks_is_fetched_again(
+    store: Any, tmp_path: Path, four_byte_parts: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    upload(store, tmp_path, 10, b"ten")
-    upload(store, tmp_path, 20, b"0123456789")
-    corrupt(store)
+    upload(store, tmp_path, 10, b"0123456789")
+    ranges = flaky_streams(store, monkeypatch, failures=2)
     dest = tmp_path / "ckpt"
     dest.mkdir()
     assert store.restore_newest(str(dest)) == (10, "step")
-    assert f"skipping {reason}" in store.lines
-    assert not (dest / "20").exists()
+    assert (dest / "10" / "state.pt").read_bytes() == b"0123456789"
+    assert len(ranges) == 3 + 2  # three parts, two of them fetched twice
 
 
-@pytest.mark.parametrize(("body", "restored"), [(b"twenty", 20), (b"TWENTY", 10)], ids=["sound", "corrupt"])
-def test_a_manifest_without_parts_from_an_older_agent_is_verified_by_its_whole_sha256(
-    store: Any, tmp_path: Path, body: bytes, restored: int
+def test_a_part_that_keeps_breaking_condemns_its_checkpoint_with_one_line(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
-    old = manifest(store, 20)
-    old["files"] = {rel: {"size": m["size"], "sha256": m["sha256"]} for rel, m in old["files"].items()}
-    put(store, f"20/{MANIFEST}", json.dumps(old).encode())
-    put(store, "20/state.pt", body)
+    ranges = flaky_streams(store, monkeypatch, failures=node_agent.RANGE_ATTEMPTS)  # every attempt at 20's one part
     dest = tmp_path / "ckpt"
     dest.mkdir()
-    assert store.restore_newest(str(dest)) == (restored, "step")
-    assert (dest / str(restored) / "state.pt").read_bytes() == (b"twenty" if restored == 20 else b"ten")
-    if restored == 10:
-        assert "skipping checkpoint 20: object state.pt fails its sha256 check" in store.lines
+    assert store.restore_newest(str(dest)) == (10, "step")
+    assert ranges[0] == "bytes=0-5"
+    reason = f"skipping s3://{store.bucket}/{store.prefix}20/state.pt bytes 0-5: Connection broken: IncompleteRead"
+    assert reason in store.lines
+    assert (dest / "10" / "state.pt").read_bytes() == b"ten"
+
+
+def test_a_file_that_shrinks_while_it_is_hashed_is_an_os_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OSError is what the sync loop logs and retries next round (the upload then never writes a manifest)."""
+    path = tmp_path / "state.pt"
+    path.write_bytes(b"ten")
+    getsize = node_agent.os.path.getsize
+    monkeypatch.setattr(node_agent.os.path, "getsize", lambda p: getsize(p) + 4)  # it had 4 more bytes a moment ago
+    with pytest.raises(OSError, match=f"^{path} shrank while it was being uploaded$"):
+        node_agent.file_digests(str(path))
 
 
 def test_no_readable_checkpoint_is_an_error_never_a_fresh_start(store: Any, tmp_path: Path) -> None:
