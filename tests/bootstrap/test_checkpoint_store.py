@@ -177,6 +177,47 @@ def test_a_file_that_shrinks_while_it_is_hashed_is_an_os_error(tmp_path: Path, m
         node_agent.file_digests(str(path))
 
 
+@pytest.mark.parametrize(
+    ("corrupt", "reason"),
+    [
+        (lambda s: put(s, "20/state.pt", b"01234X6789"), "checkpoint 20: object state.pt fails its sha256 check"),
+        (lambda s: put(s, f"20/{MANIFEST}", json.dumps(dict(manifest(s, 20), files={"state.pt": dict(
+            manifest(s, 20)["files"]["state.pt"], part_sha256=[])})).encode()),
+         "checkpoint 20: manifest lists bad parts for state.pt"),
+    ],
+    ids=["one-byte-in-the-middle-part", "parts-missing-from-manifest"],
+)  # fmt: skip
+def test_a_bad_part_is_caught_while_it_streams_in(
+    store: Any, tmp_path: Path, four_byte_parts: None, corrupt: Any, reason: str
+) -> None:
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"0123456789")
+    corrupt(store)
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    assert store.restore_newest(str(dest)) == (10, "step")
+    assert f"skipping {reason}" in store.lines
+    assert not (dest / "20").exists()
+
+
+@pytest.mark.parametrize(("body", "restored"), [(b"twenty", 20), (b"TWENTY", 10)], ids=["sound", "corrupt"])
+def test_a_manifest_without_parts_from_an_older_agent_is_verified_by_its_whole_sha256(
+    store: Any, tmp_path: Path, body: bytes, restored: int
+) -> None:
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    old = manifest(store, 20)
+    old["files"] = {rel: {"size": m["size"], "sha256": m["sha256"]} for rel, m in old["files"].items()}
+    put(store, f"20/{MANIFEST}", json.dumps(old).encode())
+    put(store, "20/state.pt", body)
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    assert store.restore_newest(str(dest)) == (restored, "step")
+    assert (dest / str(restored) / "state.pt").read_bytes() == (b"twenty" if restored == 20 else b"ten")
+    if restored == 10:
+        assert "skipping checkpoint 20: object state.pt fails its sha256 check" in store.lines
+
+
 def test_no_readable_checkpoint_is_an_error_never_a_fresh_start(store: Any, tmp_path: Path) -> None:
     upload(store, tmp_path, 10, b"ten")
     put(store, "10/state.pt", b"TEN")
