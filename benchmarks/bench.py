@@ -91,19 +91,21 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- synth
+def write_teams(directory: Path, count: int) -> Path:
+    """``count`` team files in a new ``directory``, each the shipped default team with two clusters (main, dev)."""
+    team = yaml.safe_load((REPO / "teams" / "default.yaml").read_text())
+    team["clusters"] = [dict(team["clusters"][0], name=n) for n in ("main", "dev")]
+    directory.mkdir()
+    for i in range(count):
+        (directory / f"{'default' if i == 0 else f'team{i}'}.yaml").write_text(yaml.safe_dump(team))
+    return directory
+
+
 def bench_synth(work: Path, reps: int) -> list[str]:
     env = dict(os.environ, JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1", CDK_DISABLE_VERSION_CHECK="1")
     env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    team = yaml.safe_load((REPO / "teams" / "default.yaml").read_text())
-    team["clusters"] = [dict(team["clusters"][0], name=n) for n in ("main", "dev")]
-    dirs = {}
-    for count in (1, 10):
-        d = work / f"teams-{count}"
-        d.mkdir()
-        for i in range(count):
-            (d / f"{'default' if i == 0 else f'team{i}'}.yaml").write_text(yaml.safe_dump(team))
-        dirs[count] = d
+    dirs = {count: write_teams(work / f"teams-{count}", count) for count in (1, 10)}
     trivial = work / "trivial"
     trivial.mkdir()
     (trivial / "app.py").write_text(TRIVIAL_APP)

@@ -20,9 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.bench import REPO, write_teams
 
 
 def phases(teams_dir: Path) -> dict[str, Any]:
@@ -88,13 +86,8 @@ def main() -> int:
         print(json.dumps(phases(Path(args.child))))
         return 0
     context = json.loads((REPO / "cdk.json").read_text()).get("context", {})
-    team = yaml.safe_load((REPO / "teams" / "default.yaml").read_text())
-    team["clusters"] = [dict(team["clusters"][0], name=n) for n in ("main", "dev")]
     with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
-        teams_dir = Path(tmp) / "teams"
-        teams_dir.mkdir()
-        for i in range(args.teams):
-            (teams_dir / f"{'default' if i == 0 else f'team{i}'}.yaml").write_text(yaml.safe_dump(team))
+        teams_dir = write_teams(Path(tmp) / "teams", args.teams)
         for validation in ("true", "false"):
             env = dict(
                 os.environ,

@@ -71,8 +71,13 @@ def test_restore_takes_the_newest_complete_checkpoint_and_ignores_one_without_ma
 def test_a_bad_newest_checkpoint_is_skipped_for_the_previous_one(
     store: Any, tmp_path: Path, corrupt: Any, reason: str
 ) -> None:
+    assert_skipped_for_the_previous_one(store, tmp_path, b"twenty", corrupt, reason)
+
+
+def assert_skipped_for_the_previous_one(store: Any, tmp_path: Path, newest: bytes, corrupt: Any, reason: str) -> None:
+    """Checkpoints 10 and 20 (``newest``), then ``corrupt``: the restore takes 10 and says why not 20 in one line."""
     upload(store, tmp_path, 10, b"ten")
-    upload(store, tmp_path, 20, b"twenty")
+    upload(store, tmp_path, 20, newest)
     corrupt(store)
     dest = tmp_path / "ckpt"
     dest.mkdir()
@@ -190,14 +195,7 @@ def test_a_file_that_shrinks_while_it_is_hashed_is_an_os_error(tmp_path: Path, m
 def test_a_bad_part_is_caught_while_it_streams_in(
     store: Any, tmp_path: Path, four_byte_parts: None, corrupt: Any, reason: str
 ) -> None:
-    upload(store, tmp_path, 10, b"ten")
-    upload(store, tmp_path, 20, b"0123456789")
-    corrupt(store)
-    dest = tmp_path / "ckpt"
-    dest.mkdir()
-    assert store.restore_newest(str(dest)) == (10, "step")
-    assert f"skipping {reason}" in store.lines
-    assert not (dest / "20").exists()
+    assert_skipped_for_the_previous_one(store, tmp_path, b"0123456789", corrupt, reason)
 
 
 @pytest.mark.parametrize(("body", "restored"), [(b"twenty", 20), (b"TWENTY", 10)], ids=["sound", "corrupt"])
