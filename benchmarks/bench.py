@@ -4,7 +4,8 @@ The machines are shared and noisy, so every figure is a ratio of two sides run a
 flipped each repetition), reported as the median of the per-repetition ratios with their range. Never run by
 ``make test``.
 
-1. synth: ``npx cdk synth`` of 10 teams x 2 clusters vs a trivial CDK app with one bucket; 1 team vs 10 teams.
+1. synth: ``npx cdk synth`` of 10 teams x 2 clusters vs a trivial CDK app with one bucket; 1 team vs 10 teams;
+   the trivial app with 10 one-bucket stacks vs 1 (what the stacks cost by themselves).
 2. checkpoint overhead: the example's model's training steps/s with the checkpoint helper saving every 1 s vs
    without it, in 500 pairs of interleaved 0.1 s blocks of one process (the helper's snapshot + asynchronous
    write; the upload is the agent's, in another process).
@@ -59,10 +60,12 @@ REAL_POLL_S = 5.0  # the agent's metadata poll on a real node (SPOT_TRAINING_POL
 OVERHEAD_PAIRS = 500  # item 2: its two sides differ by a fraction of a percent, so many short interleaved blocks
 SPOT_DISCOUNT = 0.70  # assumed; AWS advertises "up to 90%" off On-Demand (https://aws.amazon.com/ec2/spot/pricing/)
 TRIVIAL_APP = """
+import sys
 from aws_cdk import App, Stack
 from aws_cdk import aws_s3 as s3
 app = App()
-s3.Bucket(Stack(app, "Trivial"), "Bucket")
+for i in range(int(sys.argv[1])):
+    s3.Bucket(Stack(app, f"Trivial{i or ''}"), "Bucket")
 app.synth()
 """
 
@@ -109,7 +112,6 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     trivial = work / "trivial"
     trivial.mkdir()
     (trivial / "app.py").write_text(TRIVIAL_APP)
-    (trivial / "cdk.json").write_text('{"app": "python3 app.py"}')
 
     # CDK_VALIDATION=false turns off aws-cdk-lib's built-in CloudFormation validation (a WASM rule engine that
     # every app, the trivial one too, loads at synth): the sides without it show what our constructs cost.
@@ -119,11 +121,13 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         args = [str(CDK), "synth", "--quiet", "--no-notices", "-c", f"teams_dir={dirs[count]}"]
         return lambda: timed([*args, "-o", str(work / f"out-{count}")], REPO, env)
 
-    def trivial_app(env: dict[str, str] = env) -> Callable[[], float]:
-        return lambda: timed([str(CDK), "synth", "--quiet", "--no-notices", "-o", "out"], trivial, env)
+    def trivial_app(env: dict[str, str] = env, stacks: int = 1) -> Callable[[], float]:
+        args = [str(CDK), "synth", "--quiet", "--no-notices", "-a", f"python3 app.py {stacks}", "-o", f"out-{stacks}"]
+        return lambda: timed(args, trivial, env)
 
     sides = {
         "trivial": trivial_app(),
+        "10 trivial stacks": trivial_app(stacks=10),
         "1 team": ours(1),
         "10 teams": ours(10),
         "trivial, no validation": trivial_app(quiet),
@@ -136,6 +140,9 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         f"goal <= 1.5 | medians {med['10 teams']:.1f} s / {med['trivial']:.1f} s |",
         f"| synth: 10 teams / 1 team | {ratio(t['10 teams'], t['1 team'])} | - | "
         f"medians {med['10 teams']:.1f} s / {med['1 team']:.1f} s |",
+        "| synth: the trivial app with 10 one-bucket stacks / with 1 (what 10 stacks cost by themselves) | "
+        f"{ratio(t['10 trivial stacks'], t['trivial'])} | - | "
+        f"medians {med['10 trivial stacks']:.1f} s / {med['trivial']:.1f} s |",
         "| synth without aws-cdk-lib's built-in CloudFormation validation (`CDK_VALIDATION=false`): 10 teams / "
         f"trivial | {ratio(t['10 teams, no validation'], t['trivial, no validation'])} | - | medians "
         f"{med['10 teams, no validation']:.1f} s / {med['trivial, no validation']:.1f} s; the validation costs "

@@ -4,7 +4,9 @@
 
 Runs ``app.py``'s steps in one process per setting (with and without aws-cdk-lib's built-in CloudFormation
 validation, ``CDK_VALIDATION``), for N teams of two clusters each as in item 1, with the CLI's context from
-``cdk.json``, and prints the seconds of each phase and the jsii round trips of the construction.
+``cdk.json``, and prints the seconds of each phase, the jsii round trips of the construction, and from
+aws-cdk-lib's own performance counters the time of the validation plugins (cdk-nag's packs, and with validation
+on the built-in validator's engine start and its checks of the templates).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench import REPO, write_teams
+
+SLOW_SYNTH_THRESHOLD = "@aws-cdk/core.slowSynthThreshold"
 
 
 def phases(teams_dir: Path) -> dict[str, Any]:
@@ -66,12 +70,17 @@ def phases(teams_dir: Path) -> dict[str, Any]:
     app.synth()
     done = time.perf_counter()
     slowest = sorted(by_class.items(), key=lambda kv: -kv[1])
+    # aws-cdk-lib's own counters (milliseconds): "validateTemplates" is every validation plugin, engine start
+    # included; "CloudFormationValidate.validate" is the built-in validator checking the templates.
+    counters = json.loads(Path(os.environ["CDK_PERF_COUNTERS_FILE"]).read_text())["counters"]
     return {
         "imports": imported - started,
         "team files": loaded - imported,
         "construction": built - loaded,
         "synthesis": done - built,
         "total": done - started,
+        "validation plugins": counters.get("validateTemplates", 0) / 1000,
+        "built-in validator checking templates": counters.get("CloudFormationValidate.validate", 0) / 1000,
         "jsii round trips in construction": round_trips,
         "slowest aws-cdk-lib classes": ", ".join(f"{k} {v:.2f} s" for k, v in slowest[:4]),
     }
@@ -85,7 +94,8 @@ def main() -> int:
     if args.child:
         print(json.dumps(phases(Path(args.child))))
         return 0
-    context = json.loads((REPO / "cdk.json").read_text()).get("context", {})
+    # A threshold of 0 ms per stack makes aws-cdk-lib write its performance counters on every synth.
+    context = {**json.loads((REPO / "cdk.json").read_text()).get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
     with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
         teams_dir = write_teams(Path(tmp) / "teams", args.teams)
         for validation in ("true", "false"):
@@ -93,6 +103,7 @@ def main() -> int:
                 os.environ,
                 CDK_VALIDATION=validation,
                 CDK_OUTDIR=str(Path(tmp) / f"out-{validation}"),
+                CDK_PERF_COUNTERS_FILE=str(Path(tmp) / f"counters-{validation}.json"),
                 CDK_CONTEXT_JSON=json.dumps(context),
                 PYTHONPATH=str(REPO),
                 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
