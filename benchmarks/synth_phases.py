@@ -20,7 +20,8 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Optional
 
 from benchmarks.bench import REPO, write_teams
 
@@ -38,10 +39,16 @@ def phases(teams_dir: Path) -> dict[str, Any]:
     from team_config import load_teams
 
     calls = [0]
+    by_line: dict[str, int] = defaultdict(int)  # round trips by the line of our code that caused them
     send = process._NodeProcess.send
 
     def counted(self: object, *args: object, **kwargs: object) -> object:
         calls[0] += 1
+        frame: Optional[FrameType] = sys._getframe(1)
+        while frame is not None and not is_ours(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            by_line[f"{Path(frame.f_code.co_filename).relative_to(REPO)}:{frame.f_lineno}"] += 1
         return send(self, *args, **kwargs)  # type: ignore[arg-type]
 
     process._NodeProcess.send = counted  # type: ignore[method-assign,assignment]
@@ -64,9 +71,11 @@ def phases(teams_dir: Path) -> dict[str, Any]:
     teams = load_teams(teams_dir)
     loaded = time.perf_counter()
     before = calls[0]
+    by_line.clear()
     app_module.add_teams(app, teams)
     built = time.perf_counter()
     round_trips = calls[0] - before
+    construction_lines = sorted(by_line.items(), key=lambda kv: -kv[1])[:5]
     app.synth()
     done = time.perf_counter()
     slowest = sorted(by_class.items(), key=lambda kv: -kv[1])
@@ -83,7 +92,14 @@ def phases(teams_dir: Path) -> dict[str, Any]:
         "built-in validator checking templates": counters.get("CloudFormationValidate.validate", 0) / 1000,
         "jsii round trips in construction": round_trips,
         "slowest aws-cdk-lib classes": ", ".join(f"{k} {v:.2f} s" for k, v in slowest[:4]),
+        "lines with the most round trips": ", ".join(f"{k} {v}" for k, v in construction_lines),
     }
+
+
+def is_ours(filename: str) -> bool:
+    """A file of this repository's app (not the venv's packages, not this module)."""
+    path = Path(filename)
+    return path.is_relative_to(REPO) and not path.is_relative_to(REPO / ".venv") and path.name != "synth_phases.py"
 
 
 def main() -> int:
@@ -116,9 +132,11 @@ def main() -> int:
             result = json.loads(out.strip().splitlines()[-1])
             trips = result.pop("jsii round trips in construction")
             slowest = result.pop("slowest aws-cdk-lib classes")
+            lines = result.pop("lines with the most round trips")
             line = ", ".join(f"{k} {v:.2f} s" for k, v in result.items())
             print(f"{args.teams} teams, CDK_VALIDATION={validation}: {line}; construction: {trips} jsii round trips")
             print(f"  slowest aws-cdk-lib classes to create (nested creations included): {slowest}")
+            print(f"  lines of our code with the most round trips: {lines}")
     return 0
 
 
