@@ -61,6 +61,7 @@ Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED wri
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import ipaddress
 import json
@@ -104,6 +105,7 @@ TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16
 
 PART_MIN, PARTS_MAX = 16 * 2**20, 8
 RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3transfer does
+RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer checkpoints may have replaced them
 
 
 def part_size(size: int) -> int:
@@ -629,11 +631,29 @@ class CheckpointStore:
         """Put the newest checkpoint whose objects all verify into the checkpoint dir; (step, layout) or None.
 
         Checkpoints without a manifest are ignored; a corrupt or partial one is skipped for the next older one.
-        If checkpoints exist but none verifies, that is an error: never silently start over.
+        If checkpoints exist but none verifies, that is an error: never silently start over. Before giving up, S3
+        is listed again (up to ``RESTORE_LISTINGS`` times): while this node downloads, rank 0's agent elsewhere
+        may complete newer checkpoints and prune the ones listed here.
         """
-        listing = self.listing()
-        steps = self.complete_steps(listing)
-        reasons = []
+        tried: Set[int] = set()
+        reasons: List[str] = []
+        for _ in range(RESTORE_LISTINGS):
+            listing = self.listing()
+            steps = [s for s in self.complete_steps(listing) if s not in tried]
+            if not steps:
+                break
+            restored = self._restore_first(steps, listing, checkpoint_dir, reasons)
+            if restored is not None:
+                return restored
+            tried.update(steps)
+        if tried:
+            raise AgentError(f"no readable checkpoint among {len(tried)} in S3; newest: {reasons[0]}")
+        return None
+
+    def _restore_first(
+        self, steps: List[int], listing: Dict[int, Dict[str, int]], checkpoint_dir: str, reasons: List[str]
+    ) -> Optional[Tuple[int, str]]:
+        """The first of ``steps`` (newest first) that verifies, put in place; each failure's reason appended."""
         for step in steps:
             local = os.path.join(checkpoint_dir, str(step))
             if os.path.isdir(local):
@@ -661,8 +681,6 @@ class CheckpointStore:
             else:
                 os.replace(tmp, local)
             return step, layout
-        if steps:
-            raise AgentError(f"no readable checkpoint among {len(steps)} in S3; newest: {reasons[0]}")
         return None
 
     def prune(self, keep: int) -> None:
@@ -1103,26 +1121,29 @@ class Agent:
                         action = rebalance = None
                     if action:
                         notice = f"spot interruption notice {action.strip()}"
-                    elif self.marker(job, "STOP") is not None:
-                        notice, self.stop_requested = "stop requested (trainctl stop)", True
-                    elif rebalance and rebalance != rebalance_seen:
-                        rebalance_seen = rebalance
-                        self.log(f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint")
-                        self.request_checkpoint(job)
-                        # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
-                        self.put_marker(job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()})
                     else:
                         try:
-                            self.relay_save_requests(job)
-                            peer_lost = self.lost_peer(job)
+                            if self.marker(job, "STOP") is not None:
+                                notice, self.stop_requested = "stop requested (trainctl stop)", True
+                            elif rebalance and rebalance != rebalance_seen:
+                                rebalance_seen = rebalance
+                                self.log(
+                                    f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint"
+                                )
+                                self.request_checkpoint(job)
+                                # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
+                                self.put_marker(
+                                    job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()}
+                                )
+                            else:
+                                self.relay_save_requests(job)
+                                peer_lost = self.lost_peer(job)
                         except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
-                            self.log(f"peer poll failed: {exc}")
+                            self.log(f"job poll failed: {exc}")
                 if notice:
-                    if not self.stop_requested:
-                        self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
                     self.notice_at = time.monotonic()
-                    self.notice_newest = syncer.store.newest_complete()
-                    self.stop_trainer(proc, job, notice)
+                    announce = functools.partial(self.announce_leaving, job, notice, syncer)
+                    self.stop_trainer(proc, job, notice, then=announce)
                     break
                 if peer_lost:
                     self.log(f"peer {peer_lost} left the group without a notice: restarting with the current peers")
@@ -1139,17 +1160,36 @@ class Agent:
         return proc.returncode, notice is not None
 
     def stop_trainer(
-        self, proc: "subprocess.Popen[bytes]", job: Job, notice: str, wait_s: Optional[float] = None
+        self,
+        proc: "subprocess.Popen[bytes]",
+        job: Job,
+        notice: str,
+        wait_s: Optional[float] = None,
+        then: Optional[Callable[[], None]] = None,
     ) -> None:
+        """SIGTERM first (the notice's two minutes are for the emergency checkpoint), then ``then()``, then wait."""
         grace = job.grace_s if wait_s is None else wait_s
         self.log(f"{notice}: sending SIGTERM to the trainer, grace {grace:.0f} s")
         with Timed(self.log, "trainer emergency checkpoint and exit"):
             proc.send_signal(signal.SIGTERM)
+            if then is not None:
+                then()
             try:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.log(f"trainer still running after {grace:.0f} s grace: killing it")
                 kill_all(process_tree(proc.pid))
+
+    def announce_leaving(self, job: Job, notice: str, syncer: "Syncer") -> None:
+        """After the SIGTERM: tell the peers this node leaves (``nodes/<id>/leaving``, not for a stop: the whole job
+        ends), and note the newest durable checkpoint, to tell the emergency one from it. Best effort: S3 failing
+        here must not cost the emergency checkpoint, which is already being written."""
+        try:
+            if not self.stop_requested:
+                self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
+            self.notice_newest = syncer.store.newest_complete()
+        except (ClientError, BotoCoreError) as exc:
+            self.log(f"could not announce leaving or list checkpoints: {exc}; the trainer stops anyway")
 
     def request_checkpoint(self, job: Job) -> None:
         """Ask the trainer for a checkpoint now (``.spot-training/save-request``, read by rank 0's helper)."""
@@ -1254,6 +1294,34 @@ class Agent:
             if time.monotonic() >= deadline:
                 what = own if own is not None else f"the final sync of {', '.join(waiting)}"
                 self.log(f"{what} not durable in S3 within the grace; the last durable one stays")
+                return
+            time.sleep(min(self.poll_s, 1.0))
+
+    def wait_for_leaving_peers(self, job: Job) -> None:
+        """Before a restart: a peer of the attempt that just ended which leaves on a notice is still making the
+        emergency checkpoint durable (when it holds rank 0). Restoring before its final sync would resume from the
+        checkpoint before, and with fewer nodes than the maximum nobody would bring the emergency one back. Wait,
+        at most the grace, for each leaving peer's final sync (``nodes/<id>/synced``)."""
+        deadline = time.monotonic() + job.grace_s
+        waited: List[str] = []
+        while True:
+            waiting: Optional[List[str]] = None
+            try:
+                leaving = self.leaving_nodes(job)
+                waiting = [i for i in self.unsynced_peers(job) if i in leaving] if leaving else []
+            except (ClientError, BotoCoreError) as exc:  # an API hiccup: poll again, within the deadline
+                self.log(f"leaving peers poll failed: {exc}")
+            if waiting == []:
+                if waited:
+                    self.log(f"leaving peer(s) {', '.join(waited)} synced their final checkpoints")
+                return
+            if waiting and not waited:
+                self.log(f"waiting for the final checkpoint sync of leaving peer(s) {', '.join(waiting)}")
+                waited = waiting
+            if time.monotonic() >= deadline:
+                who = ", ".join(waiting or waited)
+                what = f"no final sync from leaving peer(s) {who}" if who else "no answer from S3 about leaving peers"
+                self.log(f"{what} within {job.grace_s:.0f} s; restarting from what S3 holds")
                 return
             time.sleep(min(self.poll_s, 1.0))
 
@@ -1373,6 +1441,7 @@ class Agent:
                     self.log.shipper.flush()
                 self.leave_group(group)
                 return 0
+            self.wait_for_leaving_peers(job)
             after = store.newest_complete()
             progressed = after is not None and (before is None or after > before)
             failures = 0 if progressed else failures + 1

@@ -230,6 +230,33 @@ def test_no_readable_checkpoint_is_an_error_never_a_fresh_start(store: Any, tmp_
     assert list(dest.iterdir()) == []
 
 
+def test_checkpoints_pruned_during_a_restore_make_it_list_again_not_fail(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While this node downloads, rank 0's agent on another node completes two newer checkpoints and prunes to the
+    newest two: every checkpoint listed here is gone. The restore lists S3 again and takes the newest one."""
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    download = store.download_verified
+    calls: list[int] = []
+
+    def meanwhile_elsewhere(step: int, sizes: Any, dest: str) -> Any:
+        calls.append(step)
+        if len(calls) == 1:
+            for newer in (30, 40):
+                upload(store, tmp_path, newer, str(newer).encode())
+                store.prune(2)
+        return download(step, sizes, dest)
+
+    monkeypatch.setattr(store, "download_verified", meanwhile_elsewhere)
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    assert store.restore_newest(str(dest)) == (40, "step")
+    assert (dest / "40" / "state.pt").read_bytes() == b"40"
+    assert calls == [20, 10, 40]  # both listed ones had been pruned; the second listing found 40 (and 30)
+    assert store.complete_steps() == [40, 30]
+
+
 def test_prune_keeps_the_newest_complete_checkpoints(store: Any, tmp_path: Path) -> None:
     for step in (10, 20, 30):
         upload(store, tmp_path, step, str(step).encode())

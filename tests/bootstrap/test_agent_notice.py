@@ -1,0 +1,190 @@
+"""The node agent's notice handling and restarts, against moto, with a small trainer process instead of torchrun.
+
+A notice must reach the trainer as SIGTERM even when S3 fails (its two minutes are for the emergency checkpoint),
+an S3 error while polling must not end the agent, and a node restarting after a peer left on a notice must wait
+for that peer's final sync before it restores.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import node_agent
+import pytest
+from botocore.exceptions import ClientError
+
+from .conftest import REGION, TEAM, Cluster
+
+NOTICE = '{"action": "terminate", "time": "2026-11-23T18:00:00Z"}'
+# Writes "<out>.ready" once it handles SIGTERM; on SIGTERM writes "saved" to <out> and exits 143; by itself exits 0
+# after ``seconds`` (bounded either way).
+TRAINER = """
+import signal, sys, time
+out, seconds = sys.argv[1], float(sys.argv[2])
+def term(*_):
+    open(out, "w").write("saved")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, term)
+open(out + ".ready", "w").close()
+time.sleep(seconds)
+"""
+
+
+class Imds:
+    """Delivers ``action`` as the spot notice once ``ready`` exists (the trainer handles SIGTERM by then)."""
+
+    def __init__(self, action: Optional[str] = None, ready: Optional[Path] = None) -> None:
+        self.action, self.ready = action, ready
+
+    def get(self, path: str) -> Optional[str]:
+        if path != "spot/instance-action" or (self.ready is not None and not self.ready.exists()):
+            return None
+        return self.action
+
+
+class NoSync:
+    """The checkpoint sync thread's target: nothing to upload here."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def sync(self, final: bool = False) -> None:
+        pass
+
+
+def agent_for(cluster: Cluster, instance_id: str, lines: list[str]) -> Any:
+    agent = node_agent.Agent(
+        node_agent.parse_args(
+            [
+                *("--region", REGION, "--team", TEAM, "--cluster", cluster.name),
+                *("--job-spec-parameter", cluster.spec_parameter, "--instance-id", instance_id),
+            ]
+        )
+    )
+    agent.log = lines.append
+    agent.poll_s = 0.05
+    agent.group = cluster.group
+    return agent
+
+
+def slow_down(operation: str) -> ClientError:
+    return ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, operation)
+
+
+def run(agent: Any, job: Any, tmp_path: Path, seconds: float) -> tuple[int, bool, Path]:
+    saved = tmp_path / "saved"
+    store = node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
+    cmd = [sys.executable, "-c", TRAINER, str(saved), str(seconds)]
+    rc, interrupted = agent.run_trainer(job, str(tmp_path), cmd, {}, NoSync(store))
+    return rc, interrupted, saved
+
+
+@pytest.fixture
+def cluster(make_cluster: Any) -> Any:
+    c = make_cluster(nodes=2, interruption_grace_s=30)
+    c.submit("job-n", {"train.py": ""}, "python train.py")
+    return c
+
+
+def test_a_notice_reaches_the_trainer_even_when_s3_fails(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[str] = []
+    agent = agent_for(cluster, cluster.instances()[0][0], lines)
+    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
+
+    def failing(**_: Any) -> Any:
+        raise slow_down("PutObject")
+
+    monkeypatch.setattr(agent.s3, "put_object", failing)  # the leaving marker
+    rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
+    assert (rc, interrupted) == (143, True)
+    assert saved.read_text() == "saved"  # SIGTERM, not the SIGKILL of a crashed agent
+    assert any("sending SIGTERM to the trainer" in line for line in lines)
+    assert any(
+        "could not announce leaving or list checkpoints" in line and "SlowDown" in line for line in lines
+    ), lines
+    assert agent.notice_newest is None
+
+
+def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[str] = []
+    agent = agent_for(cluster, cluster.instances()[0][0], lines)
+    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent.imds = Imds()
+    def failing(**_: Any) -> Any:
+        raise slow_down("GetObject")
+
+    monkeypatch.setattr(agent.s3, "get_object", failing)  # the STOP marker
+    rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
+    assert (rc, interrupted) == (0, False)  # the trainer ran to its end
+    assert not saved.exists()
+    assert any(line.startswith("job poll failed:") and "SlowDown" in line for line in lines), lines
+
+
+def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluster: Cluster) -> None:
+    (survivor, _), (leaver, _) = cluster.instances()
+    lines: list[str] = []
+    agent = agent_for(cluster, survivor, lines)
+    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent.peers = cluster.instances()
+    agent.trainer_started = time.time() - 1
+    peer = agent_for(cluster, leaver, [])
+    peer.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
+    events: list[str] = []
+
+    def restart() -> None:
+        agent.wait_for_leaving_peers(job)
+        events.append("restoring")
+
+    waiter = threading.Thread(target=restart)
+    waiter.start()
+    for _ in range(200):  # bounded: 10 s
+        if any("waiting for the final checkpoint sync" in line for line in lines):
+            break
+        time.sleep(0.05)
+    assert f"waiting for the final checkpoint sync of leaving peer(s) {leaver}" in lines
+    assert events == []  # still waiting: the leaving peer has not synced
+    events.append("peer synced")
+    peer.put_marker(job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None})
+    waiter.join(timeout=20)
+    assert events == ["peer synced", "restoring"]
+    assert f"leaving peer(s) {leaver} synced their final checkpoints" in lines
+
+
+def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make_cluster: Any) -> None:
+    cluster = make_cluster(nodes=2, interruption_grace_s=1)
+    cluster.submit("job-g", {"train.py": ""}, "python train.py")
+    (survivor, _), (leaver, _) = cluster.instances()
+    lines: list[str] = []
+    agent = agent_for(cluster, survivor, lines)
+    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent.peers = cluster.instances()
+    agent.trainer_started = time.time() - 1
+    agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
+    old = {"attempt": 0, "pending": None}
+    agent.s3.put_object(  # a final sync from before this attempt's trainer started does not count
+        Bucket=job.bucket,
+        Key=f"{job.job_prefix}nodes/{leaver}/synced",
+        Body=json.dumps(dict(old, time=agent.trainer_started - 60)).encode(),
+    )
+    agent.wait_for_leaving_peers(job)
+    assert lines[-1] == f"no final sync from leaving peer(s) {leaver} within 1 s; restarting from what S3 holds"
+
+
+def test_a_restart_without_leaving_peers_does_not_wait(cluster: Cluster) -> None:
+    lines: list[str] = []
+    agent = agent_for(cluster, cluster.instances()[0][0], lines)
+    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent.peers = cluster.instances()
+    agent.trainer_started = time.time()
+    agent.wait_for_leaving_peers(job)  # the peer is unsynced, but not leaving: a crash, nothing to wait for
+    assert lines == []
