@@ -30,7 +30,8 @@ training goes on while a checkpoint is written and uploaded, so that is up to on
 upload time. With ``wait_for_upload`` / SPOT_TRAINING_CHECKPOINT_WAIT_FOR_UPLOAD=1 (the job's
 ``checkpoint_wait_for_upload``) ``step()`` returns after a periodic or requested checkpoint only once the agent
 reports it durable (``<dir>/.spot-training/sync-state.json``): at most one interval is lost, and every
-checkpoint costs its write and upload time in training (the other ranks wait at their next collective).
+checkpoint costs its write and upload time in training. All ranks wait together, polling every CHECK_S, so a
+long upload is no process-group timeout and a notice on any rank ends the wait.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ CHECK_S = 0.1
 # and train on; the next checkpoint waits again.
 UPLOAD_WAIT_TIMEOUT_S = float(os.environ.get("SPOT_TRAINING_UPLOAD_WAIT_TIMEOUT_S") or 600)
 _SAVE, _STOP = 1, 2
+_WAITING, _DURABLE, _GAVE_UP = 0, 1, 2  # wait_uploaded: rank 0's view of the agent's report, all-reduced by MAX
 
 
 class Restored:
@@ -233,23 +235,37 @@ class Checkpointer:
         return state if isinstance(state, dict) else {}
 
     def wait_uploaded(self, step: int, timeout_s: float = UPLOAD_WAIT_TIMEOUT_S) -> bool:
-        """Rank 0: block until the agent reports checkpoint ``step`` (or a newer one) durable in S3."""
+        """Collective: every rank waits until the agent reports checkpoint ``step`` (or a newer one) durable in S3;
+        True if it did. The ranks poll together every CHECK_S (rank 0 reads the agent's report), so no collective
+        blocks for the length of an upload (a rank waiting alone would leave the others in their next collective
+        until the process group's timeout) and a notice on any rank ends the wait at once (``stop_requested`` is
+        then set on every rank)."""
         self.wait()
         deadline = time.monotonic() + timeout_s
         while True:
-            uploaded = self._sync_state().get("last_uploaded_step")
-            if isinstance(uploaded, int) and uploaded >= step:
+            state = _WAITING
+            if self.rank == 0:
+                uploaded = self._sync_state().get("last_uploaded_step")
+                if isinstance(uploaded, int) and uploaded >= step:
+                    state = _DURABLE
+                elif time.monotonic() >= deadline:
+                    state = _GAVE_UP
+            stop = 1 if self.stop_requested.is_set() else 0
+            state, stop = self._all_max([state, stop])
+            if stop:  # a notice: the emergency checkpoint comes next, do not hold it up
+                self.stop_requested.set()
+                return state == _DURABLE
+            if state == _DURABLE:
                 return True
-            if self.stop_requested.is_set():  # a notice: the emergency checkpoint comes next, do not hold it up
+            if state == _GAVE_UP:
+                if self.rank == 0:
+                    print(
+                        f"spot_training: checkpoint {step} not reported durable in S3 within {timeout_s:g} s; "
+                        "training goes on (is the node agent running?)",
+                        flush=True,
+                    )
                 return False
-            if time.monotonic() >= deadline:
-                print(
-                    f"spot_training: checkpoint {step} not reported durable in S3 within {timeout_s:g} s; training "
-                    "goes on (is the node agent running?)",
-                    flush=True,
-                )
-                return False
-            time.sleep(0.05)
+            time.sleep(CHECK_S)
 
     def step(self, step: int, extra: Optional[Dict[str, Any]] = None) -> bool:
         """Call after every optimizer step on every rank. Saves when due; True when the trainer must stop.
@@ -276,9 +292,11 @@ class Checkpointer:
             self.save(step, extra, block=flag == _STOP)
             if self.rank == 0 and os.path.exists(request):
                 os.remove(request)
-            if flag == _SAVE and self.wait_for_upload and self.rank == 0:
+            if flag == _SAVE and self.wait_for_upload:
                 self.wait_uploaded(step)
                 self.last_save = time.monotonic()  # the interval counts training time, not the wait
+                if self.stop_requested.is_set():  # a notice during the wait: this step's checkpoint is on disk
+                    flag = _STOP
             self._checked_at = time.monotonic()  # the next step time measured is a training step's
         if flag == _STOP:
             self.stop_requested.set()

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -111,6 +112,41 @@ def test_a_save_request_is_acted_on_within_one_check_period_of_training(tmp_path
     ckpt.close()
 
 
+def start_two_ranks(tmp_path: Path, script_text: str, *args: str) -> list[subprocess.Popen[str]]:
+    """Ranks 0 and 1 of ``script_text`` (argv: rank, port, checkpoint dir, *args), gloo over loopback."""
+    script = tmp_path / "two_ranks.py"
+    script.write_text(script_text)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(BOOTSTRAP))
+    return [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), str(port), str(tmp_path / "ckpt"), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+
+
+def results(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    """Each rank's JSON line; both must exit 0 (bounded: 120 s each)."""
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            outs.append(json.loads(out))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    return outs
+
+
 TWO_RANKS = """
 import datetime, json, sys, time
 import torch
@@ -145,35 +181,84 @@ def test_two_ranks_agree_every_few_steps_and_a_notice_on_one_rank_stops_both_at_
 ) -> None:
     """Two gloo ranks on loopback: a SIGTERM seen by rank 1 only stops both at the same step with the emergency
     checkpoint of that step, and they all-reduce about every CHECK_S of training, not at every step."""
-    script = tmp_path / "two_ranks.py"
-    script.write_text(TWO_RANKS)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(BOOTSTRAP))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(rank), str(port), str(tmp_path / "ckpt")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    outs = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0, err
-            outs.append(json.loads(out))
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    outs = results(start_two_ranks(tmp_path, TWO_RANKS))
     stopped = outs[0]["stopped"]
     assert stopped is not None and outs[1]["stopped"] == stopped
     assert 300 <= stopped <= 300 + int(CHECK_S / 0.002) + 1  # within one agreement period after the notice
     assert outs[0]["saved"] == [stopped]  # rank 0 wrote the emergency checkpoint of the step both stopped at
     for out in outs:
         assert out["all_reduces"] * 5 <= stopped, out  # steps of >= 2 ms, agreements every ~0.1 s: far fewer
+
+
+# wait_for_upload on two ranks with a 2 s process-group timeout. Rank 0 asks for a checkpoint at step 20 (the agent's
+# save-request). Mode "slow": the agent (a thread of rank 0) reports it durable 4 s after it is on disk, longer than
+# the timeout. Mode "notice": the agent never reports; rank 1 gets a SIGTERM 0.5 s after the checkpoint is on disk.
+WAIT_TWO_RANKS = """
+import datetime, json, os, sys, threading, time
+import torch
+import torch.distributed as dist
+from spot_training.checkpoint import Checkpointer
+
+rank, port, directory, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=2))
+ckpt = Checkpointer(torch.nn.Linear(2, 2), directory=directory, interval_s=1e9, wait_for_upload=True,
+                    handle_sigterm=False)
+state_dir = os.path.join(directory, ".spot-training")
+
+def on_disk():  # the step of the first checkpoint rank 0 wrote (renamed into place when complete)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        steps = [int(n) for n in (os.listdir(directory) if os.path.isdir(directory) else []) if n.isdigit()]
+        if steps:
+            return min(steps)
+        time.sleep(0.01)
+
+def agent():
+    step = on_disk()
+    time.sleep(4)
+    with open(os.path.join(state_dir, "sync-state.json"), "w") as f:
+        json.dump({"last_uploaded_step": step, "last_upload_s": 4}, f)
+
+def sigterm():
+    on_disk()
+    time.sleep(0.5)
+    ckpt.stop_requested.set()
+
+if rank == 0 and mode == "slow":
+    threading.Thread(target=agent, daemon=True).start()
+if rank == 1 and mode == "notice":
+    threading.Thread(target=sigterm, daemon=True).start()
+stopped, durable_at_return = None, None
+for step in range(1, 401):
+    time.sleep(0.002)
+    if rank == 0 and step == 20:
+        os.makedirs(state_dir, exist_ok=True)
+        open(os.path.join(state_dir, "save-request"), "w").close()
+    saved_before = bool(ckpt.local_steps())
+    if ckpt.step(step):
+        stopped = step
+        break
+    if rank == 0 and ckpt.local_steps() and not saved_before:
+        durable_at_return = os.path.exists(os.path.join(state_dir, "sync-state.json"))
+ckpt.close()
+print(json.dumps({"stopped": stopped, "last": step, "saved": ckpt.local_steps(), "durable": durable_at_return}))
+"""
+
+
+def test_with_wait_for_upload_all_ranks_wait_together_longer_than_the_process_group_timeout(tmp_path: Path) -> None:
+    """The upload takes twice the process group's timeout: the ranks wait together (polling), nobody times out,
+    and the checkpoint step returned only once the agent reported it durable."""
+    rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "slow"))
+    assert rank0["stopped"] is None and rank1["stopped"] is None
+    assert rank0["last"] == rank1["last"] == 400  # both trained to the end
+    assert len(rank0["saved"]) == 1 and rank0["saved"][0] >= 20
+    assert rank0["durable"] is True
+
+
+def test_with_wait_for_upload_a_notice_on_another_rank_ends_the_wait_and_stops_both(tmp_path: Path) -> None:
+    """The agent never reports; a SIGTERM on rank 1 during the wait stops both ranks at the checkpoint's step,
+    whose checkpoint rank 0 has on disk (the emergency checkpoint)."""
+    rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "notice"))
+    assert rank0["stopped"] is not None and rank1["stopped"] == rank0["stopped"]
+    assert rank0["saved"] == [rank0["stopped"]]
