@@ -148,7 +148,7 @@ def results(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
 
 
 TWO_RANKS = """
-import datetime, json, sys, time
+import datetime, json, os, sys, time
 import torch
 import torch.distributed as dist
 from spot_training.checkpoint import Checkpointer
@@ -173,6 +173,10 @@ for step in range(1, 5001):
         break
 ckpt.close()
 print(json.dumps({"stopped": stopped, "all_reduces": count[0], "saved": ckpt.local_steps()}))
+# As the example trainer leaves (exit_process): gloo's teardown at interpreter exit can abort or deadlock.
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)
 """
 
 
@@ -243,6 +247,10 @@ for step in range(1, 401):
         durable_at_return = os.path.exists(os.path.join(state_dir, "sync-state.json"))
 ckpt.close()
 print(json.dumps({"stopped": stopped, "last": step, "saved": ckpt.local_steps(), "durable": durable_at_return}))
+# As the example trainer leaves (exit_process): gloo's teardown at interpreter exit can abort or deadlock.
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)
 """
 
 
