@@ -61,7 +61,6 @@ Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED wri
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import ipaddress
 import json
@@ -1105,80 +1104,93 @@ class Agent:
 
         sync_thread = threading.Thread(target=sync_loop, name="checkpoint-sync", daemon=True)
         sync_thread.start()
+        lock = threading.Lock()
+        woken = threading.Event()
+        stopped_by: List[Tuple[str, float, bool]] = []  # (why, grace, a notice?): the first SIGTERM's reason
+
+        def sigterm(why: str, grace: float, is_notice: bool = True) -> bool:
+            """SIGTERM the trainer once, whoever comes first (a notice, a stop request, a lost peer); True if this
+            call sent it."""
+            with lock:
+                if stopped_by:
+                    return False
+                stopped_by.append((why, grace, is_notice))
+                self.notice_at = time.monotonic()
+                self.log(f"{why}: sending SIGTERM to the trainer, grace {grace:.0f} s")
+                proc.send_signal(signal.SIGTERM)
+                woken.set()
+                return True
+
+        def watch_notices() -> None:
+            """The spot notice and the agent's own SIGTERM, on their own thread: a slow S3 or Auto Scaling call in
+            the loop below must not hold up the trainer's SIGTERM (the notice gives two minutes in all)."""
+            while not stopped_by and proc.poll() is None:
+                if self.stop_signal.is_set():
+                    sigterm("agent received SIGTERM", job.grace_s)
+                    return
+                try:
+                    action = self.imds.get("spot/instance-action")
+                except (OSError, urllib.error.URLError) as exc:
+                    self.log(f"IMDS poll failed: {exc}")
+                    action = None
+                if action:
+                    sigterm(f"spot interruption notice {action.strip()}", job.grace_s)
+                    return
+                self.stop_signal.wait(self.poll_s)
+
+        watcher = threading.Thread(target=watch_notices, name="notice-watch", daemon=True)
+        watcher.start()
         rebalance_seen: Optional[str] = None
         notice: Optional[str] = None
-        peer_lost: Optional[str] = None
         try:
-            while proc.poll() is None:
-                if self.stop_signal.is_set():
-                    notice = "agent received SIGTERM"
-                else:
-                    try:
-                        action = self.imds.get("spot/instance-action")
-                        rebalance = self.imds.get("events/recommendations/rebalance")
-                    except (OSError, urllib.error.URLError) as exc:
-                        self.log(f"IMDS poll failed: {exc}")
-                        action = rebalance = None
-                    if action:
-                        notice = f"spot interruption notice {action.strip()}"
+            while proc.poll() is None and not stopped_by:
+                try:
+                    rebalance = self.imds.get("events/recommendations/rebalance")
+                except (OSError, urllib.error.URLError) as exc:
+                    self.log(f"IMDS poll failed: {exc}")
+                    rebalance = None
+                peer_lost: Optional[str] = None
+                try:
+                    if self.marker(job, "STOP") is not None:
+                        if sigterm("stop requested (trainctl stop)", job.grace_s):
+                            self.stop_requested = True
+                        break
+                    if rebalance and rebalance != rebalance_seen:
+                        rebalance_seen = rebalance
+                        self.log(f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint")
+                        self.request_checkpoint(job)
+                        # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
+                        self.put_marker(job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()})
                     else:
-                        try:
-                            if self.marker(job, "STOP") is not None:
-                                notice, self.stop_requested = "stop requested (trainctl stop)", True
-                            elif rebalance and rebalance != rebalance_seen:
-                                rebalance_seen = rebalance
-                                self.log(
-                                    f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint"
-                                )
-                                self.request_checkpoint(job)
-                                # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
-                                self.put_marker(
-                                    job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()}
-                                )
-                            else:
-                                self.relay_save_requests(job)
-                                peer_lost = self.lost_peer(job)
-                        except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
-                            self.log(f"job poll failed: {exc}")
-                if notice:
-                    self.notice_at = time.monotonic()
-                    announce = functools.partial(self.announce_leaving, job, notice, syncer)
-                    self.stop_trainer(proc, job, notice, then=announce)
-                    break
+                        self.relay_save_requests(job)
+                        peer_lost = self.lost_peer(job)
+                except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
+                    self.log(f"job poll failed: {exc}")
                 if peer_lost:
                     self.log(f"peer {peer_lost} left the group without a notice: restarting with the current peers")
-                    self.stop_trainer(proc, job, f"peer {peer_lost} lost", wait_s=min(job.grace_s, PEER_LOST_WAIT_S))
+                    sigterm(f"peer {peer_lost} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
                     break
-                self.stop_signal.wait(self.poll_s)
+                woken.wait(self.poll_s)
+            if stopped_by:
+                why, grace, is_notice = stopped_by[0]
+                with Timed(self.log, "trainer emergency checkpoint and exit"):
+                    if is_notice:
+                        notice = why
+                        self.announce_leaving(job, why, syncer)
+                    try:
+                        proc.wait(timeout=max(0.0, self.notice_at + grace - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        self.log(f"trainer still running after {grace:.0f} s grace: killing it")
+                        kill_all(process_tree(proc.pid))
         finally:
             stop_sync.set()
             sync_thread.join()
             if proc.poll() is None:
                 kill_all(process_tree(proc.pid))
             proc.wait()
+            watcher.join(timeout=self.poll_s + 10)
             reader.join(timeout=10)
         return proc.returncode, notice is not None
-
-    def stop_trainer(
-        self,
-        proc: "subprocess.Popen[bytes]",
-        job: Job,
-        notice: str,
-        wait_s: Optional[float] = None,
-        then: Optional[Callable[[], None]] = None,
-    ) -> None:
-        """SIGTERM first (the notice's two minutes are for the emergency checkpoint), then ``then()``, then wait."""
-        grace = job.grace_s if wait_s is None else wait_s
-        self.log(f"{notice}: sending SIGTERM to the trainer, grace {grace:.0f} s")
-        with Timed(self.log, "trainer emergency checkpoint and exit"):
-            proc.send_signal(signal.SIGTERM)
-            if then is not None:
-                then()
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.log(f"trainer still running after {grace:.0f} s grace: killing it")
-                kill_all(process_tree(proc.pid))
 
     def announce_leaving(self, job: Job, notice: str, syncer: "Syncer") -> None:
         """After the SIGTERM: tell the peers this node leaves (``nodes/<id>/leaving``, not for a stop: the whole job

@@ -113,6 +113,39 @@ def test_a_notice_reaches_the_trainer_even_when_s3_fails(
     assert agent.notice_newest is None
 
 
+def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notice is watched on its own thread: an S3 call stuck in the agent's poll loop (a brownout) does not
+    hold up the trainer's SIGTERM."""
+    lines: list[str] = []
+    agent = agent_for(cluster, cluster.instances()[0][0], lines)
+    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    saved = tmp_path / "saved"
+    agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
+    release = threading.Event()
+
+    def hanging(**_: Any) -> Any:  # the STOP-marker GET, until the test releases it (bounded)
+        release.wait(60)
+        raise slow_down("GetObject")
+
+    monkeypatch.setattr(agent.s3, "get_object", hanging)
+    result: list[tuple[int, bool, Path]] = []
+    trainer = threading.Thread(target=lambda: result.append(run(agent, job, tmp_path, seconds=60)))
+    trainer.start()
+    for _ in range(400):  # bounded: 20 s
+        if saved.exists():
+            break
+        time.sleep(0.05)
+    saved_while_hanging = saved.exists() and trainer.is_alive()  # the agent's loop is still in the S3 call
+    release.set()
+    trainer.join(30)
+    assert saved_while_hanging  # the trainer got its SIGTERM and saved while the agent's S3 call was stuck
+    assert saved.read_text() == "saved"
+    assert result[0][:2] == (143, True)
+    assert any("spot interruption notice" in line and "sending SIGTERM" in line for line in lines), lines
+
+
 def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
