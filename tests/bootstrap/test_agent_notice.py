@@ -57,7 +57,10 @@ class NoSync:
         pass
 
 
-def agent_for(cluster: Cluster, instance_id: str, lines: list[str]) -> Any:
+def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any, Any, list[str]]:
+    """The agent of ``instance_id`` (default: the cluster's first instance), its job, and the lines it logs."""
+    instance_id = instance_id or cluster.instances()[0][0]
+    lines: list[str] = []
     agent = node_agent.Agent(
         node_agent.parse_args(
             [
@@ -69,11 +72,24 @@ def agent_for(cluster: Cluster, instance_id: str, lines: list[str]) -> Any:
     agent.log = lines.append
     agent.poll_s = 0.05
     agent.group = cluster.group
-    return agent
+    return agent, node_agent.load_job(agent.ssm, cluster.spec_parameter), lines
 
 
-def slow_down(operation: str) -> ClientError:
-    return ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, operation)
+def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: float) -> tuple[Any, Any, list[str]]:
+    """``agent_for``, after an attempt with every instance of the cluster whose trainer started at ``started``."""
+    agent, job, lines = agent_for(cluster, instance_id)
+    agent.peers = cluster.instances()
+    agent.trainer_started = started
+    return agent, job, lines
+
+
+def raising(operation: str) -> Any:
+    """A boto3 client method that answers SlowDown, as S3 does when it sheds load."""
+
+    def call(**_: Any) -> Any:
+        raise ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, operation)
+
+    return call
 
 
 def run(agent: Any, job: Any, tmp_path: Path, seconds: float) -> tuple[int, bool, Path]:
@@ -94,22 +110,14 @@ def cluster(make_cluster: Any) -> Any:
 def test_a_notice_reaches_the_trainer_even_when_s3_fails(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lines: list[str] = []
-    agent = agent_for(cluster, cluster.instances()[0][0], lines)
-    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent, job, lines = agent_for(cluster)
     agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
-
-    def failing(**_: Any) -> Any:
-        raise slow_down("PutObject")
-
-    monkeypatch.setattr(agent.s3, "put_object", failing)  # the leaving marker
+    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
     assert (rc, interrupted) == (143, True)
     assert saved.read_text() == "saved"  # SIGTERM, not the SIGKILL of a crashed agent
     assert any("sending SIGTERM to the trainer" in line for line in lines)
-    assert any(
-        "could not announce leaving or list checkpoints" in line and "SlowDown" in line for line in lines
-    ), lines
+    assert any("could not announce leaving or list checkpoints" in line and "SlowDown" in line for line in lines), lines
     assert agent.notice_newest is None
 
 
@@ -118,16 +126,14 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
 ) -> None:
     """The notice is watched on its own thread: an S3 call stuck in the agent's poll loop (a brownout) does not
     hold up the trainer's SIGTERM."""
-    lines: list[str] = []
-    agent = agent_for(cluster, cluster.instances()[0][0], lines)
-    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent, job, lines = agent_for(cluster)
     saved = tmp_path / "saved"
     agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
     release = threading.Event()
 
-    def hanging(**_: Any) -> Any:  # the STOP-marker GET, until the test releases it (bounded)
+    def hanging(**kwargs: Any) -> Any:  # the STOP-marker GET, until the test releases it (bounded)
         release.wait(60)
-        raise slow_down("GetObject")
+        return raising("GetObject")(**kwargs)
 
     monkeypatch.setattr(agent.s3, "get_object", hanging)
     result: list[tuple[int, bool, Path]] = []
@@ -149,14 +155,9 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
 def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lines: list[str] = []
-    agent = agent_for(cluster, cluster.instances()[0][0], lines)
-    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
+    agent, job, lines = agent_for(cluster)
     agent.imds = Imds()
-    def failing(**_: Any) -> Any:
-        raise slow_down("GetObject")
-
-    monkeypatch.setattr(agent.s3, "get_object", failing)  # the STOP marker
+    monkeypatch.setattr(agent.s3, "get_object", raising("GetObject"))  # the STOP marker
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()
@@ -165,12 +166,8 @@ def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
 
 def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluster: Cluster) -> None:
     (survivor, _), (leaver, _) = cluster.instances()
-    lines: list[str] = []
-    agent = agent_for(cluster, survivor, lines)
-    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
-    agent.peers = cluster.instances()
-    agent.trainer_started = time.time() - 1
-    peer = agent_for(cluster, leaver, [])
+    agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
+    peer, _, _ = agent_for(cluster, leaver)
     peer.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
     events: list[str] = []
 
@@ -197,11 +194,7 @@ def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make
     cluster = make_cluster(nodes=2, interruption_grace_s=1)
     cluster.submit("job-g", {"train.py": ""}, "python train.py")
     (survivor, _), (leaver, _) = cluster.instances()
-    lines: list[str] = []
-    agent = agent_for(cluster, survivor, lines)
-    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
-    agent.peers = cluster.instances()
-    agent.trainer_started = time.time() - 1
+    agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
     agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
     old = {"attempt": 0, "pending": None}
     agent.s3.put_object(  # a final sync from before this attempt's trainer started does not count
@@ -214,10 +207,6 @@ def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make
 
 
 def test_a_restart_without_leaving_peers_does_not_wait(cluster: Cluster) -> None:
-    lines: list[str] = []
-    agent = agent_for(cluster, cluster.instances()[0][0], lines)
-    job = node_agent.load_job(agent.ssm, cluster.spec_parameter)
-    agent.peers = cluster.instances()
-    agent.trainer_started = time.time()
+    agent, job, lines = restarting(cluster, started=time.time())
     agent.wait_for_leaving_peers(job)  # the peer is unsynced, but not leaving: a crash, nothing to wait for
     assert lines == []
