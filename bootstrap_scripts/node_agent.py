@@ -94,6 +94,7 @@ MANIFEST = "spot-training-manifest.json"
 STATE_DIR = ".spot-training"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+EXIT_NOTICE_BEFORE_START = 143  # an attempt ended by a notice before its trainer started, as if SIGTERMed
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
@@ -700,30 +701,58 @@ class CheckpointStore:
                 self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
 
 
+def local_steps(checkpoint_dir: str) -> List[int]:
+    """The step directories (``<dir>/<step>/``) in a checkpoint directory, oldest first."""
+    try:
+        names = os.listdir(checkpoint_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, n)))
+
+
 class Syncer:
     """Uploads what the trainer writes into the checkpoint directory, with the manifest rule."""
 
-    def __init__(self, store: CheckpointStore, job: Job, log: Callable[[str], None], keep: int) -> None:
+    def __init__(
+        self, store: CheckpointStore, job: Job, log: Callable[[str], None], keep: int, resume_step: Optional[int]
+    ) -> None:
         self.store, self.job, self.log, self.keep = store, job, log, keep
         self.dir = job.checkpoint_dir
         self.lock = threading.Lock()
-        self.uploaded = set(store.complete_steps())
-        self.last_upload_s = 0.0
+        # Checkpoints newer than the one this attempt resumes from did not restore (the restore fell back past
+        # them): the trainer saves those steps again, and they must be uploaded, over the bad ones, and reported.
+        self.uploaded = {s for s in store.complete_steps() if resume_step is None or s <= resume_step}
+        upload_s = self._state().get("last_upload_s")  # the Young/Daly interval's input survives a restart
+        self.last_upload_s = float(upload_s) if isinstance(upload_s, (int, float)) else 0.0
         self.flat_seen: Optional[List[Tuple[str, int, int]]] = None
         self.flat_uploaded: Optional[List[Tuple[str, int, int]]] = None
         self.flat_due = 0.0
         self.failures = 0
+        # What an earlier attempt reported durable may be newer than this attempt's checkpoints: report anew.
+        self._write_state()
 
     @property
     def newest(self) -> Optional[int]:
         return max(self.uploaded) if self.uploaded else None
 
     def local_steps(self) -> List[int]:
+        return local_steps(self.dir)
+
+    def _state(self) -> Dict[str, Any]:
+        """The report to the checkpoint helper (``sync-state.json``): newest durable step, last upload's seconds."""
         try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(self.dir, n)))
+            with open(os.path.join(self.dir, STATE_DIR, "sync-state.json")) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return state if isinstance(state, dict) else {}
+
+    def _write_state(self) -> None:
+        state_dir = os.path.join(self.dir, STATE_DIR)
+        os.makedirs(state_dir, exist_ok=True)
+        with open(os.path.join(state_dir, "sync-state.json.tmp"), "w") as f:
+            json.dump({"last_uploaded_step": self.newest, "last_upload_s": self.last_upload_s}, f)
+        os.replace(os.path.join(state_dir, "sync-state.json.tmp"), os.path.join(state_dir, "sync-state.json"))
 
     def _flat_files(self) -> Dict[str, str]:
         files = {}
@@ -761,11 +790,7 @@ class Syncer:
         self.uploaded.add(step)
         self.last_upload_s = seconds
         self.log(f"checkpoint {step} durable in s3://{self.store.bucket}/{self.store.prefix}{step}/ ({seconds:.2f} s)")
-        state_dir = os.path.join(self.dir, STATE_DIR)
-        os.makedirs(state_dir, exist_ok=True)
-        with open(os.path.join(state_dir, "sync-state.json.tmp"), "w") as f:
-            json.dump({"last_uploaded_step": step, "last_upload_s": seconds}, f)
-        os.replace(os.path.join(state_dir, "sync-state.json.tmp"), os.path.join(state_dir, "sync-state.json"))
+        self._write_state()
         self.store.prune(self.keep)
 
     def _sync(self, final: bool) -> None:
@@ -1032,9 +1057,23 @@ class Agent:
             self.log(f"could not release warm volume {volume} ({exc}); it frees when the instance terminates")
 
     # -- peers and torchrun
+    def spot_notice(self) -> Optional[str]:
+        """The spot interruption notice if EC2 has sent one; None too when IMDS cannot say (logged)."""
+        try:
+            return self.imds.get("spot/instance-action")
+        except (OSError, urllib.error.URLError) as exc:
+            self.log(f"IMDS poll failed: {exc}")
+            return None
+
     def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
+        """The peers of the next attempt, this node among them; [] if a spot notice comes first (joining a
+        rendezvous only to leave it would cost the peers a restart)."""
         deadline = time.monotonic() + self.join_timeout_s
         while True:
+            notice = self.spot_notice()
+            if notice:
+                self.log(f"spot interruption notice {notice.strip()} before the trainer started: not joining")
+                return []
             peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
             address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
@@ -1128,11 +1167,7 @@ class Agent:
                 if self.stop_signal.is_set():
                     sigterm("agent received SIGTERM", job.grace_s)
                     return
-                try:
-                    action = self.imds.get("spot/instance-action")
-                except (OSError, urllib.error.URLError) as exc:
-                    self.log(f"IMDS poll failed: {exc}")
-                    action = None
+                action = self.spot_notice()
                 if action:
                     sigterm(f"spot interruption notice {action.strip()}", job.grace_s)
                     return
@@ -1244,11 +1279,16 @@ class Agent:
         with Timed(self.log, "restore checkpoint"):
             os.makedirs(job.checkpoint_dir, exist_ok=True)
             restored = store.restore_newest(job.checkpoint_dir)
-        local = Syncer(store, job, self.log, self.keep).local_steps()
+        local = local_steps(job.checkpoint_dir)
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
+        syncer = Syncer(store, job, self.log, self.keep, resume_step)
         self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
             self.peers = self.wait_for_peers(group, job)
+        if not self.peers:  # a notice: nothing was trained here, so nothing to save; the peers go on without us
+            self.notice_at = time.monotonic()
+            self.announce_leaving(job, "spot interruption notice", syncer)
+            return EXIT_NOTICE_BEFORE_START, True
         ids = [i for i, _ in self.peers]
         self.log(f"peers: {', '.join(ids)}; rendezvous host {ids[0]}")
         cmd, env = self.torchrun_command(job, self.peers)
@@ -1269,7 +1309,6 @@ class Agent:
                 "SPOT_TRAINING_ATTEMPT": str(attempt),
             }
         )
-        syncer = Syncer(store, job, self.log, self.keep)
         with Timed(self.log, f"training attempt {attempt}"):
             rc, interrupted = self.run_trainer(job, code_dir, cmd, env, syncer)
         with Timed(self.log, "final checkpoint sync"):

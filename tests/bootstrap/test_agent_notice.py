@@ -210,3 +210,29 @@ def test_a_restart_without_leaving_peers_does_not_wait(cluster: Cluster) -> None
     agent, job, lines = restarting(cluster, started=time.time())
     agent.wait_for_leaving_peers(job)  # the peer is unsynced, but not leaving: a crash, nothing to wait for
     assert lines == []
+
+
+class Lines(list[str]):
+    """The agent's log as a list of lines, without a CloudWatch shipper."""
+
+    shipper = None
+
+    def __call__(self, line: str) -> None:
+        self.append(line)
+
+
+def test_a_notice_before_the_trainer_starts_leaves_without_joining_the_rendezvous(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A notice during restore or peer discovery: joining the peers' rendezvous only to leave it would cost them a
+    restart. The node announces it is leaving, hands its instance back and never starts the trainer."""
+    agent, job, _ = agent_for(cluster)
+    agent.log = lines = Lines()
+    agent.imds = Imds(NOTICE)
+    agent.work_dir = str(tmp_path / "work")
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    assert agent._run(job) == 0
+    assert "before the trainer started: not joining" in "\n".join(lines), lines
+    assert not any(line.startswith("running:") for line in lines), lines  # torchrun never started
+    assert cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving") is not None  # peers skip this node
+    assert agent.instance_id not in [i for i, _ in cluster.instances()]  # handed back: the group replaces it

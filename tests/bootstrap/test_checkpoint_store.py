@@ -9,6 +9,7 @@ import json
 import tarfile
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import node_agent
@@ -255,6 +256,34 @@ def test_checkpoints_pruned_during_a_restore_make_it_list_again_not_fail(
     assert (dest / "40" / "state.pt").read_bytes() == b"40"
     assert calls == [20, 10, 40]  # both listed ones had been pruned; the second listing found 40 (and 30)
     assert store.complete_steps() == [40, 30]
+
+
+def test_after_a_restore_falls_back_past_a_bad_checkpoint_that_step_is_uploaded_and_reported_again(
+    store: Any, tmp_path: Path
+) -> None:
+    """Checkpoint 20 in S3 is corrupt and an earlier attempt on this node had reported it durable: the restore takes
+    10, so the agent reports 10 (a checkpoint helper waiting for upload must not take the stale 20 for the new
+    one), and when the trainer saves step 20 again it is uploaded over the bad one, reported, and restorable."""
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    put(store, "20/state.pt", b"TWENTY")
+    ckpt = tmp_path / "ckpt"
+    (ckpt / ".spot-training").mkdir(parents=True)
+    state = ckpt / ".spot-training" / "sync-state.json"
+    state.write_text(json.dumps({"last_uploaded_step": 20, "last_upload_s": 1.5}))
+    restored = store.restore_newest(str(ckpt))
+    assert restored == (10, "step")
+    job = SimpleNamespace(checkpoint_dir=str(ckpt), checkpoint_interval_s=None, mtbi_s=3600.0)
+    syncer = node_agent.Syncer(store, job, store.lines.append, keep=2, resume_step=restored[0])
+    assert json.loads(state.read_text()) == {"last_uploaded_step": 10, "last_upload_s": 1.5}
+    (ckpt / "20").mkdir()
+    (ckpt / "20" / "state.pt").write_bytes(b"twenty, trained again")
+    assert syncer.sync() == 20
+    assert json.loads(state.read_text())["last_uploaded_step"] == 20
+    again = tmp_path / "again"
+    again.mkdir()
+    assert store.restore_newest(str(again)) == (20, "step")
+    assert (again / "20" / "state.pt").read_bytes() == b"twenty, trained again"
 
 
 def test_prune_keeps_the_newest_complete_checkpoints(store: Any, tmp_path: Path) -> None:
