@@ -84,6 +84,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import boto3
 from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from spot_training import warm_volume
 from spot_training.proctree import kill_all, process_tree
@@ -100,6 +101,10 @@ MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
 # 16 MiB parts, 8 in flight: S3 serves ~85-90 MB/s per connection (AWS: 8-16 MB requests, one per 85-90 MB/s),
 # so a 100 MiB checkpoint goes out over 7 connections instead of 2 (benchmarks/RESULTS.md, items 3 and 4).
+# botocore's standard retry mode (S3 SlowDown, 5xx, throttling, connection errors; back-off capped at 20 s) with
+# 8 attempts instead of its default 3: a brownout of half a minute or so is ridden out instead of raising out of
+# the agent, which would leave an idle instance behind.
+RETRIES = Config(retries={"mode": "standard", "max_attempts": 8})
 TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20, max_concurrency=8)
 
 
@@ -916,7 +921,8 @@ class Agent:
         session = boto3.session.Session(region_name=args.region)
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
         self.ssm, self.s3, self.asg, self.ec2, self.logs = (
-            session.client(name, endpoint_url=endpoint) for name in ("ssm", "s3", "autoscaling", "ec2", "logs")
+            session.client(name, endpoint_url=endpoint, config=RETRIES)
+            for name in ("ssm", "s3", "autoscaling", "ec2", "logs")
         )
         self.imds = Imds()
         self.poll_s = env_float("SPOT_TRAINING_POLL_INTERVAL_S", 5.0)

@@ -16,7 +16,9 @@ from typing import Any, Optional
 
 import node_agent
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
+from botocore.retries.standard import ExponentialBackoff
 
 from .conftest import REGION, TEAM, Cluster
 
@@ -236,3 +238,32 @@ def test_a_notice_before_the_trainer_starts_leaves_without_joining_the_rendezvou
     assert not any(line.startswith("running:") for line in lines), lines  # torchrun never started
     assert cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving") is not None  # peers skip this node
     assert agent.instance_id not in [i for i, _ in cluster.instances()]  # handed back: the group replaces it
+
+
+def test_an_s3_brownout_of_several_seconds_does_not_end_the_agent(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seven SlowDown answers in a row to one PutObject (S3 shedding load for a while): the agent's clients retry
+    them (botocore's standard mode, 8 attempts) instead of raising out of ``_run`` and leaving an idle instance
+    behind. Back-off zeroed for the test; the policy's other settings are the agent's."""
+    agent, job, _ = agent_for(cluster)
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0)
+    answered: list[int] = []
+
+    def slow_down(request: Any, **_: Any) -> Optional[AWSResponse]:
+        if request.method != "PUT" or len(answered) >= 7:
+            return None  # the request goes to moto
+        answered.append(503)
+        return AWSResponse(request.url, 503, {}, SlowDownBody())
+
+    agent.s3.meta.events.register("before-send.s3.PutObject", slow_down)
+    agent.put_marker(job, "nodes/i-test/done", {})
+    assert answered == [503] * 7
+    assert cluster.marker(job.job_id, "nodes/i-test/done") is not None
+
+
+class SlowDownBody:
+    """The raw body of S3's 503 SlowDown answer."""
+
+    def stream(self, **_: Any) -> Any:
+        yield b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
