@@ -1,12 +1,13 @@
 """Where the app's synth time goes, phase by phase (not part of ``make bench``; item 1 has the ratios).
 
-    .venv/bin/python -m benchmarks.synth_phases [--teams 10]
+    .venv/bin/python -m benchmarks.synth_phases [--teams 10] [--node-profile]
 
 Runs ``app.py``'s steps in one process per setting (with and without aws-cdk-lib's built-in CloudFormation
 validation, ``CDK_VALIDATION``), for N teams of two clusters each as in item 1, with the CLI's context from
 ``cdk.json``, and prints the seconds of each phase, the jsii round trips of the construction, and from
 aws-cdk-lib's own performance counters the time of the validation plugins (cdk-nag's packs, and with validation
-on the built-in validator's engine start and its checks of the templates).
+on the built-in validator's engine start and its checks of the templates). ``--node-profile`` also runs the jsii
+kernel (the node process that does aws-cdk-lib's work) under V8's CPU profiler and prints where its time went.
 """
 
 from __future__ import annotations
@@ -96,6 +97,44 @@ def phases(teams_dir: Path) -> dict[str, Any]:
     }
 
 
+# Where the jsii kernel's time goes, from V8's CPU profile: (label, function, file the function is in). Inclusive
+# times, so nested ones overlap (module loading happens inside construction and validation too).
+NODE_PHASES = (
+    ("waiting for Python (our code, jsii marshalling)", "read", ""),
+    ("constructs created from Python", "create", "program.js"),
+    ("synthesis", "synth", "app.js"),
+    ("validation plugins", "validateTemplates", "synthesis-validation.js"),
+    ("built-in validator engine start", "_singletonInstance", "cloudformation-validate-plugin.js"),
+    ("built-in validator checking templates", "validate", "cloudformation-validate-plugin.js"),
+    ("token resolution", "resolve", "resolve.js"),
+    ("loading aws-cdk-lib modules", "Module._load", ""),
+    ("garbage collection", "(garbage collector)", ""),
+)
+
+
+def node_phases(profile: Path) -> list[tuple[str, float]]:
+    """Seconds per NODE_PHASES entry (a function's samples counted once per stack) and the profile's total."""
+    data = json.loads(profile.read_text())
+    nodes = {n["id"]: n for n in data["nodes"]}
+    parent = {child: n["id"] for n in data["nodes"] for child in n.get("children", [])}
+    spent: dict[int, float] = defaultdict(float)
+    for sample, delta in zip(data["samples"], data["timeDeltas"], strict=True):
+        spent[sample] += delta / 1e6
+    totals: dict[str, float] = defaultdict(float)
+    for node_id, seconds in spent.items():
+        found: set[str] = set()
+        at: Optional[int] = node_id
+        while at is not None:
+            frame = nodes[at]["callFrame"]
+            for label, function, filename in NODE_PHASES:
+                if frame["functionName"] == function and frame["url"].endswith(filename):
+                    found.add(label)
+            at = parent.get(at)
+        for label in found:
+            totals[label] += seconds
+    return [("total", sum(spent.values())), *((label, totals[label]) for label, _, _ in NODE_PHASES)]
+
+
 def is_ours(filename: str) -> bool:
     """A file of this repository's app (not the venv's packages, not this module)."""
     path = Path(filename)
@@ -105,6 +144,7 @@ def is_ours(filename: str) -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--teams", type=int, default=10)
+    p.add_argument("--node-profile", action="store_true", help="profile the jsii kernel (validation on) with V8")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -125,6 +165,12 @@ def main() -> int:
                 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
                 JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1",
             )
+            profiles = Path(tmp) / f"node-profile-{validation}"
+            if args.node_profile and validation == "true":
+                wrapper = Path(tmp) / "node-with-cpu-profile"  # the jsii runtime starts "$JSII_NODE <script>"
+                wrapper.write_text(f'#!/bin/sh\nexec node --cpu-prof --cpu-prof-dir="{profiles}" "$@"\n')
+                wrapper.chmod(0o755)
+                env["JSII_NODE"] = str(wrapper)
             out = subprocess.run(  # noqa: S603 - our argv
                 [sys.executable, "-m", "benchmarks.synth_phases", "--child", str(teams_dir)],
                 cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
@@ -137,6 +183,10 @@ def main() -> int:
             print(f"{args.teams} teams, CDK_VALIDATION={validation}: {line}; construction: {trips} jsii round trips")
             print(f"  slowest aws-cdk-lib classes to create (nested creations included): {slowest}")
             print(f"  lines of our code with the most round trips: {lines}")
+            if profiles.is_dir():  # the kernel is the process with the largest profile (its launcher is tiny)
+                kernel = max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size)
+                spent = ", ".join(f"{label} {seconds:.2f} s" for label, seconds in node_phases(kernel))
+                print(f"  jsii kernel (V8 CPU profile, inclusive times that overlap): {spent}")
     return 0
 
 
