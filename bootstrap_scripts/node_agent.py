@@ -95,7 +95,6 @@ MANIFEST = "spot-training-manifest.json"
 STATE_DIR = ".spot-training"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-EXIT_NOTICE_BEFORE_START = 143  # an attempt ended by a notice before its trainer started, as if SIGTERMed
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
@@ -104,7 +103,7 @@ SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
 # botocore's standard retry mode (S3 SlowDown, 5xx, throttling, connection errors; back-off capped at 20 s) with
 # 8 attempts instead of its default 3: a brownout of half a minute or so is ridden out instead of raising out of
 # the agent, which would leave an idle instance behind.
-RETRIES = Config(retries={"mode": "standard", "max_attempts": 8})
+RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 8})
 TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20, max_concurrency=8)
 
 
@@ -500,6 +499,9 @@ class CheckpointStore:
         self.s3, self.bucket, self.prefix, self.job_id, self.log = s3, bucket, prefix, job_id, log
         self.test_upload_delay_s = env_float("SPOT_TRAINING_TEST_UPLOAD_DELAY_S", 0.0)
         self.test_restore_delay_s = env_float("SPOT_TRAINING_TEST_RESTORE_DELAY_S", 0.0)
+        # Steps whose restore failed here (manifest present, objects do not verify): not complete for this agent,
+        # so they neither count as durable nor hold a place among the checkpoints pruning keeps.
+        self.unreadable: Set[int] = set()
 
     def listing(self) -> Dict[int, Dict[str, int]]:
         """{step: {relative key: size}} of everything under ckpt/, complete or not."""
@@ -512,9 +514,10 @@ class CheckpointStore:
         return out
 
     def complete_steps(self, listing: Optional[Dict[int, Dict[str, int]]] = None) -> List[int]:
-        """Steps with a manifest, newest first (whether their objects verify is checked on restore)."""
+        """Steps with a manifest, newest first, but those this agent found unreadable (whether the objects of the
+        others verify is checked on restore)."""
         listing = self.listing() if listing is None else listing
-        return sorted((s for s, objs in listing.items() if MANIFEST in objs), reverse=True)
+        return sorted((s for s, objs in listing.items() if MANIFEST in objs and s not in self.unreadable), reverse=True)
 
     def newest_complete(self) -> Optional[int]:
         steps = self.complete_steps()
@@ -524,6 +527,8 @@ class CheckpointStore:
         """Upload ``files`` ({relative name: local path}) in parallel (multipart when large), then the manifest."""
         start = time.monotonic()
         base = f"{self.prefix}{step}/"
+        if step in self.unreadable:  # saved again over a bad one: no manifest until all the new objects are in
+            self.s3.delete_object(Bucket=self.bucket, Key=base + MANIFEST)
 
         def put(item: Tuple[str, str]) -> Tuple[str, Dict[str, Any]]:
             rel, path = item
@@ -548,6 +553,7 @@ class CheckpointStore:
             "files": entries,
         }
         self.s3.put_object(Bucket=self.bucket, Key=base + MANIFEST, Body=json.dumps(manifest, indent=1).encode())
+        self.unreadable.discard(step)
         return time.monotonic() - start
 
     def download_verified(self, step: int, sizes: Dict[str, int], dest: str) -> Dict[str, Any]:
@@ -673,6 +679,7 @@ class CheckpointStore:
                 manifest = self.download_verified(step, listing[step], tmp)
             except AgentError as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
+                self.unreadable.add(step)
                 reasons.append(str(exc))
                 self.log(f"skipping {exc}")
                 continue
@@ -718,23 +725,22 @@ def local_steps(checkpoint_dir: str) -> List[int]:
 class Syncer:
     """Uploads what the trainer writes into the checkpoint directory, with the manifest rule."""
 
-    def __init__(
-        self, store: CheckpointStore, job: Job, log: Callable[[str], None], keep: int, resume_step: Optional[int]
-    ) -> None:
+    def __init__(self, store: CheckpointStore, job: Job, log: Callable[[str], None], keep: int) -> None:
         self.store, self.job, self.log, self.keep = store, job, log, keep
         self.dir = job.checkpoint_dir
         self.lock = threading.Lock()
-        # Checkpoints newer than the one this attempt resumes from did not restore (the restore fell back past
-        # them): the trainer saves those steps again, and they must be uploaded, over the bad ones, and reported.
-        self.uploaded = {s for s in store.complete_steps() if resume_step is None or s <= resume_step}
+        self.uploaded = set(store.complete_steps())  # without the ones the restore found unreadable
         upload_s = self._state().get("last_upload_s")  # the Young/Daly interval's input survives a restart
         self.last_upload_s = float(upload_s) if isinstance(upload_s, (int, float)) else 0.0
         self.flat_seen: Optional[List[Tuple[str, int, int]]] = None
         self.flat_uploaded: Optional[List[Tuple[str, int, int]]] = None
         self.flat_due = 0.0
         self.failures = 0
-        # What an earlier attempt reported durable may be newer than this attempt's checkpoints: report anew.
-        self._write_state()
+        # What an earlier attempt reported durable may since have failed its restore: report anew.
+        try:
+            self._write_state()
+        except OSError as exc:
+            self.log(f"could not write {STATE_DIR}/sync-state.json ({exc}); the next upload writes it")
 
     @property
     def newest(self) -> Optional[int]:
@@ -1063,23 +1069,9 @@ class Agent:
             self.log(f"could not release warm volume {volume} ({exc}); it frees when the instance terminates")
 
     # -- peers and torchrun
-    def spot_notice(self) -> Optional[str]:
-        """The spot interruption notice if EC2 has sent one; None too when IMDS cannot say (logged)."""
-        try:
-            return self.imds.get("spot/instance-action")
-        except (OSError, urllib.error.URLError) as exc:
-            self.log(f"IMDS poll failed: {exc}")
-            return None
-
     def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
-        """The peers of the next attempt, this node among them; [] if a spot notice comes first (joining a
-        rendezvous only to leave it would cost the peers a restart)."""
         deadline = time.monotonic() + self.join_timeout_s
         while True:
-            notice = self.spot_notice()
-            if notice:
-                self.log(f"spot interruption notice {notice.strip()} before the trainer started: not joining")
-                return []
             peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
             address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
@@ -1173,7 +1165,11 @@ class Agent:
                 if self.stop_signal.is_set():
                     sigterm("agent received SIGTERM", job.grace_s)
                     return
-                action = self.spot_notice()
+                try:
+                    action = self.imds.get("spot/instance-action")
+                except (OSError, urllib.error.URLError) as exc:
+                    self.log(f"IMDS poll failed: {exc}")
+                    action = None
                 if action:
                     sigterm(f"spot interruption notice {action.strip()}", job.grace_s)
                     return
@@ -1287,14 +1283,10 @@ class Agent:
             restored = store.restore_newest(job.checkpoint_dir)
         local = local_steps(job.checkpoint_dir)
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
-        syncer = Syncer(store, job, self.log, self.keep, resume_step)
+        syncer = Syncer(store, job, self.log, self.keep)
         self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
             self.peers = self.wait_for_peers(group, job)
-        if not self.peers:  # a notice: nothing was trained here, so nothing to save; the peers go on without us
-            self.notice_at = time.monotonic()
-            self.announce_leaving(job, "spot interruption notice", syncer)
-            return EXIT_NOTICE_BEFORE_START, True
         ids = [i for i, _ in self.peers]
         self.log(f"peers: {', '.join(ids)}; rendezvous host {ids[0]}")
         cmd, env = self.torchrun_command(job, self.peers)

@@ -214,52 +214,32 @@ def test_a_restart_without_leaving_peers_does_not_wait(cluster: Cluster) -> None
     assert lines == []
 
 
-class Lines(list[str]):
-    """The agent's log as a list of lines, without a CloudWatch shipper."""
-
-    shipper = None
-
-    def __call__(self, line: str) -> None:
-        self.append(line)
-
-
-def test_a_notice_before_the_trainer_starts_leaves_without_joining_the_rendezvous(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    """A notice during restore or peer discovery: joining the peers' rendezvous only to leave it would cost them a
-    restart. The node announces it is leaving, hands its instance back and never starts the trainer."""
-    agent, job, _ = agent_for(cluster)
-    agent.log = lines = Lines()
-    agent.imds = Imds(NOTICE)
-    agent.work_dir = str(tmp_path / "work")
-    job.checkpoint_dir = str(tmp_path / "ckpt")
-    assert agent._run(job) == 0
-    assert "before the trainer started: not joining" in "\n".join(lines), lines
-    assert not any(line.startswith("running:") for line in lines), lines  # torchrun never started
-    assert cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving") is not None  # peers skip this node
-    assert agent.instance_id not in [i for i, _ in cluster.instances()]  # handed back: the group replaces it
-
-
 def test_an_s3_brownout_of_several_seconds_does_not_end_the_agent(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Seven SlowDown answers in a row to one PutObject (S3 shedding load for a while): the agent's clients retry
-    them (botocore's standard mode, 8 attempts) instead of raising out of ``_run`` and leaving an idle instance
-    behind. Back-off zeroed for the test; the policy's other settings are the agent's."""
+    """SlowDown answers in a row to one PutObject (S3 shedding load for a while): the agent's clients make 8
+    attempts (botocore's standard mode) before a call fails, instead of raising out of ``_run`` after 3 and leaving
+    an idle instance behind. Back-off zeroed for the test; the policy's other settings are the agent's."""
     agent, job, _ = agent_for(cluster)
     monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0)
     answered: list[int] = []
+    slow_downs = [7]
 
     def slow_down(request: Any, **_: Any) -> Optional[AWSResponse]:
-        if request.method != "PUT" or len(answered) >= 7:
+        if request.method != "PUT" or len(answered) >= slow_downs[0]:
             return None  # the request goes to moto
         answered.append(503)
         return AWSResponse(request.url, 503, {}, SlowDownBody())
 
     agent.s3.meta.events.register("before-send.s3.PutObject", slow_down)
     agent.put_marker(job, "nodes/i-test/done", {})
-    assert answered == [503] * 7
+    assert answered == [503] * 7  # the eighth attempt went through
     assert cluster.marker(job.job_id, "nodes/i-test/done") is not None
+    answered.clear()
+    slow_downs[0] = 8
+    with pytest.raises(ClientError, match="SlowDown"):
+        agent.put_marker(job, "nodes/i-test/other", {})
+    assert answered == [503] * 8  # eight attempts, then the error
 
 
 class SlowDownBody:

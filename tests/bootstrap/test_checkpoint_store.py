@@ -258,12 +258,13 @@ def test_checkpoints_pruned_during_a_restore_make_it_list_again_not_fail(
     assert store.complete_steps() == [40, 30]
 
 
-def test_after_a_restore_falls_back_past_a_bad_checkpoint_that_step_is_uploaded_and_reported_again(
+def test_a_checkpoint_the_restore_found_bad_is_neither_durable_nor_kept_in_place_of_good_ones(
     store: Any, tmp_path: Path
 ) -> None:
-    """Checkpoint 20 in S3 is corrupt and an earlier attempt on this node had reported it durable: the restore takes
-    10, so the agent reports 10 (a checkpoint helper waiting for upload must not take the stale 20 for the new
-    one), and when the trainer saves step 20 again it is uploaded over the bad one, reported, and restorable."""
+    """Checkpoint 20 in S3 is corrupt and an earlier attempt on this node had reported it durable; one checkpoint
+    is kept. The restore takes 10, so the agent reports 10 (a checkpoint helper waiting for its upload must not
+    take the stale 20 for its next checkpoint); the next checkpoint, 15, is uploaded and pruning keeps it (not
+    only the bad 20); step 20 saved again goes up over the bad one, reported and restorable."""
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
     put(store, "20/state.pt", b"TWENTY")
@@ -271,19 +272,21 @@ def test_after_a_restore_falls_back_past_a_bad_checkpoint_that_step_is_uploaded_
     (ckpt / ".spot-training").mkdir(parents=True)
     state = ckpt / ".spot-training" / "sync-state.json"
     state.write_text(json.dumps({"last_uploaded_step": 20, "last_upload_s": 1.5}))
-    restored = store.restore_newest(str(ckpt))
-    assert restored == (10, "step")
+    assert store.restore_newest(str(ckpt)) == (10, "step")
     job = SimpleNamespace(checkpoint_dir=str(ckpt), checkpoint_interval_s=None, mtbi_s=3600.0)
-    syncer = node_agent.Syncer(store, job, store.lines.append, keep=2, resume_step=restored[0])
+    syncer = node_agent.Syncer(store, job, store.lines.append, 1)
     assert json.loads(state.read_text()) == {"last_uploaded_step": 10, "last_upload_s": 1.5}
-    (ckpt / "20").mkdir()
-    (ckpt / "20" / "state.pt").write_bytes(b"twenty, trained again")
-    assert syncer.sync() == 20
-    assert json.loads(state.read_text())["last_uploaded_step"] == 20
-    again = tmp_path / "again"
-    again.mkdir()
-    assert store.restore_newest(str(again)) == (20, "step")
-    assert (again / "20" / "state.pt").read_bytes() == b"twenty, trained again"
+    for step, payload in ((15, b"fifteen"), (20, b"twenty, trained again")):
+        (ckpt / str(step)).mkdir()
+        (ckpt / str(step) / "state.pt").write_bytes(payload)
+        assert syncer.sync() == step
+        assert json.loads(state.read_text())["last_uploaded_step"] == step
+        again = tmp_path / f"restored-{step}"
+        again.mkdir()
+        fresh = CheckpointStore(store.s3, store.bucket, store.prefix, JOB, store.lines.append)  # another node
+        assert fresh.restore_newest(str(again)) == (step, "step")
+        assert (again / str(step) / "state.pt").read_bytes() == payload
+    assert sorted(store.listing()) == [20]  # 10 and 15 pruned once 20 was sound again
 
 
 def test_prune_keeps_the_newest_complete_checkpoints(store: Any, tmp_path: Path) -> None:
