@@ -88,11 +88,11 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from spot_training import warm_volume
 from spot_training.proctree import kill_all, process_tree
+from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, write_sync_state
 from urllib3.exceptions import HTTPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = "spot-training-manifest.json"
-STATE_DIR = ".spot-training"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -730,7 +730,7 @@ class Syncer:
         self.dir = job.checkpoint_dir
         self.lock = threading.Lock()
         self.uploaded = set(store.complete_steps())  # without the ones the restore found unreadable
-        upload_s = self._state().get("last_upload_s")  # the Young/Daly interval's input survives a restart
+        upload_s = read_sync_state(self.dir).get("last_upload_s")  # the Young/Daly interval's input survives a restart
         self.last_upload_s = float(upload_s) if isinstance(upload_s, (int, float)) else 0.0
         self.flat_seen: Optional[List[Tuple[str, int, int]]] = None
         self.flat_uploaded: Optional[List[Tuple[str, int, int]]] = None
@@ -740,7 +740,7 @@ class Syncer:
         try:
             self._write_state()
         except OSError as exc:
-            self.log(f"could not write {STATE_DIR}/sync-state.json ({exc}); the next upload writes it")
+            self.log(f"could not write {STATE_DIR}/{SYNC_STATE} ({exc}); the next upload writes it")
 
     @property
     def newest(self) -> Optional[int]:
@@ -749,21 +749,8 @@ class Syncer:
     def local_steps(self) -> List[int]:
         return local_steps(self.dir)
 
-    def _state(self) -> Dict[str, Any]:
-        """The report to the checkpoint helper (``sync-state.json``): newest durable step, last upload's seconds."""
-        try:
-            with open(os.path.join(self.dir, STATE_DIR, "sync-state.json")) as f:
-                state = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return state if isinstance(state, dict) else {}
-
     def _write_state(self) -> None:
-        state_dir = os.path.join(self.dir, STATE_DIR)
-        os.makedirs(state_dir, exist_ok=True)
-        with open(os.path.join(state_dir, "sync-state.json.tmp"), "w") as f:
-            json.dump({"last_uploaded_step": self.newest, "last_upload_s": self.last_upload_s}, f)
-        os.replace(os.path.join(state_dir, "sync-state.json.tmp"), os.path.join(state_dir, "sync-state.json"))
+        write_sync_state(self.dir, self.newest, self.last_upload_s)
 
     def _flat_files(self) -> Dict[str, str]:
         files = {}

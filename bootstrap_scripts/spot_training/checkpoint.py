@@ -37,7 +37,6 @@ long upload is no process-group timeout and a notice on any rank ends the wait.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import random
@@ -50,6 +49,8 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
+from .sync_state import STATE_DIR, read_sync_state
+
 try:
     import numpy as np
 except ImportError:  # pragma: no cover - numpy ships with torch wheels in practice
@@ -57,7 +58,6 @@ except ImportError:  # pragma: no cover - numpy ships with torch wheels in pract
 
 STATE_FILE = "state.pt"
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM: "stopped by the signal, state saved"
-STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory
 # How often, in training time, the ranks agree whether to save or stop (one all-reduce; rank 0 looks at the clock,
 # the interval and the agent's save-request). Between two agreements step() costs one comparison: no collective
 # (and no GPU sync) per step. Rank 0 picks the next agreement's call number from the measured step time.
@@ -220,19 +220,10 @@ class Checkpointer:
             return self.interval_s
         upload_s = 0.0
         try:
-            upload_s = float(self._sync_state().get("last_upload_s", 0.0))
+            upload_s = float(read_sync_state(self.directory).get("last_upload_s", 0.0))
         except (TypeError, ValueError):
             pass
         return math.sqrt(2.0 * (self.last_cost_s + upload_s) * self.mtbi_s)
-
-    def _sync_state(self) -> Dict[str, Any]:
-        """What the agent last made durable (``last_uploaded_step``, ``last_upload_s``); {} before its first."""
-        try:
-            with open(os.path.join(self.directory, STATE_DIR, "sync-state.json")) as f:
-                state = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return state if isinstance(state, dict) else {}
 
     def wait_uploaded(self, step: int, timeout_s: float = UPLOAD_WAIT_TIMEOUT_S) -> bool:
         """Collective: every rank waits until the agent reports checkpoint ``step`` (or a newer one) durable in S3;
@@ -245,7 +236,7 @@ class Checkpointer:
         while True:
             state = _WAITING
             if self.rank == 0:
-                uploaded = self._sync_state().get("last_uploaded_step")
+                uploaded = read_sync_state(self.directory).get("last_uploaded_step")
                 if isinstance(uploaded, int) and uploaded >= step:
                     state = _DURABLE
                 elif time.monotonic() >= deadline:
