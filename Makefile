@@ -13,9 +13,16 @@ export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
 .PHONY: run-deps deps test lint unit synth demo bench clean
 
+# cdk.json runs `python3 -O app.py` (README: "Synth speed"). pip writes only plain bytecode, and where
+# PYTHONDONTWRITEBYTECODE is set every -O synth would compile aws-cdk-lib's modules again. One import of the app
+# and every construct module under -O, bytecode writing on, writes the optimized bytecode of all they use
+# (tests/test_app.py checks the venv for it).
+SYNTH_IMPORTS := import app, pkgutil, training_constructs as c; [__import__(m.name) for m in pkgutil.walk_packages(c.__path__, "training_constructs.")]
+
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -O -c '$(SYNTH_IMPORTS)'
 	printf '#!/bin/sh\n# trainctl from this checkout (see README)\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m trainctl "$$@"\n' \
 		"$(CURDIR)" "$(CURDIR)/$(BIN)/python" > $(BIN)/trainctl
 	chmod +x $(BIN)/trainctl

@@ -3,11 +3,12 @@
     .venv/bin/python -m benchmarks.synth_phases [--teams 10] [--node-profile]
 
 Runs ``app.py``'s steps in one process per setting (with and without aws-cdk-lib's built-in CloudFormation
-validation, ``CDK_VALIDATION``), for N teams of two clusters each as in item 1, with the CLI's context from
-``cdk.json``, and prints the seconds of each phase, the jsii round trips of the construction, and from
-aws-cdk-lib's own performance counters the time of the validation plugins (cdk-nag's packs, and with validation
-on the built-in validator's engine start and its checks of the templates). ``--node-profile`` also runs the jsii
-kernel (the node process that does aws-cdk-lib's work) under V8's CPU profiler and prints where its time went.
+validation, ``CDK_VALIDATION``), for N teams of two clusters each as in item 1, with the CLI's context and the
+interpreter flags from ``cdk.json``, and prints the seconds of each phase, the jsii round trips of the
+construction, and from aws-cdk-lib's own performance counters the time of the validation plugins (cdk-nag's
+packs, and with validation on the built-in validator's engine start and its checks of the templates).
+``--node-profile`` also runs the jsii kernel (the node process that does aws-cdk-lib's work) under V8's CPU
+profiler and prints where its time went.
 """
 
 from __future__ import annotations
@@ -151,7 +152,9 @@ def main() -> int:
         print(json.dumps(phases(Path(args.child))))
         return 0
     # A threshold of 0 ms per stack makes aws-cdk-lib write its performance counters on every synth.
-    context = {**json.loads((REPO / "cdk.json").read_text()).get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
+    cdk_json = json.loads((REPO / "cdk.json").read_text())
+    context = {**cdk_json.get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
+    flags = cdk_json["app"].split()[1:-1]  # the interpreter flags cdk.json runs the app with ("-O")
     with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
         teams_dir = write_teams(Path(tmp) / "teams", args.teams)
         for validation in ("true", "false"):
@@ -172,7 +175,7 @@ def main() -> int:
                 wrapper.chmod(0o755)
                 env["JSII_NODE"] = str(wrapper)
             out = subprocess.run(  # noqa: S603 - our argv
-                [sys.executable, "-m", "benchmarks.synth_phases", "--child", str(teams_dir)],
+                [sys.executable, *flags, "-m", "benchmarks.synth_phases", "--child", str(teams_dir)],
                 cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
             ).stdout  # fmt: skip
             result = json.loads(out.strip().splitlines()[-1])

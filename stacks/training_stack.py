@@ -12,7 +12,6 @@ from team_config import TeamConfig
 from team_config.model import LOG_RETENTION_DAYS, NewVpcConfig
 from team_config.naming import TEAM_TAG, budget_name
 from training_constructs import CheckpointStore, ClusterNetwork, TrainingCluster
-from training_constructs.team_budget import TeamBudget
 
 # CloudWatch's allowed retention values, in the order aws_logs.RetentionDays lists them (INFINITE last).
 RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
@@ -105,6 +104,10 @@ class TrainingStack(Stack):
 
         self.budget = None
         if config.budget is not None:
+            # Imported here: aws_budgets, aws_events and aws_lambda cost every synth an import only teams with a
+            # budget need.
+            from training_constructs.team_budget import TeamBudget
+
             self.budget = TeamBudget(
                 self,
                 "Budget",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,44 @@ def test_two_teams_side_by_side_have_no_colliding_physical_names(assembly: Path)
             ("everything", "arm"),
         ]
     }
+
+
+# Every venv module that `python -O` loads for the app and the construct modules, without optimized bytecode.
+MISSING_OPTIMIZED_BYTECODE = """
+import importlib.util, os, pkgutil, sys, sysconfig
+import app, training_constructs
+for m in pkgutil.walk_packages(training_constructs.__path__, "training_constructs."):
+    __import__(m.name)
+site = sysconfig.get_paths()["purelib"]
+files = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}
+for f in sorted(f for f in files if f.startswith(site) and f.endswith(".py")):
+    if not os.path.exists(importlib.util.cache_from_source(f, optimization=1)):
+        print(f)
+"""
+
+
+def test_venv_has_the_optimized_bytecode_that_cdk_json_runs(repo: Path) -> None:
+    """cdk.json runs the app under -O; without optimized bytecode, where PYTHONDONTWRITEBYTECODE is set, every
+    synth would compile aws-cdk-lib's modules again. The venv's install (Makefile) writes it."""
+    assert json.loads((repo / "cdk.json").read_text())["app"] == "python3 -O app.py"
+    result = subprocess.run(
+        [sys.executable, "-O", "-c", MISSING_OPTIMIZED_BYTECODE],
+        cwd=repo,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    missing = result.stdout.split()
+    assert missing == [], f"{len(missing)} modules without .opt-1.pyc (make -W requirements.txt run-deps): {missing}"
+
+
+def test_synth_records_no_creation_stack_traces(assembly: Path) -> None:
+    """cdk.json turns them off: in a Python app they hold only jsii runtime frames, and cost every construct."""
+    metadata = "".join(p.read_text() for p in assembly.glob("*.metadata.json"))
+    assert "aws:cdk:logicalId" in metadata
+    assert "aws:cdk:creationStack" not in metadata
 
 
 def test_team_context_synthesizes_only_that_team(tmp_path: Path, repo: Path) -> None:

@@ -15,7 +15,6 @@ from constructs import Construct
 from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
 from training_constructs.checkpoint_store import CheckpointStore
-from training_constructs.interruption_drill import InterruptionDrill
 from training_constructs.nag import acknowledge
 from training_constructs.spot_fleet import FixedImage, SpotFleet
 from training_constructs.training_logs import TrainingLogs
@@ -209,6 +208,9 @@ class TrainingCluster(Construct):
             )
         self.drill = None
         if spec.interruption_drill is not None:
+            # Imported here: aws_fis and aws_cloudwatch cost every synth an import only teams with a drill need.
+            from training_constructs.interruption_drill import InterruptionDrill
+
             self.drill = InterruptionDrill(
                 self,
                 "InterruptionDrill",
