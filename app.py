@@ -23,8 +23,15 @@ from training_constructs.spot_checks import SpotTrainingChecks
 TEAMS_DIR = Path(__file__).resolve().parent / "teams"
 
 
+# In a Python app a construct's creation stack trace holds only jsii runtime frames, and capturing one per construct
+# costs synth time; `cdk synth --debug` (CDK_DEBUG) still records them. Set here, not in cdk.json: the CLI warns
+# about every "aws:" key there.
+DISABLE_CREATION_STACK_TRACES = "aws:cdk:disable-creation-stack-traces"
+
+
 def add_teams(app: App, teams: Sequence[Team]) -> list[TrainingStack]:
     """One stack per team, and the cdk-nag gates (AwsSolutions, SpotTraining) over the whole app."""
+    app.node.set_context(DISABLE_CREATION_STACK_TRACES, True)
     stacks = [TrainingStack(app, team.stack_name, team=team.name, config=team.config) for team in teams]
     Validations.of(app).add_plugins(AwsSolutionsChecks(app), SpotTrainingChecks(app))
     return stacks

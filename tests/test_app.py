@@ -153,7 +153,7 @@ def test_venv_has_the_optimized_bytecode_that_cdk_json_runs(repo: Path) -> None:
 
 
 def test_synth_records_no_creation_stack_traces(assembly: Path) -> None:
-    """cdk.json turns them off: in a Python app they hold only jsii runtime frames, and cost every construct."""
+    """app.py turns them off: in a Python app they hold only jsii runtime frames, and cost every construct."""
     metadata = "".join(p.read_text() for p in assembly.glob("*.metadata.json"))
     assert "aws:cdk:logicalId" in metadata
     assert "aws:cdk:creationStack" not in metadata
