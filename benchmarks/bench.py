@@ -63,7 +63,7 @@ TRIVIAL_APP = """
 import sys
 from aws_cdk import App, Stack
 from aws_cdk import aws_s3 as s3
-app = App()
+app = App(context={"aws:cdk:disable-creation-stack-traces": True})  # as app.py sets it
 for i in range(int(sys.argv[1])):
     s3.Bucket(Stack(app, f"Trivial{i or ''}"), "Bucket")
 app.synth()
@@ -112,8 +112,9 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     trivial = work / "trivial"
     trivial.mkdir()
     (trivial / "app.py").write_text(TRIVIAL_APP)
-    # Like for like: the trivial app runs with our cdk.json's context and interpreter flags (`python3 -O`), so the
-    # ratio measures what our constructs cost, not settings the trivial app could use as well.
+    # Like for like: the trivial app runs with our cdk.json's context and interpreter flags (`python3 -O`) and, like
+    # app.py, without creation stack traces, so the ratio measures what our constructs cost, not settings the trivial
+    # app could use as well.
     ours_cdk_json = json.loads((REPO / "cdk.json").read_text())
     interpreter = ours_cdk_json["app"].removesuffix(" app.py")
     (trivial / "cdk.json").write_text(json.dumps({"context": ours_cdk_json["context"]}))
