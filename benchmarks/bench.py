@@ -5,7 +5,8 @@ flipped each repetition), reported as the median of the per-repetition ratios wi
 ``make test``.
 
 1. synth: ``npx cdk synth`` of 10 teams x 2 clusters vs a trivial CDK app with one bucket; 1 team vs 10 teams;
-   the trivial app with 10 one-bucket stacks vs 1 (what the stacks cost by themselves).
+   the trivial app with 10 one-bucket stacks vs 1 (what the stacks cost by themselves); ours as cdk.json runs it
+   (``python3 -O``) vs plain ``python3``.
 2. checkpoint overhead: the example's model's training steps/s with the checkpoint helper saving every 1 s vs
    without it, in 500 pairs of interleaved 0.1 s blocks of one process (the helper's snapshot + asynchronous
    write; the upload is the agent's, in another process).
@@ -123,8 +124,8 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     # every app, the trivial one too, loads at synth): the sides without it show what our constructs cost.
     quiet = dict(env, CDK_VALIDATION="false")
 
-    def ours(count: int, env: dict[str, str] = env) -> Callable[[], float]:
-        args = [str(CDK), "synth", "--quiet", "--no-notices", "-c", f"teams_dir={dirs[count]}"]
+    def ours(count: int, env: dict[str, str] = env, app: tuple[str, ...] = ()) -> Callable[[], float]:
+        args = [str(CDK), "synth", "--quiet", "--no-notices", "-c", f"teams_dir={dirs[count]}", *app]
         return lambda: timed([*args, "-o", str(work / f"out-{count}")], REPO, env)
 
     def trivial_app(env: dict[str, str] = env, stacks: int = 1) -> Callable[[], float]:
@@ -138,6 +139,8 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         "10 teams": ours(10),
         "trivial, no validation": trivial_app(quiet),
         "10 teams, no validation": ours(10, quiet),
+        # What cdk.json's `python3 -O` buys: the same app with jsii's Python-side type checks on.
+        "10 teams, plain python3": ours(10, app=("-a", "python3 app.py")),
     }
     t = alternate(sides, reps)
     med = {k: statistics.median(v) for k, v in t.items()}
@@ -154,6 +157,9 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         f"{med['10 teams, no validation']:.1f} s / {med['trivial, no validation']:.1f} s; the validation costs "
         f"{med['trivial'] - med['trivial, no validation']:.1f} s in the trivial app, "
         f"{med['10 teams'] - med['10 teams, no validation']:.1f} s in ours |",
+        f"| synth: 10 teams as cdk.json runs the app (`python3 -O`) / with plain `python3` | "
+        f"{ratio(t['10 teams'], t['10 teams, plain python3'])} | - | "
+        f"medians {med['10 teams']:.1f} s / {med['10 teams, plain python3']:.1f} s |",
     ]
 
 
