@@ -71,6 +71,14 @@ app.synth()
 """
 
 
+def app_interpreter() -> list[str]:
+    """cdk.json's app command without its script: the interpreter and the flags it runs app.py with."""
+    *interpreter, script = json.loads((REPO / "cdk.json").read_text())["app"].split()
+    if script != "app.py":
+        raise SystemExit(f"cdk.json: app: the command should end in app.py, not {script!r}")
+    return interpreter
+
+
 def alternate(sides: dict[str, Callable[[], float]], reps: int) -> dict[str, list[float]]:
     """Run every side once per repetition, the order reversed every other repetition; the seconds of each run."""
     out: dict[str, list[float]] = {name: [] for name in sides}
@@ -116,9 +124,8 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     # Like for like: the trivial app runs with our cdk.json's context and interpreter flags (`python3 -O`) and, like
     # app.py, without creation stack traces, so the ratio measures what our constructs cost, not settings the trivial
     # app could use as well.
-    ours_cdk_json = json.loads((REPO / "cdk.json").read_text())
-    interpreter = ours_cdk_json["app"].removesuffix(" app.py")
-    (trivial / "cdk.json").write_text(json.dumps({"context": ours_cdk_json["context"]}))
+    interpreter = " ".join(app_interpreter())
+    (trivial / "cdk.json").write_text(json.dumps({"context": json.loads((REPO / "cdk.json").read_text())["context"]}))
 
     # CDK_VALIDATION=false turns off aws-cdk-lib's built-in CloudFormation validation (a WASM rule engine that
     # every app, the trivial one too, loads at synth): the sides without it show what our constructs cost.

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
-from benchmarks.bench import REPO, write_teams
+from benchmarks.bench import REPO, app_interpreter, write_teams
 
 SLOW_SYNTH_THRESHOLD = "@aws-cdk/core.slowSynthThreshold"
 
@@ -152,9 +152,8 @@ def main() -> int:
         print(json.dumps(phases(Path(args.child))))
         return 0
     # A threshold of 0 ms per stack makes aws-cdk-lib write its performance counters on every synth.
-    cdk_json = json.loads((REPO / "cdk.json").read_text())
-    context = {**cdk_json.get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
-    flags = cdk_json["app"].split()[1:-1]  # the interpreter flags cdk.json runs the app with ("-O")
+    context = {**json.loads((REPO / "cdk.json").read_text()).get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
+    flags = app_interpreter()[1:]  # the interpreter flags cdk.json runs the app with ("-O")
     with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
         teams_dir = write_teams(Path(tmp) / "teams", args.teams)
         for validation in ("true", "false"):
