@@ -1,14 +1,16 @@
 """Where the app's synth time goes, phase by phase (not part of ``make bench``; item 1 has the ratios).
 
-    .venv/bin/python -m benchmarks.synth_phases [--teams 10] [--node-profile]
+    .venv/bin/python -m benchmarks.synth_phases [--teams 10] [--trivial] [--node-profile] [--node PATH]
 
 Runs ``app.py``'s steps in one process per setting (with and without aws-cdk-lib's built-in CloudFormation
 validation, ``CDK_VALIDATION``), for N teams of two clusters each as in item 1, with the CLI's context and the
 interpreter flags from ``cdk.json``, and prints the seconds of each phase, the jsii round trips of the
 construction, and from aws-cdk-lib's own performance counters the time of the validation plugins (cdk-nag's
 packs, and with validation on the built-in validator's engine start and its checks of the templates).
-``--node-profile`` also runs the jsii kernel (the node process that does aws-cdk-lib's work) under V8's CPU
-profiler and prints where its time went.
+``--trivial`` also times item 1's trivial app (one bucket) the same way and prints ours minus trivial per phase:
+what our constructs add to the floor every app pays. ``--node-profile`` also runs the jsii kernel (the node
+process that does aws-cdk-lib's work) under V8's CPU profiler and prints where its time went, with the packages
+whose modules took longest to load. ``--node`` runs the kernel on another Node.js binary (``JSII_NODE``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,9 +29,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
-from benchmarks.bench import REPO, app_interpreter, write_teams
+from benchmarks.bench import REPO, TRIVIAL_APP, app_interpreter, write_teams
 
 SLOW_SYNTH_THRESHOLD = "@aws-cdk/core.slowSynthThreshold"
+# what phases() reports besides seconds, printed on lines of their own
+DETAILS = ("jsii round trips in construction", "slowest aws-cdk-lib classes", "lines with the most round trips")
 
 
 def phases(teams_dir: Path) -> dict[str, Any]:
@@ -69,11 +75,11 @@ def phases(teams_dir: Path) -> dict[str, Any]:
 
     _runtime.JSIIMeta.__call__ = timed  # type: ignore[method-assign,assignment]
     imported = time.perf_counter()
-    app = App()
     teams = load_teams(teams_dir)
     loaded = time.perf_counter()
     before = calls[0]
     by_line.clear()
+    app = App()  # in the construction, as in trivial_phases
     app_module.add_teams(app, teams)
     built = time.perf_counter()
     round_trips = calls[0] - before
@@ -81,20 +87,54 @@ def phases(teams_dir: Path) -> dict[str, Any]:
     app.synth()
     done = time.perf_counter()
     slowest = sorted(by_class.items(), key=lambda kv: -kv[1])
-    # aws-cdk-lib's own counters (milliseconds): "validateTemplates" is every validation plugin, engine start
-    # included; "CloudFormationValidate.validate" is the built-in validator checking the templates.
-    counters = json.loads(Path(os.environ["CDK_PERF_COUNTERS_FILE"]).read_text())["counters"]
     return {
         "imports": imported - started,
         "team files": loaded - imported,
         "construction": built - loaded,
         "synthesis": done - built,
         "total": done - started,
-        "validation plugins": counters.get("validateTemplates", 0) / 1000,
-        "built-in validator checking templates": counters.get("CloudFormationValidate.validate", 0) / 1000,
+        **counters(),
         "jsii round trips in construction": round_trips,
         "slowest aws-cdk-lib classes": ", ".join(f"{k} {v:.2f} s" for k, v in slowest[:4]),
         "lines with the most round trips": ", ".join(f"{k} {v}" for k, v in construction_lines),
+    }
+
+
+def trivial_phases() -> dict[str, Any]:
+    """This process: item 1's trivial app (its own text, one bucket) in the phases of :func:`phases`."""
+    started = time.perf_counter()
+    import aws_cdk
+    from aws_cdk import aws_s3  # noqa: F401 - the trivial app's imports, timed here
+
+    imported = time.perf_counter()
+    synth = aws_cdk.App.synth
+    synth_started: list[float] = []
+
+    def timed_synth(self: aws_cdk.App, *args: Any, **kwargs: Any) -> Any:
+        synth_started.append(time.perf_counter())
+        return synth(self, *args, **kwargs)
+
+    aws_cdk.App.synth = timed_synth  # type: ignore[method-assign]
+    sys.argv = ["app.py", "1"]
+    exec(compile(TRIVIAL_APP, "trivial-app.py", "exec"), {"__name__": "__main__"})  # noqa: S102 - our own text
+    done = time.perf_counter()
+    return {
+        "imports": imported - started,
+        "team files": 0.0,
+        "construction": synth_started[0] - imported,
+        "synthesis": done - synth_started[0],
+        "total": done - started,
+        **counters(),
+    }
+
+
+def counters() -> dict[str, float]:
+    """aws-cdk-lib's own counters (milliseconds in the file): "validateTemplates" is every validation plugin, engine
+    start included; "CloudFormationValidate.validate" is the built-in validator checking the templates."""
+    found = json.loads(Path(os.environ["CDK_PERF_COUNTERS_FILE"]).read_text())["counters"]
+    return {
+        "validation plugins": found.get("validateTemplates", 0) / 1000,
+        "built-in validator checking templates": found.get("CloudFormationValidate.validate", 0) / 1000,
     }
 
 
@@ -113,27 +153,59 @@ NODE_PHASES = (
 )
 
 
-def node_phases(profile: Path) -> list[tuple[str, float]]:
-    """Seconds per NODE_PHASES entry (a function's samples counted once per stack) and the profile's total."""
+def stacks(profile: Path) -> list[tuple[list[dict[str, Any]], float]]:
+    """Each sampled stack of a V8 CPU profile (call frames, innermost first) with the seconds spent in it."""
     data = json.loads(profile.read_text())
     nodes = {n["id"]: n for n in data["nodes"]}
     parent = {child: n["id"] for n in data["nodes"] for child in n.get("children", [])}
     spent: dict[int, float] = defaultdict(float)
     for sample, delta in zip(data["samples"], data["timeDeltas"], strict=True):
         spent[sample] += delta / 1e6
-    totals: dict[str, float] = defaultdict(float)
+    out: list[tuple[list[dict[str, Any]], float]] = []
     for node_id, seconds in spent.items():
-        found: set[str] = set()
+        frames: list[dict[str, Any]] = []
         at: Optional[int] = node_id
         while at is not None:
-            frame = nodes[at]["callFrame"]
-            for label, function, filename in NODE_PHASES:
-                if frame["functionName"] == function and frame["url"].endswith(filename):
-                    found.add(label)
+            frames.append(nodes[at]["callFrame"])
             at = parent.get(at)
+        out.append((frames, seconds))
+    return out
+
+
+def node_phases(profile: Path) -> list[tuple[str, float]]:
+    """Seconds per NODE_PHASES entry (a function's samples counted once per stack) and the profile's total."""
+    totals: dict[str, float] = defaultdict(float)
+    sampled = stacks(profile)
+    for frames, seconds in sampled:
+        found = {
+            label
+            for frame in frames
+            for label, function, filename in NODE_PHASES
+            if frame["functionName"] == function and frame["url"].endswith(filename)
+        }
         for label in found:
             totals[label] += seconds
-    return [("total", sum(spent.values())), *((label, totals[label]) for label, _, _ in NODE_PHASES)]
+    return [("total", sum(s for _, s in sampled)), *((label, totals[label]) for label, _, _ in NODE_PHASES)]
+
+
+PACKAGE = re.compile(r"node_modules/((?:@[^/]+/)?[^/]+)(?:/([^/]+))?")
+
+
+def loading_by_package(profile: Path, top: int = 5) -> list[tuple[str, float]]:
+    """Module loading time by the package of the module being loaded (aws-cdk-lib by its submodule), largest first:
+    a sample under ``Module._load`` counts for the innermost module body on its stack."""
+    totals: dict[str, float] = defaultdict(float)
+    for frames, seconds in stacks(profile):
+        if not any(f["functionName"] == "Module._load" for f in frames):
+            continue
+        url = next((f["url"] for f in frames if f["functionName"] == "" and f["url"].endswith(".js")), "")
+        m = PACKAGE.search(url)
+        if m is None:
+            package = "the jsii kernel itself" if url.endswith("program.js") else "other"
+        else:
+            package = m.group(1) + (f"/{m.group(2)}" if m.group(1) == "aws-cdk-lib" and m.group(2) else "")
+        totals[package] += seconds
+    return sorted(totals.items(), key=lambda kv: -kv[1])[:top]
 
 
 def is_ours(filename: str) -> bool:
@@ -145,50 +217,67 @@ def is_ours(filename: str) -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--teams", type=int, default=10)
+    p.add_argument("--trivial", action="store_true", help="also time item 1's trivial app; print ours - trivial")
     p.add_argument("--node-profile", action="store_true", help="profile the jsii kernel (validation on) with V8")
+    p.add_argument("--node", default="node", help="the Node.js binary the jsii kernel runs on (JSII_NODE)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(phases(Path(args.child))))
+        print(json.dumps(trivial_phases() if args.child == "trivial" else phases(Path(args.child))))
         return 0
+    node = shutil.which(args.node)
+    if node is None:
+        raise SystemExit(f"synth_phases: --node: no Node.js binary {args.node!r}; give its path")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()  # noqa: S603
     # A threshold of 0 ms per stack makes aws-cdk-lib write its performance counters on every synth.
     context = {**json.loads((REPO / "cdk.json").read_text()).get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
     flags = app_interpreter()[1:]  # the interpreter flags cdk.json runs the app with ("-O")
     with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
         teams_dir = write_teams(Path(tmp) / "teams", args.teams)
+        apps = {f"{args.teams} teams": str(teams_dir), **({"trivial app": "trivial"} if args.trivial else {})}
         for validation in ("true", "false"):
-            env = dict(
-                os.environ,
-                CDK_VALIDATION=validation,
-                CDK_OUTDIR=str(Path(tmp) / f"out-{validation}"),
-                CDK_PERF_COUNTERS_FILE=str(Path(tmp) / f"counters-{validation}.json"),
-                CDK_CONTEXT_JSON=json.dumps(context),
-                PYTHONPATH=str(REPO),
-                JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
-                JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1",
-            )
-            profiles = Path(tmp) / f"node-profile-{validation}"
-            if args.node_profile and validation == "true":
-                wrapper = Path(tmp) / "node-with-cpu-profile"  # the jsii runtime starts "$JSII_NODE <script>"
-                wrapper.write_text(f'#!/bin/sh\nexec node --cpu-prof --cpu-prof-dir="{profiles}" "$@"\n')
-                wrapper.chmod(0o755)
-                env["JSII_NODE"] = str(wrapper)
-            out = subprocess.run(  # noqa: S603 - our argv
-                [sys.executable, *flags, "-m", "benchmarks.synth_phases", "--child", str(teams_dir)],
-                cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
-            ).stdout  # fmt: skip
-            result = json.loads(out.strip().splitlines()[-1])
-            trips = result.pop("jsii round trips in construction")
-            slowest = result.pop("slowest aws-cdk-lib classes")
-            lines = result.pop("lines with the most round trips")
-            line = ", ".join(f"{k} {v:.2f} s" for k, v in result.items())
-            print(f"{args.teams} teams, CDK_VALIDATION={validation}: {line}; construction: {trips} jsii round trips")
-            print(f"  slowest aws-cdk-lib classes to create (nested creations included): {slowest}")
-            print(f"  lines of our code with the most round trips: {lines}")
-            if profiles.is_dir():  # the kernel is the process with the largest profile (its launcher is tiny)
-                kernel = max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size)
-                spent = ", ".join(f"{label} {seconds:.2f} s" for label, seconds in node_phases(kernel))
-                print(f"  jsii kernel (V8 CPU profile, inclusive times that overlap): {spent}")
+            results = {}
+            for name, child in apps.items():
+                work = Path(tmp) / f"{name.replace(' ', '-')}-{validation}"
+                env = dict(
+                    os.environ,
+                    CDK_VALIDATION=validation,
+                    CDK_OUTDIR=str(work / "out"),
+                    CDK_PERF_COUNTERS_FILE=str(work / "counters.json"),
+                    CDK_CONTEXT_JSON=json.dumps(context),
+                    PYTHONPATH=str(REPO),
+                    JSII_NODE=node,
+                    JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+                    JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1",
+                )
+                profiles = work / "node-profile"
+                if args.node_profile and validation == "true":
+                    wrapper = work / "node-with-cpu-profile"  # the jsii runtime starts "$JSII_NODE <script>"
+                    wrapper.parent.mkdir(parents=True, exist_ok=True)
+                    wrapper.write_text(f'#!/bin/sh\nexec "{node}" --cpu-prof --cpu-prof-dir="{profiles}" "$@"\n')
+                    wrapper.chmod(0o755)
+                    env["JSII_NODE"] = str(wrapper)
+                out = subprocess.run(  # noqa: S603 - our argv
+                    [sys.executable, *flags, "-m", "benchmarks.synth_phases", "--child", child],
+                    cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
+                ).stdout  # fmt: skip
+                result = json.loads(out.strip().splitlines()[-1])
+                details = {k: result.pop(k) for k in DETAILS if k in result}
+                results[name] = result
+                line = ", ".join(f"{k} {v:.2f} s" for k, v in result.items())
+                print(f"{name}, CDK_VALIDATION={validation}, node {version}: {line}")
+                for k, v in details.items():
+                    print(f"  {k}: {v}")
+                if profiles.is_dir():  # the kernel is the process with the largest profile (its launcher is tiny)
+                    kernel = max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size)
+                    spent = ", ".join(f"{label} {seconds:.2f} s" for label, seconds in node_phases(kernel))
+                    print(f"  jsii kernel (V8 CPU profile, inclusive times that overlap): {spent}")
+                    loading = ", ".join(f"{package} {seconds:.2f} s" for package, seconds in loading_by_package(kernel))
+                    print(f"  jsii kernel, loading modules, by package: {loading}")
+            if args.trivial:
+                ours, trivial = results[f"{args.teams} teams"], results["trivial app"]
+                diff = ", ".join(f"{k} {ours[k] - trivial[k]:+.2f} s" for k in ours)
+                print(f"  {args.teams} teams - trivial app, CDK_VALIDATION={validation}: {diff}")
     return 0
 
 
