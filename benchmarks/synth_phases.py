@@ -153,7 +153,10 @@ NODE_PHASES = (
 )
 
 
-def stacks(profile: Path) -> list[tuple[list[dict[str, Any]], float]]:
+Stacks = list[tuple[list[dict[str, Any]], float]]  # sampled call stacks (frames innermost first), seconds in each
+
+
+def stacks(profile: Path) -> Stacks:
     """Each sampled stack of a V8 CPU profile (call frames, innermost first) with the seconds spent in it."""
     data = json.loads(profile.read_text())
     nodes = {n["id"]: n for n in data["nodes"]}
@@ -161,7 +164,7 @@ def stacks(profile: Path) -> list[tuple[list[dict[str, Any]], float]]:
     spent: dict[int, float] = defaultdict(float)
     for sample, delta in zip(data["samples"], data["timeDeltas"], strict=True):
         spent[sample] += delta / 1e6
-    out: list[tuple[list[dict[str, Any]], float]] = []
+    out: Stacks = []
     for node_id, seconds in spent.items():
         frames: list[dict[str, Any]] = []
         at: Optional[int] = node_id
@@ -172,10 +175,9 @@ def stacks(profile: Path) -> list[tuple[list[dict[str, Any]], float]]:
     return out
 
 
-def node_phases(profile: Path) -> list[tuple[str, float]]:
+def node_phases(sampled: Stacks) -> list[tuple[str, float]]:
     """Seconds per NODE_PHASES entry (a function's samples counted once per stack) and the profile's total."""
     totals: dict[str, float] = defaultdict(float)
-    sampled = stacks(profile)
     for frames, seconds in sampled:
         found = {
             label
@@ -191,11 +193,11 @@ def node_phases(profile: Path) -> list[tuple[str, float]]:
 PACKAGE = re.compile(r"node_modules/((?:@[^/]+/)?[^/]+)(?:/([^/]+))?")
 
 
-def loading_by_package(profile: Path, top: int = 5) -> list[tuple[str, float]]:
+def loading_by_package(sampled: Stacks, top: int = 5) -> list[tuple[str, float]]:
     """Module loading time by the package of the module being loaded (aws-cdk-lib by its submodule), largest first:
     a sample under ``Module._load`` counts for the innermost module body on its stack."""
     totals: dict[str, float] = defaultdict(float)
-    for frames, seconds in stacks(profile):
+    for frames, seconds in sampled:
         if not any(f["functionName"] == "Module._load" for f in frames):
             continue
         url = next((f["url"] for f in frames if f["functionName"] == "" and f["url"].endswith(".js")), "")
@@ -269,7 +271,7 @@ def main() -> int:
                 for k, v in details.items():
                     print(f"  {k}: {v}")
                 if profiles.is_dir():  # the kernel is the process with the largest profile (its launcher is tiny)
-                    kernel = max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size)
+                    kernel = stacks(max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size))
                     spent = ", ".join(f"{label} {seconds:.2f} s" for label, seconds in node_phases(kernel))
                     print(f"  jsii kernel (V8 CPU profile, inclusive times that overlap): {spent}")
                     loading = ", ".join(f"{package} {seconds:.2f} s" for package, seconds in loading_by_package(kernel))

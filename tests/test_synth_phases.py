@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.synth_phases import loading_by_package, node_phases
+from benchmarks.synth_phases import loading_by_package, node_phases, stacks
 
 KERNEL = "file:///tmp/jsii-runtime/lib/program.js"
 NAG = "file:///tmp/jsii-kernel-x/node_modules/cdk-nag/lib/index.js"
@@ -48,13 +48,13 @@ def profile(tmp_path: Path) -> Path:
 
 
 def test_module_loading_counts_for_the_innermost_module_being_loaded(profile: Path) -> None:
-    got = dict(loading_by_package(profile))
+    got = dict(loading_by_package(stacks(profile)))
     assert got == pytest.approx({"aws-cdk-lib/aws-glue": 0.3, "cdk-nag": 0.2, "the jsii kernel itself": 0.1})
-    assert [package for package, _ in loading_by_package(profile, top=1)] == ["aws-cdk-lib/aws-glue"]
+    assert [package for package, _ in loading_by_package(stacks(profile), top=1)] == ["aws-cdk-lib/aws-glue"]
 
 
 def test_phases_count_a_sample_once_per_phase_on_its_stack(profile: Path) -> None:
-    got = dict(node_phases(profile))
+    got = dict(node_phases(stacks(profile)))
     assert got["total"] == pytest.approx(1.1)
     assert got["loading aws-cdk-lib modules"] == pytest.approx(0.6)  # nested Module._load frames counted once
     assert got["waiting for Python (our code, jsii marshalling)"] == pytest.approx(0.5)
