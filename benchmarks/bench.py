@@ -44,6 +44,7 @@ from boto3.s3.transfer import TransferConfig
 
 from benchmarks import fast_ranges, notice
 from benchmarks.cost_model import ADVISOR_BUCKETS, expected_job_cost
+from emulator.deploy import JSII_QUIET
 
 REPO = Path(__file__).resolve().parent.parent
 BOOTSTRAP = REPO / "bootstrap_scripts"
@@ -114,8 +115,7 @@ def write_teams(directory: Path, count: int) -> Path:
 
 
 def bench_synth(work: Path, reps: int) -> list[str]:
-    env = dict(os.environ, JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1", CDK_DISABLE_VERSION_CHECK="1")
-    env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
+    env = dict(os.environ, **JSII_QUIET, CDK_DISABLE_VERSION_CHECK="1")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     dirs = {count: write_teams(work / f"teams-{count}", count) for count in (1, 10)}
     trivial = work / "trivial"

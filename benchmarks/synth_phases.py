@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Any, Optional
 
 from benchmarks.bench import REPO, TRIVIAL_APP, app_interpreter, write_teams
+from emulator.deploy import JSII_QUIET
 
 SLOW_SYNTH_THRESHOLD = "@aws-cdk/core.slowSynthThreshold"
 # what phases() reports besides seconds, printed on lines of their own
@@ -249,8 +250,7 @@ def main() -> int:
                     CDK_CONTEXT_JSON=json.dumps(context),
                     PYTHONPATH=str(REPO),
                     JSII_NODE=node,
-                    JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
-                    JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1",
+                    **JSII_QUIET,
                 )
                 profiles = work / "node-profile"
                 if args.node_profile and validation == "true":

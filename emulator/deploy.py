@@ -34,6 +34,11 @@ from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 
 UNSUPPORTED_PROPERTY = "EMULATOR-UNSUPPORTED-PROPERTY"  # emulator.cfn_compat logs it (that module needs moto)
 
+# jsii's warnings about this machine's Node.js 20 (the Makefile sets the same), for child processes that run the app
+JSII_QUIET = {
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+}
 BOOTSTRAP_TIMEOUT_S = 300.0
 DEPLOY_TIMEOUT_S = 900.0
 _UNSUPPORTED = re.compile(r"No Moto CloudFormation support for (\S+)")
@@ -46,8 +51,7 @@ def cdk_env(cloud: EmulatedCloud) -> dict[str, str]:
     env.update(
         {
             "PATH": os.pathsep.join([venv_bin, str(REPO_ROOT / "node_modules" / ".bin"), env.get("PATH", "")]),
-            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-            "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+            **JSII_QUIET,
             "CDK_DISABLE_VERSION_CHECK": "1",
             "CDK_DISABLE_CLI_TELEMETRY": "true",
             "FORCE_COLOR": "0",
