@@ -15,7 +15,9 @@ S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
                                          written last (size, sha256 and the sha256 of every part of every file).
                                          No manifest: it does not exist.
   nodes/<instance-id>/done               a node finished (barrier before the job's DONE)
-  nodes/<instance-id>/leaving            a node got a notice and will not join another rendezvous
+  nodes/<instance-id>/leaving            a node got a notice and will not join another rendezvous; "trainer": false
+                                         if it came before its trainer started (no trainer of its stops the peers':
+                                         they restart without it as soon as it leaves the group)
   nodes/<instance-id>/synced             a node's final checkpoint sync of a training attempt is over (nodes leaving on
                                          a notice or a stop wait for their peers' before they go)
   nodes/<instance-id>/save-request       a node got a rebalance recommendation; every agent asks its trainer for a
@@ -162,6 +164,10 @@ SPEC_KEYS = {
     "rendezvous_port",
     "warm_pool",
 }
+
+
+class LeavingBeforeTraining(Exception):
+    """A spot notice (or the agent's own SIGTERM) before this attempt's trainer started: leave, do not join."""
 
 
 class AgentError(Exception):
@@ -1059,6 +1065,7 @@ class Agent:
     def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
         deadline = time.monotonic() + self.join_timeout_s
         while True:
+            self.check_notice("peer discovery")
             peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
             address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
@@ -1191,8 +1198,8 @@ class Agent:
                 except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
                     self.log(f"job poll failed: {exc}")
                 if peer_lost:
-                    self.log(f"peer {peer_lost} left the group without a notice: restarting with the current peers")
-                    sigterm(f"peer {peer_lost} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
+                    self.log(f"peer {peer_lost}: restarting with the current peers")
+                    sigterm(f"peer {peer_lost.split()[0]} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
                     break
                 woken.wait(self.poll_s)
             if stopped_by:
@@ -1222,10 +1229,45 @@ class Agent:
         here must not cost the emergency checkpoint, which is already being written."""
         try:
             if not self.stop_requested:
-                self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice})
+                self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice, "trainer": True})
             self.notice_newest = syncer.store.newest_complete()
         except (ClientError, BotoCoreError) as exc:
             self.log(f"could not announce leaving or list checkpoints: {exc}; the trainer stops anyway")
+
+    def check_notice(self, during: str) -> None:
+        """Before the trainer runs: a spot notice (or the agent's SIGTERM) raises ``LeavingBeforeTraining``. A node
+        that restores or looks for peers while it is being reclaimed must not join a rendezvous it cannot finish."""
+        if self.stop_signal.is_set():
+            raise LeavingBeforeTraining(f"agent received SIGTERM during {during}")
+        try:
+            action = self.imds.get("spot/instance-action")
+        except (OSError, urllib.error.URLError) as exc:
+            self.log(f"IMDS poll failed: {exc}")
+            return
+        if action:
+            raise LeavingBeforeTraining(f"spot interruption notice {action.strip()} during {during}")
+
+    def leave_before_training(self, job: Job, group: str, store: CheckpointStore, why: str) -> int:
+        """Announce the leave (``trainer: false``: peers that count on this node restart without it), make an
+        earlier attempt's checkpoint durable if this node still holds one, hand the instance back."""
+        self.log(f"{why}: leaving before the trainer starts")
+        self.notice_at = time.monotonic()
+        try:
+            self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": why, "trainer": False})
+            self.notice_newest = store.newest_complete()
+        except (ClientError, BotoCoreError) as exc:
+            self.log(f"could not announce leaving or list checkpoints: {exc}")
+        if self.syncer is not None:
+            self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
+        self.hand_back(group)
+        return 0
+
+    def hand_back(self, group: str) -> None:
+        """Free the warm volume, flush the logs and leave the group: the group launches a replacement now."""
+        self.release_warm_volume()
+        if self.log.shipper is not None:
+            self.log.shipper.flush()
+        self.leave_group(group)
 
     def request_checkpoint(self, job: Job) -> None:
         """Ask the trainer for a checkpoint now (``.spot-training/save-request``, read by rank 0's helper)."""
@@ -1253,8 +1295,10 @@ class Agent:
         self.save_requests_seen = found
 
     def lost_peer(self, job: Job) -> Optional[str]:
-        """A peer of the running trainer that left the group without announcing it (no notice: a hard
-        termination), or None. Its trainer cannot come back; ours would wait for it until a timeout."""
+        """A peer of the running trainer that left the group and will not stop ours by leaving, described, or None:
+        one that left without announcing it (no notice: a hard termination), or one that announced it left before
+        its trainer started (a notice while it restored or looked for peers). Ours would wait for it at the
+        rendezvous or in a collective until a timeout."""
         groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
         in_service = {i["InstanceId"] for g in groups for i in g["Instances"] if i.get("LifecycleState") == "InService"}
         gone = [i for i, _ in self.peers if i not in in_service and i != self.instance_id]
@@ -1262,14 +1306,21 @@ class Agent:
             return None
         leaving = self.leaving_nodes(job)
         unannounced = [i for i in gone if i not in leaving]
-        return unannounced[0] if unannounced else None
+        if unannounced:
+            return f"{unannounced[0]} left the group without a notice"
+        for peer in gone:  # announced; its trainer stops ours when it goes, unless it never ran
+            if (self.marker(job, f"nodes/{peer}/leaving") or {}).get("trainer") is False:
+                return f"{peer} left on a notice before its trainer started"
+        return None
 
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
+        self.check_notice("code download" if attempt == 0 else "restart")
         with Timed(self.log, "restore checkpoint"):
             os.makedirs(job.checkpoint_dir, exist_ok=True)
             restored = store.restore_newest(job.checkpoint_dir)
         local = local_steps(job.checkpoint_dir)
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
+        self.check_notice("checkpoint restore")
         syncer = Syncer(store, job, self.log, self.keep)
         self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
@@ -1294,6 +1345,7 @@ class Agent:
                 "SPOT_TRAINING_ATTEMPT": str(attempt),
             }
         )
+        self.check_notice("peer discovery")
         with Timed(self.log, f"training attempt {attempt}"):
             rc, interrupted = self.run_trainer(job, code_dir, cmd, env, syncer)
         with Timed(self.log, "final checkpoint sync"):
@@ -1445,16 +1497,22 @@ class Agent:
                 self.log(f"job {job.job_id} is already {name}; nothing to run")
                 self.scale_to_zero(group)
                 return EXIT_FAILED if name == "FAILED" else 0
-        self.claim_warm_volume(job)
-        os.makedirs(self.work_dir, exist_ok=True)
-        with Timed(self.log, "download code"):
-            code_dir = download_code(self.s3, job, self.work_dir)
         store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, self.log)
+        try:
+            self.check_notice("boot")
+            self.claim_warm_volume(job)
+            os.makedirs(self.work_dir, exist_ok=True)
+            with Timed(self.log, "download code"):
+                code_dir = download_code(self.s3, job, self.work_dir)
+        except LeavingBeforeTraining as exc:
+            return self.leave_before_training(job, group, store, str(exc))
         failures, attempt = 0, 0
         while True:
             before = store.newest_complete()
             try:
                 rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
+            except LeavingBeforeTraining as exc:
+                return self.leave_before_training(job, group, store, str(exc))
             except AgentError as exc:
                 if str(exc).startswith("no readable checkpoint"):
                     self.fail(job, group, str(exc))
@@ -1472,10 +1530,7 @@ class Agent:
             if interrupted:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
-                self.release_warm_volume()
-                if self.log.shipper is not None:
-                    self.log.shipper.flush()
-                self.leave_group(group)
+                self.hand_back(group)
                 return 0
             self.wait_for_leaving_peers(job)
             after = store.newest_complete()

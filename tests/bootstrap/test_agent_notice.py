@@ -20,7 +20,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.retries.standard import ExponentialBackoff
 
-from .conftest import REGION, TEAM, Cluster
+from .conftest import REGION, TEAM, Cluster, address_map
 
 NOTICE = '{"action": "terminate", "time": "2026-11-23T18:00:00Z"}'
 # Writes "<out>.ready" once it handles SIGTERM; on SIGTERM writes "saved" to <out> and exits 143; by itself exits 0
@@ -247,3 +247,49 @@ class SlowDownBody:
 
     def stream(self, **_: Any) -> Any:
         yield b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+
+
+def test_a_notice_while_looking_for_peers_hands_the_instance_back_without_training(
+    make_cluster: Any, make_nodes: Any
+) -> None:
+    """Real user data: a node that gets its notice before its trainer runs (here while it waits for a peer that has
+    not booted) announces it leaves before training and hands the instance back, instead of joining a rendezvous
+    it cannot finish and holding the instance until the reclaim."""
+    cluster = make_cluster(nodes=2, interruption_grace_s=30)
+    cluster.submit("job-p", {"train.py": "raise SystemExit('the trainer must not run')"}, "python train.py")
+    first, second = make_nodes(cluster)
+    first.start(address_map([first]))  # the second instance never boots: its address is never mapped
+    waiting = f"peer(s) {second.instance_id} not in the peer address map yet; waiting"
+    for line in first.lines(timeout=60):
+        if waiting in line:
+            first.imds.interrupt()
+            break
+    assert first.wait(timeout=60) == 0, first.text
+    assert "during peer discovery: leaving before the trainer starts" in first.text
+    assert "spot interruption notice" in first.text
+    assert "running:" not in first.text  # torchrun never started
+    marker = cluster.marker("job-p", f"nodes/{first.instance_id}/leaving")
+    assert marker is not None and marker["trainer"] is False
+    assert f"left {cluster.group}" in first.text
+    assert first.instance_id not in [i for i, _ in cluster.instances()]  # handed back: the group replaces it
+    assert cluster.marker("job-p", "FAILED") is None
+
+
+@pytest.mark.parametrize(
+    ("leaving", "expected"),
+    [
+        (None, "{peer} left the group without a notice"),
+        ({"notice": NOTICE, "trainer": False}, "{peer} left on a notice before its trainer started"),
+        ({"notice": NOTICE, "trainer": True}, None),  # its trainer's exit stops ours; nothing to restart early
+    ],
+)
+def test_a_peer_that_left_before_its_trainer_ran_restarts_ours(
+    cluster: Cluster, leaving: Optional[dict[str, Any]], expected: Optional[str]
+) -> None:
+    (survivor, _), (peer, _) = cluster.instances()
+    agent, job, _ = restarting(cluster, survivor, started=time.time())
+    if leaving is not None:
+        agent.put_marker(job, f"nodes/{peer}/leaving", leaving)
+    assert agent.lost_peer(job) is None  # still in the group
+    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=peer, ShouldDecrementDesiredCapacity=True)
+    assert agent.lost_peer(job) == (expected.format(peer=peer) if expected else None)

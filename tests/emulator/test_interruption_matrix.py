@@ -4,10 +4,10 @@ through each kind of interruption, every fact read back from S3, CloudWatch Logs
 (a) a notice and (g) the rendezvous host interrupted are in ``test_e2e.py``. Here, on one deployed TrainingStack:
 (b) rebalance recommendation then notice, (c) hard termination with no notice, (d) a notice while a checkpoint
 upload is in flight, (e) a node powered off while it restores, (f) both nodes interrupted at once, (h) three
-interruptions in one job. For each: the job ends DONE with the group at 0 and nothing of it left running; a
-thread checks the bucket all along that no manifest ever points at a missing or corrupt object; with a notice no
-step is redone, without one (c, e) at most one checkpoint interval (in steps, from the checkpoints the job wrote,
-S3 versions; (c) twice: right after a checkpoint became durable, and mid-upload with
+interruptions in one job, (i) a notice to a node while it restores. For each: the job ends DONE with the group at 0
+and nothing of it left running; a thread checks the bucket all along that no manifest ever points at a missing or
+corrupt object; with a notice no step is redone, without one (c, e) at most one checkpoint interval (in steps, from
+the checkpoints the job wrote, S3 versions; (c) twice: right after a checkpoint became durable, and mid-upload with
 ``checkpoint_wait_for_upload``, where exactly the one interval is lost); the final weights equal an
 uninterrupted run's bit for bit (with and without a notice: resuming from any checkpoint replays exactly).
 """
@@ -490,4 +490,45 @@ def test_h_three_interruptions_in_one_job(cloud: EmulatedCloud, reference: Any) 
     stopped = [int(m.group(1)) for _, m in case.lines(_INTERRUPTED)]
     assert len(set(stopped)) == 3 and max(stopped) < case.summary.steps_trained  # three saves mid-training
     assert len({r.resumed_from for r in case.summary.restarts}) >= 3
+    assert_nothing_redone(case)
+
+
+def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) -> None:
+    """After a notice, the replacement gets a notice of its own while it restores (restores held back by
+    SPOT_TRAINING_TEST_RESTORE_DELAY_S): it leaves before its trainer starts instead of joining the rendezvous, the
+    survivor (which may already wait for it there) restarts without it, a second replacement restores; nothing is
+    redone."""
+    facts: dict[str, Any] = {}
+    restoring = re.compile(r"restoring checkpoint (\d+) from s3://")
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(0)
+        notice = run.interrupt(run.running()[-1])
+        replacement = run.wait_for_replacement(notice)
+
+        def is_restoring() -> bool:
+            return any(
+                stream.endswith("/" + replacement.instance_id) and restoring.search(msg)
+                for _, stream, msg in run.log_events()
+            )
+
+        run.wait_for(is_restoring, f"{replacement.instance_id} to restore")
+        second = run.interrupt(replacement.instance_id)
+        run.wait_for_replacement(second)
+        facts.update(second=second)
+
+    case = run_case(cloud, "i-restore-notice", scenario, node_env={"SPOT_TRAINING_TEST_RESTORE_DELAY_S": "6"})
+    assert_done_and_clean(cloud, case, reference)
+    leaver = facts["second"].instance_id
+    assert [e.kind for e in case.summary.events] == ["notice", "notice"]
+    assert case.lines(re.compile(r"during checkpoint restore: leaving before the trainer starts"), leaver)
+    assert not case.lines(re.compile(r"running: "), leaver)  # it never launched torchrun
+    assert (jobs.marker(cloud.client, case.ref, case.job_id, f"nodes/{leaver}/leaving") or {}).get("trainer") is False
+    assert case.lines(re.compile(r"left \S+: the group launches a replacement"), leaver)
+    # A trainer launched with the leaver among its peers (usually: the survivor restores faster) restarted when the
+    # leaver went, instead of waiting for it at the rendezvous until the join timeout.
+    counted_on_it = [m for _, m in case.lines(re.compile(r"peers: (.*); rendezvous host")) if leaver in m.group(1)]
+    restarted = case.lines(re.compile(rf"peer {leaver} left on a notice before its trainer started: restarting"))
+    assert len(restarted) == len(counted_on_it)
+    assert len(case.summary.nodes) == 4  # 2 + the replacement that left + its replacement
     assert_nothing_redone(case)
