@@ -1314,7 +1314,7 @@ class Agent:
         return None
 
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
-        self.check_notice("code download" if attempt == 0 else "restart")
+        self.check_notice("code download" if attempt == 0 else "a restart")
         with Timed(self.log, "restore checkpoint"):
             os.makedirs(job.checkpoint_dir, exist_ok=True)
             restored = store.restore_newest(job.checkpoint_dir)
@@ -1393,6 +1393,7 @@ class Agent:
         deadline = time.monotonic() + job.grace_s
         waited: List[str] = []
         while True:
+            self.check_notice("a restart")
             waiting: Optional[List[str]] = None
             try:
                 leaving = self.leaving_nodes(job)
@@ -1504,15 +1505,17 @@ class Agent:
             os.makedirs(self.work_dir, exist_ok=True)
             with Timed(self.log, "download code"):
                 code_dir = download_code(self.s3, job, self.work_dir)
+            return self.attempts(job, group, code_dir, store)
         except LeavingBeforeTraining as exc:
             return self.leave_before_training(job, group, store, str(exc))
+
+    def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
+        """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
         failures, attempt = 0, 0
         while True:
             before = store.newest_complete()
             try:
                 rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
-            except LeavingBeforeTraining as exc:
-                return self.leave_before_training(job, group, store, str(exc))
             except AgentError as exc:
                 if str(exc).startswith("no readable checkpoint"):
                     self.fail(job, group, str(exc))

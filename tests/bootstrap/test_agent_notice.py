@@ -72,6 +72,7 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
         )
     )
     agent.log = lines.append
+    agent.imds = Imds()  # no notice; never the real metadata address
     agent.poll_s = 0.05
     agent.group = cluster.group
     return agent, node_agent.load_job(agent.ssm, cluster.spec_parameter), lines
@@ -293,3 +294,14 @@ def test_a_peer_that_left_before_its_trainer_ran_restarts_ours(
     assert agent.lost_peer(job) is None  # still in the group
     agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=peer, ShouldDecrementDesiredCapacity=True)
     assert agent.lost_peer(job) == (expected.format(peer=peer) if expected else None)
+
+
+def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluster) -> None:
+    """A restart waits up to the grace for a leaving peer's final sync; a notice to this node meanwhile ends the
+    wait at once (the node leaves before training), instead of after the grace, most of its own two minutes."""
+    (survivor, _), (leaver, _) = cluster.instances()
+    agent, job, _ = restarting(cluster, survivor, started=time.time() - 1)
+    agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
+    agent.imds = Imds(NOTICE)
+    with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart"):
+        agent.wait_for_leaving_peers(job)
