@@ -996,7 +996,7 @@ class Agent:
                 InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=False
             )
             self.log(f"left {group}: the group launches a replacement")
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             self.log(f"could not leave {group} ({exc}); the instance goes when EC2 reclaims it")
 
     def scale_to_zero(self, group: str) -> None:
@@ -1247,20 +1247,36 @@ class Agent:
         if action:
             raise LeavingBeforeTraining(f"spot interruption notice {action.strip()} during {during}")
 
-    def leave_before_training(self, job: Job, group: str, store: CheckpointStore, why: str) -> int:
-        """Announce the leave (``trainer: false``: peers that count on this node restart without it), make an
-        earlier attempt's checkpoint durable if this node still holds one, hand the instance back."""
+    def leave_before_training(self, job: Job, group: str, why: str) -> int:
+        """Announce the leave (``trainer: false``: peers that count on this node restart without it), make what an
+        earlier attempt of this node saved durable (at most the grace), hand the instance back. Not the peers'
+        final syncs: no trainer ran here since, so nothing of theirs waits on this node."""
         self.log(f"{why}: leaving before the trainer starts")
-        self.notice_at = time.monotonic()
+        deadline = time.monotonic() + job.grace_s
         try:
             self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": why, "trainer": False})
-            self.notice_newest = store.newest_complete()
         except (ClientError, BotoCoreError) as exc:
-            self.log(f"could not announce leaving or list checkpoints: {exc}")
-        if self.syncer is not None:
-            self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
+            self.log(f"could not announce leaving: {exc}")
+        try:
+            own = self.own_pending()
+            while own is not None and time.monotonic() < deadline:
+                time.sleep(min(self.poll_s, 1.0))
+                own = self.own_pending()
+            if own is not None:
+                self.log(f"{own} not durable in S3 within the grace; the last durable one stays")
+        except (OSError, ClientError, BotoCoreError) as exc:
+            self.log(f"could not make this node's last checkpoint durable: {exc}")
         self.hand_back(group)
         return 0
+
+    def own_pending(self) -> Optional[str]:
+        """What this node's checkpoint directory holds that is not durable in S3 after one more sync (the final sync
+        of the last attempt may have failed), described, or None."""
+        own = self.syncer.pending() if self.syncer is not None else None
+        if own is not None and self.syncer is not None:
+            self.syncer.sync(final=True)
+            own = self.syncer.pending()
+        return own
 
     def hand_back(self, group: str) -> None:
         """Free the warm volume, flush the logs and leave the group: the group launches a replacement now."""
@@ -1367,10 +1383,7 @@ class Agent:
         ever comes."""
         waiting: List[str] = []
         while True:
-            own = self.syncer.pending() if self.syncer is not None else None
-            if own is not None and self.syncer is not None:
-                self.syncer.sync(final=True)  # retry: the final sync may have failed
-                own = self.syncer.pending()
+            own = self.own_pending()
             waiting = [] if own is not None else self.unsynced_peers(job)
             if own is None and not waiting:
                 newest = store.newest_complete()
@@ -1507,7 +1520,7 @@ class Agent:
                 code_dir = download_code(self.s3, job, self.work_dir)
             return self.attempts(job, group, code_dir, store)
         except LeavingBeforeTraining as exc:
-            return self.leave_before_training(job, group, store, str(exc))
+            return self.leave_before_training(job, group, str(exc))
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
@@ -1531,7 +1544,10 @@ class Agent:
             if rc != 0 and self.marker(job, "STOP") is not None:  # a peer's trainer stopped ours collectively
                 return self.stopped(job, group, store)
             if interrupted:
-                self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
+                try:
+                    self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
+                except (OSError, ClientError, BotoCoreError) as exc:  # the instance goes back to the group anyway
+                    self.log(f"could not check that the emergency checkpoint is durable: {exc}")
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
                 self.hand_back(group)
                 return 0

@@ -49,6 +49,17 @@ class Imds:
         return self.action
 
 
+class Lines(list[str]):
+    """The agent's log (``node_agent.Log``) as a list of its lines: no CloudWatch shipping."""
+
+    shipper = None
+
+    def __call__(self, message: str) -> None:
+        self.append(message)
+
+    raw = __call__
+
+
 class NoSync:
     """The checkpoint sync thread's target: nothing to upload here."""
 
@@ -62,7 +73,7 @@ class NoSync:
 def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any, Any, list[str]]:
     """The agent of ``instance_id`` (default: the cluster's first instance), its job, and the lines it logs."""
     instance_id = instance_id or cluster.instances()[0][0]
-    lines: list[str] = []
+    lines = Lines()
     agent = node_agent.Agent(
         node_agent.parse_args(
             [
@@ -71,7 +82,7 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
             ]
         )
     )
-    agent.log = lines.append
+    agent.log = lines
     agent.imds = Imds()  # no notice; never the real metadata address
     agent.poll_s = 0.05
     agent.group = cluster.group
@@ -296,12 +307,56 @@ def test_a_peer_that_left_before_its_trainer_ran_restarts_ours(
     assert agent.lost_peer(job) == (expected.format(peer=peer) if expected else None)
 
 
-def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluster) -> None:
+def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluster, tmp_path: Path) -> None:
     """A restart waits up to the grace for a leaving peer's final sync; a notice to this node meanwhile ends the
-    wait at once (the node leaves before training), instead of after the grace, most of its own two minutes."""
+    wait, and the node leaves without waiting for that peer at all (no trainer ran here since: nothing of the
+    peer's waits on this node), instead of spending the grace, most of its own two minutes, on it."""
     (survivor, _), (leaver, _) = cluster.instances()
-    agent, job, _ = restarting(cluster, survivor, started=time.time() - 1)
+    agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)  # an earlier attempt's
     agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
     agent.imds = Imds(NOTICE)
-    with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart"):
+    with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart") as e:
         agent.wait_for_leaving_peers(job)
+    assert agent.leave_before_training(job, cluster.group, str(e.value)) == 0
+    assert not [line for line in lines if "within the grace" in line], lines  # the bug waited 30 s and said so
+    assert f"left {cluster.group}: the group launches a replacement" in lines
+    assert survivor not in [i for i, _ in cluster.instances()]
+
+
+def test_leaving_before_training_makes_the_nodes_own_unsynced_checkpoint_durable_first(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """An earlier attempt's checkpoint still only on this node's disk (its final sync failed) goes to S3 before the
+    node hands its instance back: nothing is lost."""
+    agent, job, lines = agent_for(cluster)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "7").mkdir(parents=True)
+    (tmp_path / "ckpt" / "7" / "state.pt").write_bytes(b"weights")
+    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
+    assert cluster.manifests(job.job_id) == []
+    assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
+    assert cluster.manifests(job.job_id) == [7]
+    marker = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving")
+    assert marker is not None and marker["trainer"] is False
+    assert lines[-1] == f"left {cluster.group}: the group launches a replacement"
+
+
+def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, job, lines = agent_for(cluster)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "7").mkdir(parents=True)
+    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
+    monkeypatch.setattr(agent.syncer.store, "newest_complete", raising("ListObjectsV2"))
+    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
+    assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
+    assert any(line.startswith("could not announce leaving:") and "SlowDown" in line for line in lines), lines
+    assert any("could not make this node's last checkpoint durable" in line for line in lines), lines
+    assert agent.instance_id not in [i for i, _ in cluster.instances()]
+
+
+def store_of(agent: Any, job: Any) -> Any:
+    return node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
