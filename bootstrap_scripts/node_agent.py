@@ -1156,16 +1156,9 @@ class Agent:
             """The spot notice and the agent's own SIGTERM, on their own thread: a slow S3 or Auto Scaling call in
             the loop below must not hold up the trainer's SIGTERM (the notice gives two minutes in all)."""
             while not stopped_by and proc.poll() is None:
-                if self.stop_signal.is_set():
-                    sigterm("agent received SIGTERM", job.grace_s)
-                    return
-                try:
-                    action = self.imds.get("spot/instance-action")
-                except (OSError, urllib.error.URLError) as exc:
-                    self.log(f"IMDS poll failed: {exc}")
-                    action = None
-                if action:
-                    sigterm(f"spot interruption notice {action.strip()}", job.grace_s)
+                why = self.notice()
+                if why:
+                    sigterm(why, job.grace_s)
                     return
                 self.stop_signal.wait(self.poll_s)
 
@@ -1180,7 +1173,7 @@ class Agent:
                 except (OSError, urllib.error.URLError) as exc:
                     self.log(f"IMDS poll failed: {exc}")
                     rebalance = None
-                peer_lost: Optional[str] = None
+                peer_lost: Optional[Tuple[str, str]] = None
                 try:
                     if self.marker(job, "STOP") is not None:
                         if sigterm("stop requested (trainctl stop)", job.grace_s):
@@ -1198,8 +1191,9 @@ class Agent:
                 except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
                     self.log(f"job poll failed: {exc}")
                 if peer_lost:
-                    self.log(f"peer {peer_lost}: restarting with the current peers")
-                    sigterm(f"peer {peer_lost.split()[0]} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
+                    peer, how = peer_lost
+                    self.log(f"peer {peer} {how}: restarting with the current peers")
+                    sigterm(f"peer {peer} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
                     break
                 woken.wait(self.poll_s)
             if stopped_by:
@@ -1234,18 +1228,23 @@ class Agent:
         except (ClientError, BotoCoreError) as exc:
             self.log(f"could not announce leaving or list checkpoints: {exc}; the trainer stops anyway")
 
-    def check_notice(self, during: str) -> None:
-        """Before the trainer runs: a spot notice (or the agent's SIGTERM) raises ``LeavingBeforeTraining``. A node
-        that restores or looks for peers while it is being reclaimed must not join a rendezvous it cannot finish."""
+    def notice(self) -> Optional[str]:
+        """The agent's own SIGTERM or the spot notice in IMDS, described, or None (also when IMDS does not answer)."""
         if self.stop_signal.is_set():
-            raise LeavingBeforeTraining(f"agent received SIGTERM during {during}")
+            return "agent received SIGTERM"
         try:
             action = self.imds.get("spot/instance-action")
         except (OSError, urllib.error.URLError) as exc:
             self.log(f"IMDS poll failed: {exc}")
-            return
-        if action:
-            raise LeavingBeforeTraining(f"spot interruption notice {action.strip()} during {during}")
+            return None
+        return f"spot interruption notice {action.strip()}" if action else None
+
+    def check_notice(self, during: str) -> None:
+        """Before the trainer runs: a spot notice (or the agent's SIGTERM) raises ``LeavingBeforeTraining``. A node
+        that restores or looks for peers while it is being reclaimed must not join a rendezvous it cannot finish."""
+        why = self.notice()
+        if why:
+            raise LeavingBeforeTraining(f"{why} during {during}")
 
     def leave_before_training(self, job: Job, group: str, why: str) -> int:
         """Announce the leave (``trainer: false``: peers that count on this node restart without it), make what an
@@ -1310,8 +1309,8 @@ class Agent:
                 self.request_checkpoint(job)
         self.save_requests_seen = found
 
-    def lost_peer(self, job: Job) -> Optional[str]:
-        """A peer of the running trainer that left the group and will not stop ours by leaving, described, or None:
+    def lost_peer(self, job: Job) -> Optional[Tuple[str, str]]:
+        """A peer of the running trainer that left the group and will not stop ours by leaving, (id, how), or None:
         one that left without announcing it (no notice: a hard termination), or one that announced it left before
         its trainer started (a notice while it restored or looked for peers). Ours would wait for it at the
         rendezvous or in a collective until a timeout."""
@@ -1323,10 +1322,10 @@ class Agent:
         leaving = self.leaving_nodes(job)
         unannounced = [i for i in gone if i not in leaving]
         if unannounced:
-            return f"{unannounced[0]} left the group without a notice"
+            return unannounced[0], "left the group without a notice"
         for peer in gone:  # announced; its trainer stops ours when it goes, unless it never ran
             if (self.marker(job, f"nodes/{peer}/leaving") or {}).get("trainer") is False:
-                return f"{peer} left on a notice before its trainer started"
+                return peer, "left on a notice before its trainer started"
         return None
 
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:

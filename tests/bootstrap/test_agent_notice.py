@@ -106,11 +106,14 @@ def raising(operation: str) -> Any:
     return call
 
 
+def store_of(agent: Any, job: Any) -> Any:
+    return node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
+
+
 def run(agent: Any, job: Any, tmp_path: Path, seconds: float) -> tuple[int, bool, Path]:
     saved = tmp_path / "saved"
-    store = node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
     cmd = [sys.executable, "-c", TRAINER, str(saved), str(seconds)]
-    rc, interrupted = agent.run_trainer(job, str(tmp_path), cmd, {}, NoSync(store))
+    rc, interrupted = agent.run_trainer(job, str(tmp_path), cmd, {}, NoSync(store_of(agent, job)))
     return rc, interrupted, saved
 
 
@@ -290,8 +293,8 @@ def test_a_notice_while_looking_for_peers_hands_the_instance_back_without_traini
 @pytest.mark.parametrize(
     ("leaving", "expected"),
     [
-        (None, "{peer} left the group without a notice"),
-        ({"notice": NOTICE, "trainer": False}, "{peer} left on a notice before its trainer started"),
+        (None, "left the group without a notice"),
+        ({"notice": NOTICE, "trainer": False}, "left on a notice before its trainer started"),
         ({"notice": NOTICE, "trainer": True}, None),  # its trainer's exit stops ours; nothing to restart early
     ],
 )
@@ -304,7 +307,7 @@ def test_a_peer_that_left_before_its_trainer_ran_restarts_ours(
         agent.put_marker(job, f"nodes/{peer}/leaving", leaving)
     assert agent.lost_peer(job) is None  # still in the group
     agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=peer, ShouldDecrementDesiredCapacity=True)
-    assert agent.lost_peer(job) == (expected.format(peer=peer) if expected else None)
+    assert agent.lost_peer(job) == ((peer, expected) if expected else None)
 
 
 def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluster, tmp_path: Path) -> None:
@@ -356,7 +359,3 @@ def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
     assert any(line.startswith("could not announce leaving:") and "SlowDown" in line for line in lines), lines
     assert any("could not make this node's last checkpoint durable" in line for line in lines), lines
     assert agent.instance_id not in [i for i, _ in cluster.instances()]
-
-
-def store_of(agent: Any, job: Any) -> Any:
-    return node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
