@@ -33,6 +33,7 @@ import torch
 from emulator import EmulatedCloud
 from emulator.demo import JobEvent, JobRun, Scenario, Summary, run_job
 from emulator.deploy import bootstrap, deploy
+from emulator.nodes import Node
 from tests.emulator.reference import reference_weights
 from trainctl import jobs
 
@@ -49,6 +50,7 @@ _RANK_STEP = re.compile(r"\bstep (\d+) epoch \d+ loss \S+ rank (\d+)")
 _RANK0_STEP = re.compile(r"\bstep \d+ epoch \d+ loss \S+ rank 0$")
 _DURABLE = re.compile(r"checkpoint (\d+) durable in s3://")
 _INTERRUPTED = re.compile(r"interrupted: checkpoint (\d+) saved")
+_RESTORING = re.compile(r"restoring checkpoint (\d+) from s3://")
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures
@@ -230,6 +232,22 @@ def run_case(cloud: EmulatedCloud, name: str, scenario: Scenario, **options: Any
     return Case(summary, ref, watch, log, manifest_steps(cloud, ref, summary.job_id))
 
 
+def replacement_restoring(run: JobRun) -> Node:
+    """Once a checkpoint is durable, a notice to one node; its replacement, once it logs that it restores (cases
+    that hold restores back with SPOT_TRAINING_TEST_RESTORE_DELAY_S act on it while it does)."""
+    run.wait_durable(0)
+    replacement = run.wait_for_replacement(run.interrupt(run.running()[-1]))
+
+    def is_restoring() -> bool:
+        return any(
+            stream.endswith("/" + replacement.instance_id) and _RESTORING.search(msg)
+            for _, stream, msg in run.log_events()
+        )
+
+    run.wait_for(is_restoring, f"{replacement.instance_id} to restore")
+    return replacement
+
+
 def rank0_node(run: JobRun) -> str:
     """The node running rank 0 now: its stream has the newest ``... rank 0`` step line (waits for one)."""
     return run.stream_of(_RANK0_STEP)
@@ -405,30 +423,19 @@ def test_e_power_off_while_a_node_restores(cloud: EmulatedCloud, reference: Any)
     """After a notice, the replacement loses power while it restores (restores held back by
     SPOT_TRAINING_TEST_RESTORE_DELAY_S); the survivor drops it, a second replacement restores; the job goes on."""
     facts: dict[str, Any] = {}
-    restoring = re.compile(r"restoring checkpoint (\d+) from s3://")
 
     def scenario(run: JobRun) -> None:
-        run.wait_durable(0)
-        notice = run.interrupt(run.running()[-1])
-        replacement = run.wait_for_replacement(notice)
-
-        def is_restoring() -> bool:
-            return any(
-                stream.endswith("/" + replacement.instance_id) and restoring.search(msg)
-                for _, stream, msg in run.log_events()
-            )
-
-        run.wait_for(is_restoring, f"{replacement.instance_id} to restore")
+        replacement = replacement_restoring(run)
         kill = run.power_off(replacement.instance_id)
         run.wait_for_replacement(kill)
-        facts.update(notice=notice, kill=kill)
+        facts.update(kill=kill)
 
     case = run_case(cloud, "e-restore", scenario, node_env={"SPOT_TRAINING_TEST_RESTORE_DELAY_S": "6"})
     assert_done_and_clean(cloud, case, reference)
     kill = facts["kill"]
     assert [e.kind for e in case.summary.events] == ["notice", "power-off"]
     # it was restoring: it started and never finished, never resumed, never trained
-    assert case.lines(restoring, kill.instance_id)
+    assert case.lines(_RESTORING, kill.instance_id)
     for unfinished in (r"step 'restore checkpoint' took", r"resume step:", r"running: "):
         assert not case.lines(re.compile(unfinished), kill.instance_id), unfinished
     assert "leaving" not in jobs.node_markers(cloud.client, case.ref, case.job_id).get(kill.instance_id, {})
@@ -499,20 +506,9 @@ def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) ->
     survivor (which may already wait for it there) restarts without it, a second replacement restores; nothing is
     redone."""
     facts: dict[str, Any] = {}
-    restoring = re.compile(r"restoring checkpoint (\d+) from s3://")
 
     def scenario(run: JobRun) -> None:
-        run.wait_durable(0)
-        notice = run.interrupt(run.running()[-1])
-        replacement = run.wait_for_replacement(notice)
-
-        def is_restoring() -> bool:
-            return any(
-                stream.endswith("/" + replacement.instance_id) and restoring.search(msg)
-                for _, stream, msg in run.log_events()
-            )
-
-        run.wait_for(is_restoring, f"{replacement.instance_id} to restore")
+        replacement = replacement_restoring(run)
         second = run.interrupt(replacement.instance_id)
         run.wait_for_replacement(second)
         facts.update(second=second)
