@@ -89,6 +89,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from spot_training import warm_volume
+from spot_training.job_spec import JOB_ID_RE, JobSpecError, check_job
 from spot_training.proctree import kill_all, process_tree
 from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, write_sync_state
 from urllib3.exceptions import HTTPError
@@ -97,9 +98,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
+
 # 16 MiB parts, 8 in flight: S3 serves ~85-90 MB/s per connection (AWS: 8-16 MB requests, one per 85-90 MB/s),
 # so a 100 MiB checkpoint goes out over 7 connections instead of 2 (benchmarks/RESULTS.md, items 3 and 4).
 # botocore's standard retry mode (S3 SlowDown, 5xx, throttling, connection errors; back-off capped at 20 s) with
@@ -123,47 +122,6 @@ def part_size(size: int) -> int:
 
 PARALLEL_FILES = 8
 PEER_LOST_WAIT_S = 10.0  # a trainer whose peer vanished gets this long to exit on SIGTERM before it is killed
-# Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
-JOB_KEYS = {
-    "job_id",
-    "code_key",
-    "command",
-    "python",
-    "nproc_per_node",
-    "min_nodes",
-    "desired_nodes",
-    "max_nodes",
-    "nodes",
-    "checkpoint_interval_s",
-    "checkpoint_wait_for_upload",
-    "mean_time_between_interruptions_s",
-    "max_restarts",
-    "interruption_grace_s",
-}
-SPEC_KEYS = {
-    "version",
-    "team",
-    "cluster",
-    "region",
-    "bucket",
-    "prefix",
-    "log_group",
-    "current_job_parameter",
-    "command",
-    "python",
-    "nproc_per_node",
-    "min_nodes",
-    "desired_nodes",
-    "max_nodes",
-    "checkpoint_dir",
-    "checkpoint_interval_s",
-    "checkpoint_wait_for_upload",
-    "mean_time_between_interruptions_s",
-    "max_restarts",
-    "interruption_grace_s",
-    "rendezvous_port",
-    "warm_pool",
-}
 
 
 class LeavingBeforeTraining(Exception):
@@ -172,6 +130,10 @@ class LeavingBeforeTraining(Exception):
 
 class AgentError(Exception):
     """A one-line reason the agent stops (bad job spec, missing code, unreadable checkpoint)."""
+
+
+class JobRefused(AgentError):
+    """No node of the group can run the job: it is wrong, or none was submitted. Not for a failed read."""
 
 
 def env_float(name: str, default: float) -> float:
@@ -297,110 +259,21 @@ class Job:
         return f"{self.prefix}{self.job_id}/"
 
 
-def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
-    value = d.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise AgentError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
-    return value
-
-
-def _number(d: Dict[str, Any], key: str, optional: bool = False) -> Optional[float]:
-    value = d.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise AgentError(f"{key} must be a positive number{' or null' if optional else ''}, got {value!r}")
-    return float(value)
-
-
-def parse_command(command: Any) -> List[str]:
-    """The entry command as torchrun arguments (script or ``-m module``, then its arguments). Never run by a shell."""
-    if not isinstance(command, str) or not command.strip():
-        raise AgentError(f"command must be a non-empty string, got {command!r}")
-    bad = sorted(SHELL_CHARS.intersection(command))
-    if bad:
-        shown = "".join(bad).encode("unicode_escape").decode()
-        raise AgentError(f"command contains shell syntax {shown!r}: it runs without a shell; put the logic in a script")
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise AgentError(f"command cannot be parsed ({exc}): {command!r}") from None
-    if words[0] not in ("python", "python3") or len(words) < 2:
-        raise AgentError(f"command must be 'python SCRIPT [ARGS]' or 'python -m MODULE [ARGS]', got {command!r}")
-    if words[1] == "-m":
-        if len(words) < 3 or not MODULE_RE.match(words[2]):
-            raise AgentError(f"command: 'python -m' needs a module name, got {command!r}")
-        return words[1:]
-    script = words[1]
-    if script.startswith(("-", "/")) or ".." in script.split("/"):
-        raise AgentError(f"command: the script must be a path inside the code archive, got {script!r}")
-    return words[1:]
-
-
 def validate_job(spec: Any, current: Any, current_name: str) -> Job:
-    if not isinstance(spec, dict):
-        raise AgentError("job spec is not a JSON object")
-    if spec.get("version") != 1:
-        raise AgentError(f"job spec version {spec.get('version')!r} is not supported (expected 1)")
-    unknown = sorted(set(spec) - SPEC_KEYS)
-    if unknown:
-        raise AgentError(f"job spec has unknown key(s): {', '.join(unknown)}")
-    if not isinstance(current, dict):
-        raise AgentError(f"{current_name} is not a JSON object")
-    unknown = sorted(set(current) - JOB_KEYS)
-    if unknown:
-        raise AgentError(
-            f"{current_name} has unknown key(s): {', '.join(unknown)} (allowed: {', '.join(sorted(JOB_KEYS))})"
-        )
-    merged = dict(spec)
-    merged.update(current)
-    for key in ("checkpoint_interval_s", "warm_pool"):  # the stack leaves unset values out of the JSON
-        merged.setdefault(key, None)
-    wait = merged.setdefault("checkpoint_wait_for_upload", False)  # a job spec from before the option: off
-    if not isinstance(wait, bool):
-        raise AgentError(f"checkpoint_wait_for_upload must be true or false, got {wait!r}")
-    job_id = merged.get("job_id")
-    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
-        raise AgentError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
-    for key in ("bucket", "prefix", "log_group"):
-        if not isinstance(merged.get(key), str) or not merged[key]:
-            raise AgentError(f"{key} must be a non-empty string, got {merged.get(key)!r}")
-    if merged["prefix"] != f"{merged.get('cluster')}/":
-        raise AgentError(f"prefix must be '<cluster>/', got {merged['prefix']!r} for cluster {merged.get('cluster')!r}")
-    code_key = merged.get("code_key")
-    if not isinstance(code_key, str) or not code_key.startswith(merged["prefix"]) or ".." in code_key.split("/"):
-        raise AgentError(
-            f"code_key must be an S3 key under {merged['prefix']!r} (the cluster's prefix), got {code_key!r}"
-        )
-    for key in ("python", "checkpoint_dir"):
-        value = merged.get(key)
-        if not isinstance(value, str) or not value.startswith("/") or ".." in value.split("/"):
-            raise AgentError(f"{key} must be an absolute path, got {value!r}")
-    merged["argv"] = parse_command(merged.get("command"))
-    _int(merged, "nproc_per_node", 1, 64)
-    _int(merged, "min_nodes", 1, 1000)
-    _int(merged, "max_nodes", merged["min_nodes"], 1000)
-    if "nodes" in merged:
-        _int(merged, "nodes", merged["min_nodes"], merged["max_nodes"])
-    _int(merged, "max_restarts", 0, 100)
-    _int(merged, "rendezvous_port", 1024, 65535)
-    _number(merged, "checkpoint_interval_s", optional=True)
-    _number(merged, "mean_time_between_interruptions_s")
-    _number(merged, "interruption_grace_s")
-    warm = merged.get("warm_pool")
-    if warm is not None and not (isinstance(warm, dict) and {"tag_key", "pool", "device_name"} <= set(warm)):
-        raise AgentError(f"warm_pool must be null or {{tag_key, pool, device_name}}, got {warm!r}")
-    return Job(merged)
+    try:
+        return Job(check_job(spec, current, current_name))
+    except JobSpecError as exc:
+        raise JobRefused(str(exc)) from None
 
 
 def load_job(ssm: Any, spec_parameter: str) -> Job:
     spec = _read_parameter(ssm, spec_parameter, required=True)
     current_name = spec.get("current_job_parameter") if isinstance(spec, dict) else None
     if not isinstance(current_name, str) or not current_name.startswith("/"):
-        raise AgentError(f"current_job_parameter must be an SSM parameter name, got {current_name!r}")
+        raise JobRefused(f"current_job_parameter must be an SSM parameter name, got {current_name!r}")
     current = _read_parameter(ssm, current_name, required=False)
     if current is None:
-        raise AgentError(f"no job submitted: SSM parameter {current_name} does not exist (submit a job first)")
+        raise JobRefused(f"no job submitted: SSM parameter {current_name} does not exist (submit a job first)")
     return validate_job(spec, current, current_name)
 
 
@@ -414,7 +287,7 @@ def _read_parameter(ssm: Any, name: str, required: bool) -> Any:
     try:
         return json.loads(value)
     except ValueError as exc:
-        raise AgentError(f"SSM parameter {name} is not valid JSON: {exc}") from None
+        raise JobRefused(f"SSM parameter {name} is not valid JSON: {exc}") from None
 
 
 # ----------------------------------------------------------------------------------------------- code
@@ -1478,10 +1351,14 @@ class Agent:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
-        job = load_job(self.ssm, self.args.job_spec_parameter)
-        for key, expected in (("team", self.args.team), ("cluster", self.args.cluster)):
-            if job.spec.get(key) != expected:
-                raise AgentError(f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}")
+        try:
+            job = load_job(self.ssm, self.args.job_spec_parameter)
+            for key, expected in (("team", self.args.team), ("cluster", self.args.cluster)):
+                if job.spec.get(key) != expected:
+                    raise JobRefused(f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}")
+        except JobRefused as exc:
+            self.refuse_job(str(exc))
+            raise
         job.checkpoint_dir = self.node_root + job.checkpoint_dir
         self.log.shipper = LogShipper(self.logs, job.log_group, f"{job.job_id}/{self.instance_id}")
         handler = logging.Handler()
@@ -1496,6 +1373,25 @@ class Agent:
         finally:
             self.release_warm_volume()
             self.log.shipper.close()
+
+    def refuse_job(self, reason: str) -> None:
+        """Every node of the group would refuse this job: mark it FAILED (when its spec says where) and scale the
+        group to 0, instead of leaving the nodes idle and billed. ``trainctl status`` then shows the reason."""
+        self.log(f"error: {reason}")
+        try:
+            spec = _read_parameter(self.ssm, self.args.job_spec_parameter, required=True)
+            current = _read_parameter(self.ssm, spec["current_job_parameter"], required=False)
+            if isinstance(current, dict) and JOB_ID_RE.match(str(current.get("job_id"))):
+                key = f"{spec['cluster']}/{current['job_id']}/FAILED"
+                body = {"reason": f"the node agent refused the job: {reason}", "instance_id": self.instance_id}
+                self.s3.put_object(Bucket=spec["bucket"], Key=key, Body=json.dumps(dict(body, time=time.time())))
+                self.log(f"job {current['job_id']} FAILED: s3://{spec['bucket']}/{key}")
+        except (AgentError, ClientError, BotoCoreError, KeyError, TypeError, ValueError) as exc:
+            self.log(f"could not mark the job FAILED ({type(exc).__name__}: {exc})")
+        try:
+            self.scale_to_zero(self.group_name())
+        except (AgentError, ClientError, BotoCoreError) as exc:
+            self.log(f"could not scale the group to 0 ({exc}); scale it to 0 by hand")
 
     def _run(self, job: Job) -> int:
         self.log(

@@ -81,11 +81,30 @@ def _describe(error: Any) -> str:
         )
     msg = str(error["msg"])
     msg = re.sub(r"^Value error, ", "", msg)
+    if isinstance(error["input"], bool) and kind in ("int_type", "float_type"):
+        return f"{msg}, got {error['input']} (YAML reads yes/no/on/off/true/false as booleans); write a number"
     return (
         f"{msg} (got {error['input']!r})"
         if kind not in ("value_error",) and not isinstance(error["input"], dict)
         else msg
     )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys in a mapping; a team file with ``clusters:`` twice would silently
+    drop the first list (and, deployed, delete those clusters). This loader refuses the second key instead."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(
+                    f"line {line}: key '{key}' appears twice in one mapping (first at line {seen[key]}); keep one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_team(path: Path) -> Team:
@@ -96,7 +115,13 @@ def load_team(path: Path) -> Team:
             "lowercase letters, digits and '-', starting with a letter, at most 32 characters"
         )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -119,7 +144,12 @@ def load_team(path: Path) -> Team:
 
 def load_teams(teams_dir: Path, only: Optional[str] = None) -> list[Team]:
     """Every ``*.yaml``/``*.yml`` in ``teams_dir`` (or just team ``only``), default team first."""
+    if not teams_dir.is_dir():
+        raise ConfigError(f"{teams_dir}: no such directory; give the folder of the team files (-c teams_dir=...)")
     files = sorted([*teams_dir.glob("*.yaml"), *teams_dir.glob("*.yml")])
+    for odd in sorted(teams_dir.iterdir()):
+        if odd.suffix.lower() in (".yaml", ".yml") and odd.suffix not in (".yaml", ".yml"):
+            raise ConfigError(f"{odd}: team files end in .yaml or .yml (lowercase); rename it to {odd.stem}.yaml")
     stems: dict[str, Path] = {}
     for f in files:
         if f.stem in stems:

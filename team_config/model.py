@@ -12,6 +12,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from bootstrap_scripts.spot_training.job_spec import JobSpecError, parse_command
+
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -72,7 +74,8 @@ def instance_architecture(instance_type: str) -> str:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML already gives ints, floats and booleans; `yes` must not become 1 day of log retention.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class NewVpcConfig(Strict):
@@ -184,6 +187,17 @@ class WarmPoolConfig(Strict):
             )
         if self.snapshot_id is None:
             raise ValueError("snapshot_id (snap-...) or ami_id (ami-...) is required: what the warm volumes copy")
+        # gp3's limits (EBS user guide, "General Purpose SSD volumes"): 500 IOPS per GiB, 0.25 MiB/s per IOPS.
+        if self.iops > 500 * self.volume_size_gib:
+            raise ValueError(
+                f"iops {self.iops} exceeds gp3's 500 per GiB of volume_size_gib {self.volume_size_gib}; "
+                f"use iops <= {500 * self.volume_size_gib} or a larger volume"
+            )
+        if self.throughput_mibps * 4 > self.iops:
+            raise ValueError(
+                f"throughput_mibps {self.throughput_mibps} exceeds gp3's 0.25 MiB/s per IOPS of iops {self.iops}; "
+                f"use throughput_mibps <= {self.iops // 4} or iops >= {self.throughput_mibps * 4}"
+            )
         return self
 
 
@@ -192,7 +206,9 @@ PATTERN_EXAMPLES = {EMAIL_PATTERN: "an email address such as ml-leads@example.co
 
 
 class BudgetConfig(Strict):
-    usd_per_month: float = Field(gt=0, description="Monthly spend limit of the team's tagged resources, in USD.")
+    usd_per_month: float = Field(
+        gt=0, allow_inf_nan=False, description="Monthly spend limit of the team's tagged resources, in USD."
+    )
     warn_at_percent: int = Field(80, ge=1, le=99, description="Email the notify list when actual spend passes this.")
     notify: list[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]] = Field(
         default_factory=list, description="Email addresses AWS Budgets alerts (at warn_at_percent and 100 %)."
@@ -228,6 +244,22 @@ class JobConfig(Strict):
         90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice."
     )
     rendezvous_port: int = Field(29400, ge=1024, le=65535)
+
+    @field_validator("python", "checkpoint_dir")
+    @classmethod
+    def _no_parent(cls, path: str) -> str:
+        if ".." in path.split("/"):
+            raise ValueError(f"{path!r} climbs out with '..'; give the absolute path without '..'")
+        return path
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: str) -> str:
+        try:  # the node agent's own rule: a command it would refuse fails here, not on a billed node
+            parse_command(command)
+        except JobSpecError as exc:
+            raise ValueError(str(exc)) from None
+        return command
 
 
 class ClusterConfig(Strict):

@@ -204,6 +204,92 @@ def test_bad_team_file_is_one_line(tmp_path: Path, doc: object, expected: str) -
     assert expected in error_for(tmp_path, doc)
 
 
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            "clusters: [{name: a, instance_types: [g5.xlarge], max_nodes: 4}]\nlog_retention_days: 30\n"
+            "clusters: [{name: b, instance_types: [g5.xlarge], max_nodes: 2}]\n",
+            "line 3: key 'clusters' appears twice in one mapping (first at line 1); keep one",
+            id="duplicate-top-level-key",
+        ),
+        pytest.param(
+            "clusters:\n  - name: a\n    instance_types: [g5.xlarge]\n    max_nodes: 2\n    max_nodes: 1000\n",
+            "line 5: key 'max_nodes' appears twice in one mapping (first at line 4); keep one",
+            id="duplicate-nested-key",
+        ),
+        pytest.param(
+            "clusters: [{name: a, instance_types: [g5.xlarge], max_nodes: 1}]\nlog_retention_days: yes\n",
+            "log_retention_days: Input should be a valid integer, got True (YAML reads yes/no/on/off/true/false as "
+            "booleans); write a number",
+            id="boolean-for-a-number",
+        ),
+        pytest.param(
+            cluster(warm_pool={"size": 2, "snapshot_id": "snap-12345678", "volume_size_gib": 20, "iops": 16000}),
+            "clusters[0].warm_pool: iops 16000 exceeds gp3's 500 per GiB of volume_size_gib 20; use iops <= 10000 "
+            "or a larger volume",
+            id="gp3-iops-per-gib",
+        ),
+        pytest.param(
+            cluster(warm_pool={"size": 2, "snapshot_id": "snap-12345678", "throughput_mibps": 1000}),
+            "clusters[0].warm_pool: throughput_mibps 1000 exceeds gp3's 0.25 MiB/s per IOPS of iops 3000; use "
+            "throughput_mibps <= 750 or iops >= 4000",
+            id="gp3-throughput-per-iops",
+        ),
+        pytest.param(
+            {**cluster(), "budget": {"usd_per_month": float("inf")}},
+            "budget.usd_per_month: Input should be a finite number (got inf)",
+            id="infinite-budget",
+        ),
+        pytest.param(
+            cluster(job={"command": "torchrun train.py"}),
+            "clusters[0].job.command: command must be 'python SCRIPT [ARGS]' or 'python -m MODULE [ARGS]', got "
+            "'torchrun train.py'",
+            id="command-the-agent-refuses",
+        ),
+        pytest.param(
+            cluster(job={"command": "python train.py > out.log"}),
+            "clusters[0].job.command: command contains shell syntax '>': it runs without a shell; put the logic in a "
+            "script",
+            id="command-with-shell-syntax",
+        ),
+        pytest.param(
+            cluster(job={"python": "/opt/../usr/bin/python3"}),
+            "clusters[0].job.python: '/opt/../usr/bin/python3' climbs out with '..'; give the absolute path",
+            id="python-with-dotdot",
+        ),
+    ],
+)
+def test_mistakes_yaml_or_the_agent_would_let_through_are_one_line(tmp_path: Path, doc: object, expected: str) -> None:
+    """Each of these used to load: the last duplicate key won, `yes` became 1, the bad volume or job failed only in
+    the CDK construct (a traceback) or on a billed node (the agent refused the command)."""
+    assert expected in error_for(tmp_path, doc)
+
+
+def test_non_utf8_team_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "team-a.yaml"
+    path.write_bytes(b"# caf\xe9\nclusters: []\n")
+    with pytest.raises(ConfigError) as exc:
+        load_team(path)
+    assert str(exc.value) == f"{path}: not UTF-8 text (byte 0xe9 at offset 5); save it as UTF-8"
+
+
+def test_missing_teams_dir_and_uppercase_extension_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_teams(tmp_path / "nope")
+    assert (
+        str(exc.value)
+        == f"{tmp_path / 'nope'}: no such directory; give the folder of the team files (-c teams_dir=...)"
+    )
+    write(tmp_path, cluster(), "default.yaml")
+    write(tmp_path, cluster(), "research.YAML")
+    with pytest.raises(ConfigError) as exc:
+        load_teams(tmp_path)
+    assert str(exc.value) == (
+        f"{tmp_path / 'research.YAML'}: team files end in .yaml or .yml (lowercase); rename it to research.yaml"
+    )
+
+
 def test_unknown_top_level_key_lists_allowed_keys(tmp_path: Path) -> None:
     message = error_for(tmp_path, {**cluster(), "log_retention": 30})
     assert "log_retention: unknown key 'log_retention': did you mean 'log_retention_days'?" in message

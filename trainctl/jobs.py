@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from bootstrap_scripts.spot_training.job_spec import JobSpecError, check_job
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
 ClientFactory = Callable[[str], Any]
@@ -153,7 +154,7 @@ def submit(
     """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id.
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
-    checkpoint_interval_s, max_restarts, interruption_grace_s, ...); the agent validates them.
+    checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
@@ -165,9 +166,13 @@ def submit(
         )
     job_id = job_id or new_job_id()
     code_key = f"{ref.prefix}code/{job_id}.tar.gz"
-    client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=pack_code(code_dir))
     job = {"job_id": job_id, "code_key": code_key, "command": command, "nodes": nodes, **overrides}
     job.setdefault("min_nodes", min(int(ref.spec["min_nodes"]), nodes))
+    try:  # the agent's own checks: a job it would refuse must not start (and bill) any node
+        check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))
+    except JobSpecError as exc:
+        raise JobError(f"the node agent would refuse this job: {exc}") from None
+    client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=pack_code(code_dir))
     client("ssm").put_parameter(
         Name=str(ref.spec["current_job_parameter"]), Value=json.dumps(job), Type="String", Overwrite=True
     )

@@ -9,10 +9,11 @@ from typing import Any
 
 import node_agent
 import pytest
+from spot_training.job_spec import JOB_KEYS
 
 from .conftest import BOOTSTRAP, Cluster, address_map
 
-ALLOWED = ", ".join(sorted(node_agent.JOB_KEYS))
+ALLOWED = ", ".join(sorted(JOB_KEYS))
 
 
 def job_error(cluster: Cluster, current: Any) -> str:
@@ -121,6 +122,23 @@ def test_user_data_rejects_a_bad_spec_before_running_anything(
     )
     assert not marker.exists()
     assert not (node.dir / "root").exists()  # nothing downloaded, nothing started
+    # No node of the group could run it: the job is FAILED with the reason, and the group no longer bills.
+    assert cluster.desired_capacity() == 0
+    assert cluster.marker("job-1", "FAILED")["reason"] == (
+        "the node agent refused the job: command contains shell syntax '&': it runs without a shell; put the logic "
+        "in a script"
+    )
+
+
+def test_a_group_scaled_up_without_a_job_goes_back_to_zero(make_cluster: Any, make_nodes: Any) -> None:
+    cluster: Cluster = make_cluster()
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait() == 2
+    assert last_line(node.text) == (
+        f"node-agent: error: no job submitted: SSM parameter {cluster.current_parameter} does not exist "
+        "(submit a job first)"
+    )
+    assert cluster.desired_capacity() == 0
 
 
 def test_missing_code_object(make_cluster: Any, make_nodes: Any) -> None:

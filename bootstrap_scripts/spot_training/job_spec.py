@@ -1,0 +1,166 @@
+"""The job spec's rules, shared by the node agent (which refuses a bad job) and the tools that write one.
+
+A job on a cluster is the stack's job spec (SSM ``.../job-spec``) merged with the submitted job (SSM
+``.../current-job``, written by ``trainctl submit``). The node agent checks the merged job before it runs
+anything; ``trainctl submit`` and the team file loader run the same checks first, so a job the agent would
+refuse is refused where it is written, before any node starts. Standard library only: it runs on the node too.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Dict, List, Optional
+
+
+class JobSpecError(ValueError):
+    """A job setting the agent refuses; ``str()`` is one line: the key, what is wrong, what it got."""
+
+
+# Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
+JOB_KEYS = {
+    "job_id",
+    "code_key",
+    "command",
+    "python",
+    "nproc_per_node",
+    "min_nodes",
+    "desired_nodes",
+    "max_nodes",
+    "nodes",
+    "checkpoint_interval_s",
+    "checkpoint_wait_for_upload",
+    "mean_time_between_interruptions_s",
+    "max_restarts",
+    "interruption_grace_s",
+}
+SPEC_KEYS = {
+    "version",
+    "team",
+    "cluster",
+    "region",
+    "bucket",
+    "prefix",
+    "log_group",
+    "current_job_parameter",
+    "command",
+    "python",
+    "nproc_per_node",
+    "min_nodes",
+    "desired_nodes",
+    "max_nodes",
+    "checkpoint_dir",
+    "checkpoint_interval_s",
+    "checkpoint_wait_for_upload",
+    "mean_time_between_interruptions_s",
+    "max_restarts",
+    "interruption_grace_s",
+    "rendezvous_port",
+    "warm_pool",
+}
+
+JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
+
+
+def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
+    value = d.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise JobSpecError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
+    return value
+
+
+def _number(d: Dict[str, Any], key: str, optional: bool = False) -> Optional[float]:
+    value = d.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise JobSpecError(f"{key} must be a positive number{' or null' if optional else ''}, got {value!r}")
+    return float(value)
+
+
+def parse_command(command: Any) -> List[str]:
+    """The entry command as torchrun arguments (script or ``-m module``, then its arguments). Never run by a shell."""
+    if not isinstance(command, str) or not command.strip():
+        raise JobSpecError(f"command must be a non-empty string, got {command!r}")
+    bad = sorted(SHELL_CHARS.intersection(command))
+    if bad:
+        shown = "".join(bad).encode("unicode_escape").decode()
+        raise JobSpecError(
+            f"command contains shell syntax {shown!r}: it runs without a shell; put the logic in a script"
+        )
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise JobSpecError(f"command cannot be parsed ({exc}): {command!r}") from None
+    if words[0] not in ("python", "python3") or len(words) < 2:
+        raise JobSpecError(f"command must be 'python SCRIPT [ARGS]' or 'python -m MODULE [ARGS]', got {command!r}")
+    if words[1] == "-m":
+        if len(words) < 3 or not MODULE_RE.match(words[2]):
+            raise JobSpecError(f"command: 'python -m' needs a module name, got {command!r}")
+        return words[1:]
+    script = words[1]
+    if script.startswith(("-", "/")) or ".." in script.split("/"):
+        raise JobSpecError(f"command: the script must be a path inside the code archive, got {script!r}")
+    return words[1:]
+
+
+def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
+    """The stack's job spec merged with a submitted job (``current``, read from ``current_name``), checked: the
+    merged dict with ``argv`` added, or :class:`JobSpecError` naming the first wrong key."""
+    if not isinstance(spec, dict):
+        raise JobSpecError("job spec is not a JSON object")
+    if spec.get("version") != 1:
+        raise JobSpecError(f"job spec version {spec.get('version')!r} is not supported (expected 1)")
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise JobSpecError(f"job spec has unknown key(s): {', '.join(unknown)}")
+    if not isinstance(current, dict):
+        raise JobSpecError(f"{current_name} is not a JSON object")
+    unknown = sorted(set(current) - JOB_KEYS)
+    if unknown:
+        raise JobSpecError(
+            f"{current_name} has unknown key(s): {', '.join(unknown)} (allowed: {', '.join(sorted(JOB_KEYS))})"
+        )
+    merged = dict(spec)
+    merged.update(current)
+    for key in ("checkpoint_interval_s", "warm_pool"):  # the stack leaves unset values out of the JSON
+        merged.setdefault(key, None)
+    wait = merged.setdefault("checkpoint_wait_for_upload", False)  # a job spec from before the option: off
+    if not isinstance(wait, bool):
+        raise JobSpecError(f"checkpoint_wait_for_upload must be true or false, got {wait!r}")
+    job_id = merged.get("job_id")
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise JobSpecError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
+    for key in ("bucket", "prefix", "log_group"):
+        if not isinstance(merged.get(key), str) or not merged[key]:
+            raise JobSpecError(f"{key} must be a non-empty string, got {merged.get(key)!r}")
+    if merged["prefix"] != f"{merged.get('cluster')}/":
+        raise JobSpecError(
+            f"prefix must be '<cluster>/', got {merged['prefix']!r} for cluster {merged.get('cluster')!r}"
+        )
+    code_key = merged.get("code_key")
+    if not isinstance(code_key, str) or not code_key.startswith(merged["prefix"]) or ".." in code_key.split("/"):
+        raise JobSpecError(
+            f"code_key must be an S3 key under {merged['prefix']!r} (the cluster's prefix), got {code_key!r}"
+        )
+    for key in ("python", "checkpoint_dir"):
+        value = merged.get(key)
+        if not isinstance(value, str) or not value.startswith("/") or ".." in value.split("/"):
+            raise JobSpecError(f"{key} must be an absolute path, got {value!r}")
+    merged["argv"] = parse_command(merged.get("command"))
+    _int(merged, "nproc_per_node", 1, 64)
+    _int(merged, "min_nodes", 1, 1000)
+    _int(merged, "max_nodes", merged["min_nodes"], 1000)
+    if "nodes" in merged:
+        _int(merged, "nodes", merged["min_nodes"], merged["max_nodes"])
+    _int(merged, "max_restarts", 0, 100)
+    _int(merged, "rendezvous_port", 1024, 65535)
+    _number(merged, "checkpoint_interval_s", optional=True)
+    _number(merged, "mean_time_between_interruptions_s")
+    _number(merged, "interruption_grace_s")
+    warm = merged.get("warm_pool")
+    if warm is not None and not (isinstance(warm, dict) and {"tag_key", "pool", "device_name"} <= set(warm)):
+        raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name}}, got {warm!r}")
+    return merged
