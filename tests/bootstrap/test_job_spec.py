@@ -124,7 +124,9 @@ def test_user_data_rejects_a_bad_spec_before_running_anything(
     assert not (node.dir / "root").exists()  # nothing downloaded, nothing started
     # No node of the group could run it: the job is FAILED with the reason, and the group no longer bills.
     assert cluster.desired_capacity() == 0
-    assert cluster.marker("job-1", "FAILED")["reason"] == (
+    failed = cluster.marker("job-1", "FAILED")
+    assert failed is not None
+    assert failed["reason"] == (
         "the node agent refused the job: command contains shell syntax '&': it runs without a shell; put the logic "
         "in a script"
     )
