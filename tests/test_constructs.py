@@ -260,29 +260,30 @@ def parameter_names(arns: list[Any]) -> set[str]:
     return {m.group(1) for m in found if m}
 
 
-def test_instance_role_trusts_ec2_with_ssm_core_and_a_profile(default: Template) -> None:
-    default.has_resource_properties(
+def test_instance_role_trusts_ec2_has_only_session_manager_channels_and_a_profile(default: Template) -> None:
+    roles = default.find_resources(
         "AWS::IAM::Role",
-        {
-            "AssumeRolePolicyDocument": Match.object_like(
-                {
-                    "Statement": [
-                        Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"})
-                    ]
-                }
-            ),
-            "ManagedPolicyArns": [
-                Match.object_like(
-                    {
-                        "Fn::Join": [
-                            "",
-                            ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"],
-                        ]
-                    }
-                )
-            ],
-        },
+        {"Properties": {"AssumeRolePolicyDocument": {"Statement": [{"Principal": {"Service": "ec2.amazonaws.com"}}]}}},
     )
+    assert len(roles) == 1
+    (role,) = roles.values()
+    # Not AmazonSSMManagedInstanceCore: it grants ssm:GetParameter(s) on "*" (every team's parameters).
+    assert "ManagedPolicyArns" not in role["Properties"]
+    (policy,) = role["Properties"]["Policies"]
+    assert policy["PolicyDocument"]["Statement"] == [
+        {
+            "Sid": "SessionManagerChannels",
+            "Effect": "Allow",
+            "Action": [
+                "ssm:UpdateInstanceInformation",
+                "ssmmessages:CreateControlChannel",
+                "ssmmessages:CreateDataChannel",
+                "ssmmessages:OpenControlChannel",
+                "ssmmessages:OpenDataChannel",
+            ],
+            "Resource": "*",
+        }
+    ]
     default.resource_count_is("AWS::IAM::InstanceProfile", 1)
 
 

@@ -53,6 +53,8 @@ REVIEWED_SKIPS: dict[tuple[str, str], str] = {
     "NAT or endpoints for nothing gained",
     ("CKV_AWS_173", "AWS::Lambda::Function"): "the environment holds names, no secrets; the AWS-managed key "
     "encrypts it at rest",
+    ("CKV_AWS_111", "AWS::IAM::Role"): "the node role's Session Manager channels (SESSION_MANAGER_ACTIONS in "
+    "training_constructs/spot_fleet.py): AWS authorizes them on '*' only; they read and change no data",
 }
 
 # Read-only actions that AWS authorizes only on Resource "*" (the service authorization reference lists no
@@ -65,12 +67,17 @@ WILDCARD_RESOURCE_ACTIONS: dict[str, str] = {
     "ec2:DescribeInstances": "no resource-level permissions",
     # node agent: finding a free warm-pool volume in its AZ (the claim itself is scoped, see ClaimPolicy)
     "ec2:DescribeVolumes": "no resource-level permissions",
+    # the SSM agent, for Session Manager (the only way into a node): registering the node, opening its channels.
+    # They read nothing; AWS's own minimal policy for it (AWSCloud9SSMInstanceProfile) grants them on "*".
+    "ssm:UpdateInstanceInformation": "Session Manager: the SSM agent registers the node",
+    "ssmmessages:CreateControlChannel": "Session Manager channel",
+    "ssmmessages:CreateDataChannel": "Session Manager channel",
+    "ssmmessages:OpenControlChannel": "Session Manager channel",
+    "ssmmessages:OpenDataChannel": "Session Manager channel",
 }
 
 # AWS managed policies the templates may attach, and why. Their statements are not in the template.
-AWS_MANAGED_POLICIES: dict[str, str] = {
-    "AmazonSSMManagedInstanceCore": "Session Manager, the only way into a node (acknowledged as AwsSolutions-IAM4)",
-}
+AWS_MANAGED_POLICIES: dict[str, str] = {}
 
 IDENTITY_POLICY_TYPES = {
     "AWS::IAM::Policy",

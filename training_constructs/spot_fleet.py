@@ -13,6 +13,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from training_constructs.checkov import skip_checkov
 from training_constructs.nag import acknowledge
 
 ALLOCATION_STRATEGIES = {
@@ -32,6 +33,17 @@ class FixedImage:
         return ec2.MachineImageConfig(
             image_id=self.image_id, os_type=ec2.OperatingSystemType.LINUX, user_data=ec2.UserData.for_linux()
         )
+
+
+# What the SSM agent on a node needs for Session Manager: AWS's minimal instance policy for it
+# (AWSCloud9SSMInstanceProfile, https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSCloud9SSMInstanceProfile.html).
+SESSION_MANAGER_ACTIONS = [
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+]
 
 
 class SpotFleet(Construct):
@@ -69,18 +81,36 @@ class SpotFleet(Construct):
         if spot_allocation_strategy not in ALLOCATION_STRATEGIES:
             raise ValueError(f"SpotFleet: spot_allocation_strategy must be one of {sorted(ALLOCATION_STRATEGIES)}")
 
+        # Session Manager (the only way into a node: no SSH) needs only the agent's channels. Not the managed
+        # AmazonSSMManagedInstanceCore: it also grants ssm:GetParameter(s) on "*", which would let a node (running a
+        # team's code) read every parameter in the account, other teams' included.
         self.role: iam.IRole = role or iam.Role(
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"Spot training node role for {Stack.of(self).stack_name}/{construct_id}",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            inline_policies={
+                "SessionManager": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            sid="SessionManagerChannels", actions=SESSION_MANAGER_ACTIONS, resources=["*"]
+                        )
+                    ]
+                )
+            },
         )
         if role is None:
             acknowledge(
                 self.role,
-                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-                "AWS's policy for SSM Session Manager, the only way into a node (no SSH); AWS keeps it current.",
+                "AwsSolutions-IAM5[Resource::*]",
+                "Session Manager's agent registers the node and opens its session channels; AWS's own minimal "
+                "policy for that (AWSCloud9SSMInstanceProfile) grants these actions on '*'. They read no data.",
+            )
+            skip_checkov(
+                self.role,
+                "CKV_AWS_111",
+                "Session Manager's channel actions (SESSION_MANAGER_ACTIONS) are authorized on '*' only; they open "
+                "the node's session channels to SSM and read or change no data.",
             )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
 
