@@ -649,8 +649,18 @@ class Syncer:
             newest = self.store.newest_complete()
             return f"checkpoint {steps[-1]}" if newest is None or steps[-1] > newest else None
         files = self._flat_files()
-        fingerprint = sorted((rel, os.stat(p).st_size, os.stat(p).st_mtime_ns) for rel, p in files.items())
-        return "the checkpoint directory" if files and fingerprint != self.flat_uploaded else None
+        return "the checkpoint directory" if files and self.flat_fingerprint(files) != self.flat_uploaded else None
+
+    def flat_fingerprint(self, files: Optional[Dict[str, str]] = None) -> List[Tuple[str, int, int]]:
+        """(name, size, mtime) of the flat checkpoint files: what tells a changed checkpoint from the last one."""
+        files = self._flat_files() if files is None else files
+        return sorted((rel, os.stat(p).st_size, os.stat(p).st_mtime_ns) for rel, p in files.items())
+
+    def restored_flat(self) -> None:
+        """The flat files in the directory are the checkpoint just restored from S3: not a new one to upload (a
+        crash-looping trainer would otherwise "make progress" every attempt, and every node would upload its copy
+        as the next step)."""
+        self.flat_uploaded = self.flat_seen = self.flat_fingerprint()
 
     def sync(self, final: bool = False) -> Optional[int]:
         """One sync round; ``final`` when the trainer has exited (no stability wait). Returns the newest step."""
@@ -690,7 +700,7 @@ class Syncer:
         files = self._flat_files()
         if not files:
             return
-        fingerprint = sorted((rel, os.stat(p).st_size, os.stat(p).st_mtime_ns) for rel, p in files.items())
+        fingerprint = self.flat_fingerprint(files)
         stable = final or fingerprint == self.flat_seen
         self.flat_seen = fingerprint
         due = final or time.monotonic() >= self.flat_due
@@ -862,13 +872,14 @@ class Agent:
                     found.add(instance_id)
         return found
 
-    def leave_group(self, group: str) -> None:
-        """Hand the instance back now (the group launches a replacement) instead of idling until the reclaim."""
+    def leave_group(self, group: str, for_good: bool = False) -> None:
+        """Hand the instance back now instead of idling until the reclaim: the group launches a replacement, or
+        (``for_good``) its desired capacity goes down by one."""
         try:
             self.asg.terminate_instance_in_auto_scaling_group(
-                InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=False
+                InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=for_good
             )
-            self.log(f"left {group}: the group launches a replacement")
+            self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
         except (ClientError, BotoCoreError) as exc:
             self.log(f"could not leave {group} ({exc}); the instance goes when EC2 reclaims it")
 
@@ -944,8 +955,10 @@ class Agent:
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
             if unmapped:  # InService but not booted yet: its private address must never be contacted
                 self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
-            elif len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers):
+            elif len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers[: job.max_nodes]):
                 return peers[: job.max_nodes]
+            elif any(i == self.instance_id for i, _ in peers):  # capacity rebalancing may go above the maximum
+                self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
             if time.monotonic() > deadline:
                 raise AgentError(
                     f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s"
@@ -1210,6 +1223,8 @@ class Agent:
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
         self.check_notice("checkpoint restore")
         syncer = Syncer(store, job, self.log, self.keep)
+        if restored is not None and restored[1] == "flat":
+            syncer.restored_flat()
         self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
             self.peers = self.wait_for_peers(group, job)
@@ -1253,7 +1268,12 @@ class Agent:
         Not "a checkpoint newer than ``before``" (the newest durable one at the notice): when a peer's notice
         stopped the training first, the emergency checkpoint may already be durable by then, and nothing newer
         ever comes."""
-        waiting: List[str] = []
+        try:
+            self._wait_durable(job, store, before, deadline)
+        except (OSError, ClientError, BotoCoreError) as exc:  # what comes next (hand back, STOPPED) must still run
+            self.log(f"could not check that the last checkpoint is durable: {exc}")
+
+    def _wait_durable(self, job: Job, store: CheckpointStore, before: Optional[int], deadline: float) -> None:
         while True:
             own = self.own_pending()
             waiting = [] if own is not None else self.unsynced_peers(job)
@@ -1329,8 +1349,14 @@ class Agent:
                     waiting = [i for i in waiting if i in in_group]
             if waiting:
                 time.sleep(min(self.poll_s, 1.0))
-        if waiting:
-            self.log(f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; finishing anyway")
+        if waiting:  # one may still be uploading the final checkpoint: the last node to finish writes DONE
+            self.log(
+                f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; leaving the job to "
+                "them (the last node to finish writes DONE and scales the group to 0)"
+            )
+            self.release_warm_volume()
+            self.leave_group(group, for_good=True)
+            return
         self.put_marker(job, "DONE", {"peers": [i for i, _ in self.peers]})
         self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.scale_to_zero(group)
@@ -1416,18 +1442,23 @@ class Agent:
             return self.attempts(job, group, code_dir, store)
         except LeavingBeforeTraining as exc:
             return self.leave_before_training(job, group, str(exc))
+        except Exception as exc:
+            # No code, no readable checkpoint, peers that never came, an agent bug: this node cannot go on, and
+            # exiting would leave it idle in the group (billed). FAILED with the reason, and the group to 0.
+            reason = str(exc) if isinstance(exc, AgentError) else f"node agent error: {type(exc).__name__}: {exc}"
+            try:
+                self.fail(job, group, reason)
+            except (ClientError, BotoCoreError) as failed:
+                self.log(f"could not mark the job FAILED ({failed})")
+                self.scale_to_zero(group)
+            raise
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
         failures, attempt = 0, 0
         while True:
             before = store.newest_complete()
-            try:
-                rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
-            except AgentError as exc:
-                if str(exc).startswith("no readable checkpoint"):
-                    self.fail(job, group, str(exc))
-                raise
+            rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
             if rc == 0:
                 if interrupted:
                     self.log("the trainer finished before the notice took effect: finishing the job")
@@ -1437,12 +1468,11 @@ class Agent:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 return self.stopped(job, group, store)
             if rc != 0 and self.marker(job, "STOP") is not None:  # a peer's trainer stopped ours collectively
+                # Rank 0's node may still be uploading the final checkpoint: scaling to 0 now would cut it off.
+                self.wait_durable(job, store, before, time.monotonic() + job.grace_s)
                 return self.stopped(job, group, store)
             if interrupted:
-                try:
-                    self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
-                except (OSError, ClientError, BotoCoreError) as exc:  # the instance goes back to the group anyway
-                    self.log(f"could not check that the emergency checkpoint is durable: {exc}")
+                self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
                 self.hand_back(group)
                 return 0

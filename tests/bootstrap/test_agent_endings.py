@@ -1,0 +1,135 @@
+"""How a node agent ends, against moto: a stop seen late, the DONE barrier, errors, restarts of a flat checkpoint.
+
+Each case used to lose the last checkpoint or leave a billed instance behind: a stop seen only after the trainer
+exited scaled the group to 0 while rank 0's node still uploaded; the DONE barrier did the same to a slow final
+upload; an error other than an unreadable checkpoint left the node idle in the group; a restored flat checkpoint
+was uploaded again as a new step, so a crash-looping trainer "made progress" forever.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import node_agent
+import pytest
+
+from .conftest import Cluster, address_map
+from .test_agent_notice import agent_for, restarting, store_of
+
+
+def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster(nodes=2, interruption_grace_s=30)
+    cluster.submit("stop-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, _ = restarting(cluster, b, started=time.time() - 5)
+    agent.put_marker(job, "STOP", {})
+    agent.attempt = lambda *args: (143, False)  # the ranks stopped together before this agent polled STOP
+
+    def a_syncs_later() -> None:
+        time.sleep(1.0)
+        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+
+    threading.Thread(target=a_syncs_later, daemon=True).start()
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+    # STOPPED and the group at 0 only after A's final sync: the group no longer cuts off rank 0's upload.
+    synced, stopped = cluster.marker("stop-run", f"nodes/{a}/synced"), cluster.marker("stop-run", "STOPPED")
+    assert synced is not None and stopped is not None
+    assert stopped["time"] >= synced["time"]
+    assert cluster.desired_capacity() == 0
+
+
+def test_the_done_barrier_leaves_a_slow_peer_to_finish_instead_of_scaling_to_zero(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("done-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, _ = restarting(cluster, b, started=time.time())
+    agent.barrier_s = 0.5
+    agent.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
+    assert cluster.marker("done-run", "DONE") is None
+    assert [i for i, _ in cluster.instances()] == [a]  # B left, A keeps going
+    assert cluster.desired_capacity() == 1
+    # A finishes: B's done marker is there, so A does not wait; A writes DONE and scales to 0.
+    slow, job_a, slow_lines = restarting(cluster, a, started=time.time())
+    slow.finish(job_a, cluster.group)
+    assert cluster.marker("done-run", "DONE") is not None
+    assert cluster.desired_capacity() == 0
+    assert not any("did not report done" in line for line in slow_lines)
+
+
+def test_a_node_that_cannot_find_its_peers_fails_the_job_and_scales_to_zero(make_cluster: Any, make_nodes: Any) -> None:
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("wait-run", {"train.py": ""}, "python train.py")
+    first, _ = make_nodes(cluster)
+    assert first.start(address_map([first]), SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S="2").wait(60) == 2
+    failed = cluster.marker("wait-run", "FAILED")
+    assert failed is not None
+    assert failed["reason"].startswith("fewer than 2 InService peers in ")  # the second node never booted
+    assert cluster.desired_capacity() == 0
+
+
+def test_a_node_past_max_nodes_waits_for_a_place_instead_of_crashing(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster(nodes=2, min_nodes=1, max_nodes=1)  # capacity rebalancing: one over
+    cluster.submit("key-run", {"train.py": ""}, "python train.py")
+    (_, _), (b, _) = cluster.instances()
+    agent, job, lines = agent_for(cluster, b)
+    agent.join_timeout_s = 0.3
+    with pytest.raises(node_agent.AgentError, match="fewer than 1 InService peers"):
+        agent.wait_for_peers(cluster.group, job)
+    assert "2 InService, more than max_nodes 1; waiting for a place" in lines
+
+
+CRASHING = """
+import os, sys
+path = os.path.join(os.environ["SPOT_TRAINING_CHECKPOINT_DIR"], "model.bin")
+if not os.path.exists(path):
+    open(path, "w").write("weights")
+print("attempt", os.environ["SPOT_TRAINING_ATTEMPT"], flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts(
+    make_cluster: Any, make_nodes: Any
+) -> None:
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
+    cluster.submit("flat-run", {"crash.py": CRASHING}, "python crash.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait(120) == 1
+    # Attempt 0 uploads its checkpoint (progress); attempt 1 restores it and makes none; attempt 2 neither: FAILED.
+    assert node.text.count("training attempt") == 3
+    assert cluster.manifests("flat-run") == [1]
+    failed = cluster.marker("flat-run", "FAILED")
+    assert failed is not None and "restart(s) without a new checkpoint" in failed["reason"]
+
+
+def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
+    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. Before, B's final
+    sync uploaded that copy as the same next step as A's, and whichever came last won."""
+    import uuid
+
+    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
+    aws.s3.create_bucket(Bucket=bucket)
+    log: list[str] = []
+    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    (tmp_path / "model.bin").write_text("state at step 4")
+    store.upload(4, {"model.bin": str(tmp_path / "model.bin")}, "flat")
+    syncers = {}
+    for node in ("A", "B"):
+        directory = tmp_path / node
+        directory.mkdir()
+        assert store.restore_newest(str(directory)) == (4, "flat")
+        job = type("Job", (), {"checkpoint_dir": str(directory), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
+        syncers[node] = node_agent.Syncer(store, job, log.append, 2)
+        syncers[node].restored_flat()
+    (tmp_path / "A" / "model.bin").write_text("emergency state at step 9")
+    assert syncers["A"].sync(final=True) == 5
+    assert syncers["B"].pending() is None
+    assert syncers["B"].sync(final=True) == 4  # nothing new on B: nothing uploaded (it knows of 4 only)
+    out = tmp_path / "replacement"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (5, "flat")
+    assert (out / "model.bin").read_text() == "emergency state at step 9"
+    assert sum("durable" in line for line in log) == 1
