@@ -1349,6 +1349,9 @@ class Agent:
                     waiting = [i for i in waiting if i in in_group]
             if waiting:
                 time.sleep(min(self.poll_s, 1.0))
+        if waiting and self.marker(job, "DONE") is not None:
+            self.log(f"job {job.job_id} is DONE (a peer finished it)")
+            return
         if waiting:  # one may still be uploading the final checkpoint: the last node to finish writes DONE
             self.log(
                 f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; leaving the job to "

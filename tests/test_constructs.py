@@ -13,6 +13,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from tests.synth import CLUSTER, joined, resources, synth, team_config
+from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
 from training_constructs.training_cluster import BOOTSTRAP_DIR
 
 EXISTING_VPC = {
@@ -269,8 +270,13 @@ def test_instance_role_trusts_ec2_has_only_session_manager_channels_and_a_profil
     (role,) = roles.values()
     # Not AmazonSSMManagedInstanceCore: it grants ssm:GetParameter(s) on "*" (every team's parameters).
     assert "ManagedPolicyArns" not in role["Properties"]
-    (policy,) = role["Properties"]["Policies"]
-    assert policy["PolicyDocument"]["Statement"] == [
+    statements = [
+        st
+        for policy in default.find_resources("AWS::IAM::Policy").values()
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        if st.get("Sid") == "SessionManagerChannels"
+    ]
+    assert statements == [
         {
             "Sid": "SessionManagerChannels",
             "Effect": "Allow",
@@ -322,12 +328,17 @@ def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template
     }
 
 
-def test_only_describe_actions_get_resource_star(default: Template, variant: Template) -> None:
+def test_only_describe_actions_and_session_manager_channels_get_resource_star(
+    default: Template, variant: Template
+) -> None:
     for template in (default, variant):
         for statement in policies(template):
             if statement["Resource"] == "*":
                 actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                assert all(a.split(":")[1].startswith("Describe") for a in actions), statement
+                if statement.get("Sid") == "SessionManagerChannels":
+                    assert actions == SESSION_MANAGER_ACTIONS
+                else:
+                    assert all(a.split(":")[1].startswith("Describe") for a in actions), statement
 
 
 # ---- CheckpointStore ------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ REVIEWED_SKIPS: dict[tuple[str, str], str] = {
     "NAT or endpoints for nothing gained",
     ("CKV_AWS_173", "AWS::Lambda::Function"): "the environment holds names, no secrets; the AWS-managed key "
     "encrypts it at rest",
-    ("CKV_AWS_111", "AWS::IAM::Role"): "the node role's Session Manager channels (SESSION_MANAGER_ACTIONS in "
+    ("CKV_AWS_111", "AWS::IAM::Policy"): "the node role's Session Manager channels (SESSION_MANAGER_ACTIONS in "
     "training_constructs/spot_fleet.py): AWS authorizes them on '*' only; they read and change no data",
 }
 
