@@ -133,7 +133,13 @@ class AgentError(Exception):
 
 
 class JobRefused(AgentError):
-    """No node of the group can run the job: it is wrong, or none was submitted. Not for a failed read."""
+    """No node of the group can run the job: it is wrong, or none was submitted. Not for a failed read.
+
+    ``failed_at``: (bucket, key) of the job's FAILED marker, when the job spec and job id say where it goes."""
+
+    def __init__(self, reason: str, failed_at: Optional[Tuple[str, str]] = None) -> None:
+        super().__init__(reason)
+        self.failed_at = failed_at
 
 
 def env_float(name: str, default: float) -> float:
@@ -263,7 +269,17 @@ def validate_job(spec: Any, current: Any, current_name: str) -> Job:
     try:
         return Job(check_job(spec, current, current_name))
     except JobSpecError as exc:
-        raise JobRefused(str(exc)) from None
+        raise JobRefused(str(exc), failed_marker(spec, current)) from None
+
+
+def failed_marker(spec: Any, current: Any) -> Optional[Tuple[str, str]]:
+    """(bucket, key) of the FAILED marker of a job the agent refuses, if its spec and job id can say where."""
+    if not (isinstance(spec, dict) and isinstance(current, dict) and JOB_ID_RE.match(str(current.get("job_id")))):
+        return None
+    bucket, cluster = spec.get("bucket"), spec.get("cluster")
+    if not (isinstance(bucket, str) and bucket and isinstance(cluster, str) and cluster):
+        return None
+    return bucket, f"{cluster}/{current['job_id']}/FAILED"
 
 
 def load_job(ssm: Any, spec_parameter: str) -> Job:
@@ -955,9 +971,9 @@ class Agent:
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
             if unmapped:  # InService but not booted yet: its private address must never be contacted
                 self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
-            elif len(peers) >= job.min_nodes and any(i == self.instance_id for i, _ in peers[: job.max_nodes]):
+            elif len(peers) >= job.min_nodes and self.instance_id in dict(peers[: job.max_nodes]):
                 return peers[: job.max_nodes]
-            elif any(i == self.instance_id for i, _ in peers):  # capacity rebalancing may go above the maximum
+            elif self.instance_id in dict(peers):  # capacity rebalancing may go above the maximum
                 self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
             if time.monotonic() > deadline:
                 raise AgentError(
@@ -1338,7 +1354,18 @@ class Agent:
         self.put_marker(job, f"nodes/{self.instance_id}/done", {})
         deadline = time.monotonic() + self.barrier_s
         waiting = [i for i, _ in self.peers if i != self.instance_id]
-        while waiting and time.monotonic() < deadline and self.marker(job, "DONE") is None:
+        while waiting:
+            if self.marker(job, "DONE") is not None:
+                self.log(f"job {job.job_id} is DONE (a peer finished it)")
+                return
+            if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
+                self.log(
+                    f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; leaving the job "
+                    "to them (the last node to finish writes DONE and scales the group to 0)"
+                )
+                self.release_warm_volume()
+                self.leave_group(group, for_good=True)
+                return
             waiting = [i for i in waiting if self.marker(job, f"nodes/{i}/done") is None]
             if waiting:  # a peer that left the group (interrupted, powered off) will never report
                 groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
@@ -1349,17 +1376,6 @@ class Agent:
                     waiting = [i for i in waiting if i in in_group]
             if waiting:
                 time.sleep(min(self.poll_s, 1.0))
-        if waiting and self.marker(job, "DONE") is not None:
-            self.log(f"job {job.job_id} is DONE (a peer finished it)")
-            return
-        if waiting:  # one may still be uploading the final checkpoint: the last node to finish writes DONE
-            self.log(
-                f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; leaving the job to "
-                "them (the last node to finish writes DONE and scales the group to 0)"
-            )
-            self.release_warm_volume()
-            self.leave_group(group, for_good=True)
-            return
         self.put_marker(job, "DONE", {"peers": [i for i, _ in self.peers]})
         self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.scale_to_zero(group)
@@ -1384,9 +1400,12 @@ class Agent:
             job = load_job(self.ssm, self.args.job_spec_parameter)
             for key, expected in (("team", self.args.team), ("cluster", self.args.cluster)):
                 if job.spec.get(key) != expected:
-                    raise JobRefused(f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}")
+                    raise JobRefused(
+                        f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}",
+                        (job.bucket, f"{job.spec['cluster']}/{job.job_id}/FAILED"),
+                    )
         except JobRefused as exc:
-            self.refuse_job(str(exc))
+            self.refuse_job(exc)
             raise
         job.checkpoint_dir = self.node_root + job.checkpoint_dir
         self.log.shipper = LogShipper(self.logs, job.log_group, f"{job.job_id}/{self.instance_id}")
@@ -1403,20 +1422,18 @@ class Agent:
             self.release_warm_volume()
             self.log.shipper.close()
 
-    def refuse_job(self, reason: str) -> None:
+    def refuse_job(self, refused: JobRefused) -> None:
         """Every node of the group would refuse this job: mark it FAILED (when its spec says where) and scale the
         group to 0, instead of leaving the nodes idle and billed. ``trainctl status`` then shows the reason."""
-        self.log(f"error: {reason}")
-        try:
-            spec = _read_parameter(self.ssm, self.args.job_spec_parameter, required=True)
-            current = _read_parameter(self.ssm, spec["current_job_parameter"], required=False)
-            if isinstance(current, dict) and JOB_ID_RE.match(str(current.get("job_id"))):
-                key = f"{spec['cluster']}/{current['job_id']}/FAILED"
-                body = {"reason": f"the node agent refused the job: {reason}", "instance_id": self.instance_id}
-                self.s3.put_object(Bucket=spec["bucket"], Key=key, Body=json.dumps(dict(body, time=time.time())))
-                self.log(f"job {current['job_id']} FAILED: s3://{spec['bucket']}/{key}")
-        except (AgentError, ClientError, BotoCoreError, KeyError, TypeError, ValueError) as exc:
-            self.log(f"could not mark the job FAILED ({type(exc).__name__}: {exc})")
+        self.log(f"error: {refused}")
+        if refused.failed_at is not None:
+            bucket, key = refused.failed_at
+            body = {"reason": f"the node agent refused the job: {refused}", "instance_id": self.instance_id}
+            try:
+                self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(dict(body, time=time.time())))
+                self.log(f"job FAILED: s3://{bucket}/{key}")
+            except (ClientError, BotoCoreError) as exc:
+                self.log(f"could not mark the job FAILED ({exc})")
         try:
             self.scale_to_zero(self.group_name())
         except (AgentError, ClientError, BotoCoreError) as exc:

@@ -17,24 +17,23 @@ class JobSpecError(ValueError):
     """A job setting the agent refuses; ``str()`` is one line: the key, what is wrong, what it got."""
 
 
-# Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
-JOB_KEYS = {
-    "job_id",
-    "code_key",
+# Job settings: the stack's job spec holds their defaults (from the team file), a submitted job may override them.
+JOB_SETTINGS = {
     "command",
     "python",
     "nproc_per_node",
     "min_nodes",
     "desired_nodes",
     "max_nodes",
-    "nodes",
     "checkpoint_interval_s",
     "checkpoint_wait_for_upload",
     "mean_time_between_interruptions_s",
     "max_restarts",
     "interruption_grace_s",
 }
-SPEC_KEYS = {
+# Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
+JOB_KEYS = JOB_SETTINGS | {"job_id", "code_key", "nodes"}
+SPEC_KEYS = JOB_SETTINGS | {
     "version",
     "team",
     "cluster",
@@ -43,18 +42,7 @@ SPEC_KEYS = {
     "prefix",
     "log_group",
     "current_job_parameter",
-    "command",
-    "python",
-    "nproc_per_node",
-    "min_nodes",
-    "desired_nodes",
-    "max_nodes",
     "checkpoint_dir",
-    "checkpoint_interval_s",
-    "checkpoint_wait_for_upload",
-    "mean_time_between_interruptions_s",
-    "max_restarts",
-    "interruption_grace_s",
     "rendezvous_port",
     "warm_pool",
 }
