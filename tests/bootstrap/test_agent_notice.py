@@ -38,13 +38,18 @@ time.sleep(seconds)
 
 
 class Imds:
-    """Delivers ``action`` as the spot notice once ``ready`` exists (the trainer handles SIGTERM by then)."""
+    """Delivers ``action`` as the spot notice once ``ready`` exists (the trainer handles SIGTERM by then) and
+    ``gate`` is set (a test's own precondition)."""
 
-    def __init__(self, action: Optional[str] = None, ready: Optional[Path] = None) -> None:
-        self.action, self.ready = action, ready
+    def __init__(
+        self, action: Optional[str] = None, ready: Optional[Path] = None, gate: Optional[threading.Event] = None
+    ) -> None:
+        self.action, self.ready, self.gate = action, ready, gate
 
     def get(self, path: str) -> Optional[str]:
         if path != "spot/instance-action" or (self.ready is not None and not self.ready.exists()):
+            return None
+        if self.gate is not None and not self.gate.is_set():
             return None
         return self.action
 
@@ -145,10 +150,13 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
     hold up the trainer's SIGTERM."""
     agent, job, lines = agent_for(cluster)
     saved = tmp_path / "saved"
-    agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
+    # The notice comes only once the agent's loop is stuck in its S3 call: were it earlier, the loop would end
+    # before that call and the test would not show what it is about (it failed that way on a loaded CI machine).
+    agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready", gate=entered)
 
     def hanging(**kwargs: Any) -> Any:  # the STOP-marker GET, until the test releases it (bounded)
+        entered.set()
         release.wait(60)
         return raising("GetObject")(**kwargs)
 
