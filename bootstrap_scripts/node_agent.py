@@ -862,10 +862,17 @@ class Agent:
         self.put_marker(job, f"nodes/{self.instance_id}/boot", facts)
 
     def marker(self, job: Job, name: str) -> Optional[Dict[str, Any]]:
+        """The job's marker ``name`` (JSON), or None. Listed before it is read: the node's ListBucket is limited to
+        its cluster's prefix by an ``s3:prefix`` condition, and S3 answers a GetObject of a missing key with 403,
+        not 404, to a caller without an unconditional ListBucket."""
+        key = job.job_prefix + name
+        listed = self.s3.list_objects_v2(Bucket=job.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+        if not listed or listed[0]["Key"] != key:  # a key sorts before every longer key it prefixes
+            return None
         try:
-            return json.loads(self.s3.get_object(Bucket=job.bucket, Key=job.job_prefix + name)["Body"].read())
+            return json.loads(self.s3.get_object(Bucket=job.bucket, Key=key)["Body"].read())
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):  # deleted since the listing
                 return None
             raise
 

@@ -23,6 +23,11 @@ FINISHED = ("DONE", "FAILED", "STOPPED")
 
 
 def _marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
+    """The marker at ``key`` (JSON), or None. Listed before it is read: the guard's ListBucket is limited to the
+    clusters' prefixes, and S3 answers a GetObject of a missing key with 403, not 404, without ListBucket."""
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    if not listed or listed[0]["Key"] != key:  # a key sorts before every longer key it prefixes
+        return None
     try:
         return dict(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
     except ClientError as exc:

@@ -589,6 +589,10 @@ def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budget
     markers = {joined(r).rsplit('"', 2)[-2] for r in statements["ReadWriteJobMarkers"]["Resource"]}
     assert markers == {"/main/*", "/dev/*"}
     assert statements["ReadWriteJobMarkers"]["Action"] == ["s3:GetObject", "s3:PutObject"]
+    # listing, to tell a missing marker from a denied one (S3 answers 403 for a missing key without ListBucket)
+    listing = statements["ListJobMarkers"]
+    assert listing["Action"] == "s3:ListBucket"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["main/*", "dev/*"]}}
     groups = budgeted.find_resources("AWS::AutoScaling::AutoScalingGroup").keys()
     scaled = joined(statements["ScaleClusterGroups"]["Resource"])
     assert all(f'{{"Ref": "{g}"}}' in scaled for g in groups) and len(groups) == 2

@@ -132,6 +132,14 @@ class TeamBudget(Construct):
                     resources=[arn for c in clusters for arn in c.parameter_arns],
                 ),
                 iam.PolicyStatement(
+                    sid="ListJobMarkers",
+                    actions=["s3:ListBucket"],
+                    resources=[checkpoint_store.bucket.bucket_arn],
+                    conditions={
+                        "StringLike": {"s3:prefix": [f"{CheckpointStore.cluster_prefix(c.name)}*" for c in clusters]}
+                    },
+                ),
+                iam.PolicyStatement(
                     sid="ReadWriteJobMarkers",
                     actions=["s3:GetObject", "s3:PutObject"],
                     resources=[

@@ -1,0 +1,62 @@
+"""Job markers (``STOP``, ``DONE``, ``nodes/<id>/leaving`` ...) read the way real S3 answers a least-privilege role.
+
+The node role's ListBucket carries an ``s3:prefix`` condition, and the budget guard's is limited to the clusters'
+prefixes. S3 answers a GetObject of a missing key with 403 AccessDenied, not 404, to a caller without an
+unconditional ListBucket; moto always answers 404. ``Forbidding`` makes moto answer as S3 would: a reader that
+took "no such key" for "no marker" failed every poll and every boot on AWS while it passed here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from budget_guard.handler import _marker as guard_marker
+
+from .conftest import Cluster
+from .test_agent_notice import agent_for
+
+
+class Forbidding:
+    """An S3 client whose GetObject of a missing key raises AccessDenied (403), as S3 does without ListBucket."""
+
+    def __init__(self, s3: Any) -> None:
+        self.s3 = s3
+
+    def get_object(self, **kwargs: Any) -> Any:
+        try:
+            return self.s3.get_object(**kwargs)
+        except self.s3.exceptions.NoSuchKey:
+            error = {"Error": {"Code": "AccessDenied", "Message": "Access Denied"}, "ResponseMetadata": {}}
+            raise ClientError(error, "GetObject") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+
+@pytest.fixture
+def cluster(make_cluster: Any) -> Cluster:
+    c: Cluster = make_cluster(nodes=1)
+    c.submit("job-m", {"train.py": ""}, "python train.py")
+    return c
+
+
+def test_the_agent_reads_missing_markers_as_none_where_s3_answers_403(cluster: Cluster) -> None:
+    agent, job, _ = agent_for(cluster)
+    agent.s3 = Forbidding(agent.s3)
+    assert agent.marker(job, "STOP") is None
+    agent.put_marker(job, "STOPPED", {"by": "test"})
+    assert agent.marker(job, "STOP") is None  # "STOP" prefixes "STOPPED": not the same marker
+    assert (agent.marker(job, "STOPPED") or {}).get("by") == "test"
+
+
+def test_the_budget_guard_reads_missing_markers_as_none_where_s3_answers_403(cluster: Cluster) -> None:
+    s3, prefix = Forbidding(cluster.aws.s3), f"{cluster.name}/job-m/"
+    assert guard_marker(s3, cluster.bucket, prefix + "DONE") is None
+    s3.put_object(Bucket=cluster.bucket, Key=prefix + "DONE-not", Body=b"{}")
+    assert guard_marker(s3, cluster.bucket, prefix + "DONE") is None
+    s3.put_object(Bucket=cluster.bucket, Key=prefix + "DONE", Body=json.dumps({"step": 7}).encode())
+    assert guard_marker(s3, cluster.bucket, prefix + "DONE") == {"step": 7}
