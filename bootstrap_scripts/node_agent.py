@@ -939,7 +939,7 @@ class Agent:
         if os.environ.get("SPOT_TRAINING_WARM_VOLUME_MOUNT", "1") == "0":
             self.log(f"warm volume {volume} attached; mounting skipped (SPOT_TRAINING_WARM_VOLUME_MOUNT=0)")
             return
-        env_root = os.path.dirname(os.path.dirname(job.python))  # /opt/conda/bin/python3 -> /opt/conda
+        env_root = os.path.dirname(os.path.dirname(job.python))  # /opt/pytorch/bin/python -> /opt/pytorch
         block = warm_volume.block_device(volume, device)
         blkid = ["blkid", "-o", "value", "-s", "TYPE", block]  # from the AMI's PATH
         probe = subprocess.run(blkid, capture_output=True, text=True, check=False)  # noqa: S603 - fixed argv

@@ -8,10 +8,13 @@
 # Environment:
 #   AWS_EC2_METADATA_SERVICE_ENDPOINT  IMDS base URL (default http://169.254.169.254); an emulator points it
 #                                      at its per-instance metadata mock. botocore honours the same variable.
-#   SPOT_TRAINING_AGENT_PYTHON         interpreter for the agent; otherwise the first of python3 (PATH) and
-#                                      /opt/conda/bin/python3 that is 3.8+ and imports boto3. The job spec's
+#   SPOT_TRAINING_AGENT_PYTHON         interpreter for the agent; otherwise the first of python3 (PATH),
+#                                      /opt/pytorch/bin/python (PyTorch DLAMI) and /opt/conda/bin/python3
+#                                      that is 3.8+ and imports boto3. The job spec's
 #                                      `python` (the environment with torch) runs the trainer, via the agent.
-# Exit status 2 with a one-line reason on bad arguments or an identity mismatch.
+# Exit status 2 with a one-line reason on bad arguments, an identity mismatch or no usable Python. Once the
+# instance id and group are known, such a failure first hands the instance back (it leaves its group, one fewer
+# desired, with the AWS CLI every DLAMI has): no agent runs to do it, and an idle node would be billed.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +22,21 @@ IMDS="${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"
 IMDS="${IMDS%/}"
 
 log() { printf '%s user-data %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-die() { printf 'user-data: error: %s\n' "$*" >&2; exit 2; }
+INSTANCE_ID="" ASG_NAME=""
+hand_back() {
+  [[ -n "$INSTANCE_ID" && -n "$ASG_NAME" ]] || return 0
+  if aws autoscaling terminate-instance-in-auto-scaling-group --region "$REGION" --instance-id "$INSTANCE_ID" \
+    --should-decrement-desired-capacity --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null 2>&1; then
+    log "instance $INSTANCE_ID leaves group $ASG_NAME (one fewer desired)"
+  else
+    log "could not hand instance $INSTANCE_ID back to group $ASG_NAME: terminate it by hand"
+  fi
+}
+die() {
+  hand_back
+  printf 'user-data: error: %s\n' "$*" >&2
+  exit 2
+}
 
 REGION="" TEAM="" CLUSTER="" SPEC_PARAMETER=""
 while (($#)); do
@@ -60,14 +77,15 @@ fi
 log "instance=$INSTANCE_ID region=$REGION az=$AZ launch-index=$LAUNCH_INDEX team=$TEAM cluster=$CLUSTER group=${ASG_NAME:-?}"
 
 PYTHON=""
-for candidate in "${SPOT_TRAINING_AGENT_PYTHON:-}" python3 /opt/conda/bin/python3; do
+CANDIDATES=(python3 /opt/pytorch/bin/python /opt/conda/bin/python3)
+for candidate in "${SPOT_TRAINING_AGENT_PYTHON:-}" "${CANDIDATES[@]}"; do
   [[ -n "$candidate" ]] || continue
   if "$candidate" -c 'import sys, boto3; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
     PYTHON="$candidate"
     break
   fi
 done
-[[ -n "$PYTHON" ]] || die "no Python 3.8+ with boto3 found (tried \$SPOT_TRAINING_AGENT_PYTHON, python3, /opt/conda/bin/python3)"
+[[ -n "$PYTHON" ]] || die "no Python 3.8+ with boto3 found (tried \$SPOT_TRAINING_AGENT_PYTHON, ${CANDIDATES[*]})"
 
 exec "$PYTHON" "$HERE/node_agent.py" --region "$REGION" --team "$TEAM" --cluster "$CLUSTER" \
   --job-spec-parameter "$SPEC_PARAMETER" --instance-id "$INSTANCE_ID" --availability-zone "$AZ" \

@@ -32,13 +32,11 @@ from typing import Any, Optional, Union
 
 from emulator.settings import ACCESS_KEY_ID, ACCOUNT_ID, REGION, SECRET_ACCESS_KEY
 from emulator.tls import TlsFiles, make_tls_files
+from team_config.model import DEFAULT_AMI_PARAMETER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Public SSM parameters the templates resolve at deploy time (AMI ids); see cfn_compat item 5.
-DEFAULT_PUBLIC_AMI_PARAMETERS = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
-    "/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
-)
+DEFAULT_PUBLIC_AMI_PARAMETERS = tuple(DEFAULT_AMI_PARAMETER.values())
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 

@@ -404,7 +404,7 @@ def run_job(
             EXAMPLE_DIR,
             command=command,
             nodes=NODES,
-            python=sys.executable,  # the environment with torch (on an AMI: the job spec's /opt/conda/...)
+            python=sys.executable,  # the environment with torch (on an AMI: the job spec's /opt/pytorch/...)
             min_nodes=NODES,
             max_nodes=NODES,
             checkpoint_interval_s=checkpoint_interval_s,

@@ -55,11 +55,14 @@ LOG_RETENTION_DAYS = (
     3653,
 )
 
-# Deep Learning Base AMI (OSS Nvidia driver, Amazon Linux 2023), public SSM parameters.
+# Deep Learning OSS Nvidia Driver AMI GPU PyTorch (Amazon Linux 2023), public SSM parameters: the driver, CUDA,
+# NCCL/EFA and a PyTorch environment at /opt/pytorch (DEFAULT_PYTHON). The Base DLAMI has no PyTorch. The version in
+# the name is a pin (the newest release for both architectures in 2026-10): AWS retires old lines, so revisit it.
 DEFAULT_AMI_PARAMETER = {
-    "x86_64": "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
-    "arm64": "/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id",
+    arch: f"/aws/service/deeplearning/ami/{arch}/oss-nvidia-driver-gpu-pytorch-2.11-amazon-linux-2023/latest/ami-id"
+    for arch in ("x86_64", "arm64")
 }
+DEFAULT_PYTHON = "/opt/pytorch/bin/python"  # the PyTorch DLAMI's python_location
 
 
 def instance_architecture(instance_type: str) -> str:
@@ -140,7 +143,11 @@ class NetworkConfig(Strict):
 
 class CheckpointBucketConfig(Strict):
     noncurrent_version_expiration_days: int = Field(
-        30, ge=1, le=3650, description="Days a replaced or deleted checkpoint object stays recoverable."
+        3,
+        ge=1,
+        le=3650,
+        description="Days a replaced or deleted checkpoint object stays recoverable (and billed): every checkpoint "
+        "the agent prunes stays this long.",
     )
     access_log_expiration_days: int = Field(365, ge=1, le=3650, description="Days S3 server access logs are kept.")
     removal_policy: Literal["retain", "destroy"] = "retain"
@@ -225,9 +232,7 @@ class JobConfig(Strict):
     command: str = Field(
         "python train.py", min_length=1, description="Entry command run by torchrun, relative to the code directory."
     )
-    python: AbsPath = Field(
-        "/opt/conda/bin/python3", description="Interpreter (of the environment with torch) on the AMI."
-    )
+    python: AbsPath = Field(DEFAULT_PYTHON, description="Interpreter (of the environment with torch) on the AMI.")
     nproc_per_node: int = Field(1, ge=1, le=64)
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
     checkpoint_interval_s: Optional[int] = Field(

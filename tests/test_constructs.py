@@ -198,7 +198,10 @@ def test_default_ami_is_the_deep_learning_ami_parameter_for_the_architecture(
     default: Template, variant: Template
 ) -> None:
     params = json.dumps(default.to_json()["Parameters"])
-    assert "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id" in params
+    assert (
+        "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.11-amazon-linux-2023/latest/ami-id"
+        in params
+    )
     assert "/aws/service/deeplearning/ami/arm64/" in json.dumps(variant.to_json()["Parameters"])
 
 
@@ -372,7 +375,11 @@ def test_checkpoint_bucket_encrypted_versioned_private_retained(default: Templat
                                     {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
                                 ),
                                 Match.object_like(
-                                    {"NoncurrentVersionExpiration": {"NoncurrentDays": 30}, "Status": "Enabled"}
+                                    {
+                                        "NoncurrentVersionExpiration": {"NoncurrentDays": 3},
+                                        "ExpiredObjectDeleteMarker": True,
+                                        "Status": "Enabled",
+                                    }
                                 ),
                             ]
                         )
@@ -436,6 +443,7 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
         '\\"interruption_grace_s\\":90',
         '\\"checkpoint_dir\\":\\"/opt/ml/checkpoints\\"',
         '\\"checkpoint_wait_for_upload\\":false',
+        '\\"python\\":\\"/opt/pytorch/bin/python\\"',  # the default AMI's (PyTorch DLAMI) torch environment
     ):
         assert fragment in value, fragment
     # Unset values (no warm pool, Young/Daly interval) are left out of the JSON; the agent reads them as null.
@@ -576,7 +584,7 @@ def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: 
     env = function["Properties"]["Environment"]["Variables"]
     assert env["JOB_SPEC_PARAMETERS"] == "/spot-training/team-a/main/job-spec,/spot-training/team-a/dev/job-spec"
     assert (env["BUDGET_NAME"], env["TEAM"], env["FORCE_AFTER_S"]) == ("spot-training-team-a", "team-a", "900")
-    assert function["Properties"]["ReservedConcurrentExecutions"] == 1
+    assert "ReservedConcurrentExecutions" not in function["Properties"]  # fails deploys on low-quota accounts
     [rule] = resources(budgeted, "AWS::Events::Rule")
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 hour)"
     [function_id] = budgeted.find_resources("AWS::Lambda::Function").keys()

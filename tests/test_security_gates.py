@@ -51,6 +51,8 @@ REVIEWED_SKIPS: dict[tuple[str, str], str] = {
     "a dead-letter queue would only hold copies of the timer event",
     ("CKV_AWS_117", "AWS::Lambda::Function"): "calls only AWS APIs, reaches nothing in the VPC; a VPC would need "
     "NAT or endpoints for nothing gained",
+    ("CKV_AWS_115", "AWS::Lambda::Function"): "no reserved concurrency: it runs once per schedule period, and "
+    "reserving any fails deploys on accounts at the minimum Lambda concurrency quota",
     ("CKV_AWS_173", "AWS::Lambda::Function"): "the environment holds names, no secrets; the AWS-managed key "
     "encrypts it at rest",
     ("CKV_AWS_111", "AWS::IAM::Policy"): "the node role's Session Manager channels (SESSION_MANAGER_ACTIONS in "

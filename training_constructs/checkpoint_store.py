@@ -24,7 +24,7 @@ class CheckpointStore(Construct):
     Layout: ``<cluster>/code/...`` for job code, ``<cluster>/<job>/ckpt/<step>/`` for checkpoints
     (a manifest written last makes a checkpoint exist). Lifecycle: incomplete multipart uploads
     are aborted after 1 day; replaced or deleted object versions expire after
-    ``noncurrent_version_expiration_days``. RETAIN by default: checkpoints outlive the stack.
+    ``noncurrent_version_expiration_days``, then their delete markers. RETAIN by default: checkpoints outlive the stack.
     """
 
     def __init__(
@@ -92,6 +92,7 @@ class CheckpointStore(Construct):
                 s3.LifecycleRule(
                     id="ExpireReplacedVersions",
                     noncurrent_version_expiration=Duration.days(noncurrent_version_expiration_days),
+                    expired_object_delete_marker=True,  # a pruned key's marker, once its versions are gone
                 ),
             ],
         )

@@ -155,12 +155,12 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
     # before that call and the test would not show what it is about (it failed that way on a loaded CI machine).
     agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready", gate=entered)
 
-    def hanging(**kwargs: Any) -> Any:  # the STOP-marker GET, until the test releases it (bounded)
+    def hanging(**kwargs: Any) -> Any:  # the STOP marker's listing, until the test releases it (bounded)
         entered.set()
         release.wait(60)
-        return raising("GetObject")(**kwargs)
+        return raising("ListObjectsV2")(**kwargs)
 
-    monkeypatch.setattr(agent.s3, "get_object", hanging)
+    monkeypatch.setattr(agent.s3, "list_objects_v2", hanging)
     result: list[tuple[int, bool, Path]] = []
     trainer = threading.Thread(target=lambda: result.append(run(agent, job, tmp_path, seconds=60)))
     trainer.start()
@@ -182,7 +182,7 @@ def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
 ) -> None:
     agent, job, lines = agent_for(cluster)
     agent.imds = Imds()
-    monkeypatch.setattr(agent.s3, "get_object", raising("GetObject"))  # the STOP marker
+    monkeypatch.setattr(agent.s3, "list_objects_v2", raising("ListObjectsV2"))  # the STOP marker
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()

@@ -158,11 +158,15 @@ def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nod
     cluster: Cluster = make_cluster()
     (node,) = make_nodes(cluster)
     node.imds.tags["spot-training:cluster"] = "someone-else"
+    assert cluster.desired_capacity() == 1
     assert node.start({}).wait() == 2
     assert last_line(node.text) == (
         f"user-data: error: instance tag spot-training:cluster=someone-else does not match --cluster {cluster.name}"
     )
     assert "PUT /latest/api/token" in node.imds.requests  # IMDSv2: a token first
+    # no agent runs to hand the node back: user data does, so a refused node is not billed idle
+    assert f"instance {node.instance_id} leaves group {cluster.group} (one fewer desired)" in node.text
+    assert cluster.desired_capacity() == 0
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(BOOTSTRAP)) for p in BOOTSTRAP.rglob("*.py")))

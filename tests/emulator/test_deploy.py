@@ -109,7 +109,9 @@ def test_launch_template_metadata_and_root_volume(deployed: Deployed, launch_tem
 def test_launch_template_image_is_the_seeded_public_parameter(
     deployed: Deployed, launch_template_data: dict[str, Any]
 ) -> None:
-    parameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+    parameter = (
+        "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.11-amazon-linux-2023/latest/ami-id"
+    )
     ami = deployed.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
     assert launch_template_data["ImageId"] == ami
     assert deployed.client("ec2").describe_images(ImageIds=[ami])["Images"][0]["ImageId"] == ami
