@@ -6,7 +6,7 @@ Started by ``user_data.sh`` (which reads the instance identity from IMDSv2). Pyt
 What it does, in order: read and validate the job (SSM job-spec parameter merged with the per-job
 ``current-job`` parameter); claim a pre-warmed volume of the pool (if any); download and safely
 unpack the code; restore the newest *complete* checkpoint from S3; find the peers (InService instances of
-the Auto Scaling group, lowest instance id = rendezvous host); run torchrun; meanwhile poll IMDS for spot
+the Auto Scaling group; the oldest launch hosts the rendezvous); run torchrun; meanwhile poll IMDS for spot
 interruption notices and rebalance recommendations, sync the checkpoint directory to S3 and ship logs to
 CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED`` (and scale to 0).
 
@@ -34,7 +34,7 @@ Local checkpoint directory (``checkpoint_dir`` of the spec):
 Environment given to the trainer (besides torchrun's RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, ...):
   SPOT_TRAINING_JOB_ID, SPOT_TRAINING_CHECKPOINT_DIR, SPOT_TRAINING_RESUME_STEP (step restored, "" if none),
   SPOT_TRAINING_RESUMED ("1"/"0"), SPOT_TRAINING_CHECKPOINT_INTERVAL_S ("" = Young/Daly), SPOT_TRAINING_MTBI_S,
-  SPOT_TRAINING_INSTANCE_ID, SPOT_TRAINING_NODE_INDEX (position among the sorted peers; 0 = rendezvous host),
+  SPOT_TRAINING_INSTANCE_ID, SPOT_TRAINING_NODE_INDEX (position among the peers in launch order; 0 = rendezvous host),
   SPOT_TRAINING_NUM_PEERS, SPOT_TRAINING_ATTEMPT (0, 1, ... per restart), PYTHONPATH (+ this directory).
 
 Environment read by the agent:
@@ -90,6 +90,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from spot_training import warm_volume
 from spot_training.job_spec import JOB_ID_RE, JobSpecError, check_job
+from spot_training.peers import launch_order
 from spot_training.proctree import kill_all, process_tree
 from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, write_sync_state
 from urllib3.exceptions import HTTPError
@@ -786,7 +787,8 @@ def load_address_map() -> Dict[str, str]:
 
 
 def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] = None) -> List[Tuple[str, str]]:
-    """(instance id, private IP) of the group's InService instances, sorted by id: element 0 hosts the rendezvous.
+    """(instance id, private IP) of the group's InService instances in launch order (``spot_training.peers``):
+    element 0 hosts the rendezvous.
 
     Instances in ``leaving`` (they announced an interruption notice) are left out: they are still InService
     until the group replaces them, but will not join another rendezvous.
@@ -801,13 +803,12 @@ def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] =
     )
     if not ids:
         return []
-    ips: Dict[str, str] = {}
+    found: List[Dict[str, Any]] = []
     for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
         for reservation in page["Reservations"]:
-            for inst in reservation["Instances"]:
-                if inst.get("PrivateIpAddress"):
-                    ips[inst["InstanceId"]] = inst["PrivateIpAddress"]
-    return [(i, ips[i]) for i in ids if i in ips]
+            found.extend(inst for inst in reservation["Instances"] if inst.get("PrivateIpAddress"))
+    ips = {inst["InstanceId"]: inst["PrivateIpAddress"] for inst in found}
+    return [(i, ips[i]) for i in launch_order(found)]
 
 
 # ----------------------------------------------------------------------------------------------- agent

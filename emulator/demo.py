@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from bootstrap_scripts.spot_training.peers import launch_order
 from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import Node, NodeLauncher
@@ -269,10 +270,14 @@ class JobRun:
         return found[0]
 
     def running(self) -> list[str]:
-        """Instance ids of the nodes running the job now (not those told to go), sorted: the first one hosts the
-        rendezvous."""
+        """Instance ids of the nodes running the job now (not those told to go), in the agents' launch order: the
+        first one hosts the rendezvous."""
         gone = {e.instance_id for e in self.events if e.kind in ("notice", "power-off")}
-        return sorted(n.instance_id for n in self.launcher.running() if n.instance_id not in gone)
+        ids = [n.instance_id for n in self.launcher.running() if n.instance_id not in gone]
+        if not ids:
+            return []
+        found = self.client("ec2").describe_instances(InstanceIds=ids)["Reservations"]
+        return launch_order(i for r in found for i in r["Instances"])
 
     def stream_of(self, pattern: re.Pattern[str], after: float = 0.0) -> str:
         """The instance whose log stream has the newest line matching ``pattern`` (at or after ``after``); waits
@@ -330,7 +335,7 @@ Scenario = Callable[[JobRun], None]
 def interrupt_once(after_step: int, *, host: bool = False) -> Scenario:
     """Once a checkpoint of ``after_step`` or later is durable, give one node a notice; wait for its replacement.
 
-    ``host``: interrupt the rendezvous host (lowest instance id) instead of another node."""
+    ``host``: interrupt the rendezvous host (the oldest launch) instead of another node."""
 
     def scenario(run: JobRun) -> None:
         run.wait_durable(after_step)

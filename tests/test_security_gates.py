@@ -62,10 +62,10 @@ REVIEWED_SKIPS: dict[tuple[str, str], str] = {
 # Read-only actions that AWS authorizes only on Resource "*" (the service authorization reference lists no
 # resource type for them), and who needs each. Nothing that reads or writes data belongs here.
 WILDCARD_RESOURCE_ACTIONS: dict[str, str] = {
-    # node agent: peer discovery (rendezvous host = lowest InService instance id); budget guard: group sizes
+    # node agent: peer discovery (InService instances); budget guard: group sizes
     "autoscaling:DescribeAutoScalingGroups": "no resource-level permissions",
     "autoscaling:DescribeAutoScalingInstances": "no resource-level permissions",
-    # node agent: peer addresses; FIS: resolving the drill's target instances by tag
+    # node agent: peer addresses, launch times (the oldest hosts the rendezvous); FIS: the drill's targets by tag
     "ec2:DescribeInstances": "no resource-level permissions",
     # node agent: finding a free warm-pool volume in its AZ (the claim itself is scoped, see ClaimPolicy)
     "ec2:DescribeVolumes": "no resource-level permissions",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from spot_training.peers import launch_order
 
 from .conftest import EXAMPLE, Cluster, Node, address_map
 
@@ -89,7 +90,7 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
 
 
 def test_two_nodes_rendezvous_over_loopback(make_cluster: Any, make_nodes: Any, tmp_path: Path) -> None:
-    """Two nodes find each other through the ASG, elect the lowest instance id as host, and train with DDP."""
+    """Two nodes find each other through the ASG, elect the oldest launch as host, and train with DDP."""
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("ddp-run", TRAIN, "python train.py --epochs 2 --seed 1")
     nodes: list[Node] = make_nodes(cluster)
@@ -98,7 +99,8 @@ def test_two_nodes_rendezvous_over_loopback(make_cluster: Any, make_nodes: Any, 
         node.start(mapping)
     codes = [node.wait() for node in nodes]
     assert codes == [0, 0], "\n\n".join(n.text for n in nodes)
-    host = min(n.instance_id for n in nodes)
+    found = cluster.aws.ec2.describe_instances(InstanceIds=[n.instance_id for n in nodes])["Reservations"]
+    host = launch_order(i for r in found for i in r["Instances"])[0]  # launched together: the lower id
     for node in nodes:
         assert f"rendezvous host {host}" in node.text
         assert f"--rdzv-endpoint={nodes[0].host}:" in node.text  # the host's loopback address, not its 10.x IP

@@ -23,6 +23,7 @@ import pytest
 import torch
 import yaml
 
+from bootstrap_scripts.spot_training.peers import launch_order
 from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
 from emulator.deploy import bootstrap, deploy
@@ -79,7 +80,9 @@ def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, de
         progress=lambda _: None,
     )
     assert summary.done and summary.desired_capacity == 0 and summary.nodes_running_after == 0
-    assert summary.victim == min(n.instance_id for n in summary.nodes[:2])  # the first host was the one taken
+    first = cloud.client("ec2").describe_instances(InstanceIds=[n.instance_id for n in summary.nodes[:2]])
+    host = launch_order(i for r in first["Reservations"] for i in r["Instances"])[0]
+    assert summary.victim == host  # the first host (the oldest launch) was the one taken
     assert summary.steps_redone == 0
     assert summary.steps_trained == 2 * STEPS_PER_EPOCH
 

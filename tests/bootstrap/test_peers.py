@@ -1,0 +1,45 @@
+"""Who hosts the rendezvous, against moto: the oldest launch, so an elastic job (min_nodes < max_nodes) never splits.
+
+A survivor that restarted alone (world size 1 is enough with min_nodes 1) hosts a rendezvous. Its replacement,
+launched later, used to host a second one whenever its instance id sorted first (the host was the lowest id):
+two trainings on one checkpoint prefix, each uploading and pruning the other's checkpoints.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import node_agent
+
+from .conftest import Cluster
+from .test_agent_notice import agent_for
+
+
+def replacement_sorting_first(cluster: Cluster, survivor: str) -> str:
+    """Launch a second instance, later than ``survivor``, whose id sorts before it (ids are random: retry, bounded)."""
+    time.sleep(1.1)  # EC2 launch times have whole seconds
+    for _ in range(30):
+        cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
+        (new,) = [i for i, _ in cluster.instances() if i != survivor]
+        if new < survivor:
+            return new
+        cluster.aws.asg.terminate_instance_in_auto_scaling_group(InstanceId=new, ShouldDecrementDesiredCapacity=True)
+    raise AssertionError("30 launches, none with an id sorting before the survivor's")
+
+
+def test_a_replacement_joins_the_survivors_rendezvous_even_when_its_id_sorts_first(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster(nodes=1, min_nodes=1, max_nodes=2)
+    cluster.submit("elastic", {"train.py": ""}, "python train.py")
+    ((survivor, _),) = cluster.instances()
+    replacement = replacement_sorting_first(cluster, survivor)
+
+    peers = node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
+    assert [i for i, _ in peers] == [survivor, replacement]  # not sorted by id: the survivor goes on hosting
+    hosts = set()
+    for instance_id in (survivor, replacement):
+        agent, job, _ = agent_for(cluster, instance_id)
+        cmd, _ = agent.torchrun_command(job, agent.wait_for_peers(cluster.group, job))
+        hosts.add(next(a for a in cmd if a.startswith("--rdzv-endpoint=")))
+        assert f"is_host={'true' if instance_id == survivor else 'false'}" in " ".join(cmd)
+    assert len(hosts) == 1  # one rendezvous for both nodes
