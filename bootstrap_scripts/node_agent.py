@@ -1490,7 +1490,12 @@ class Agent:
             if rc == 0:
                 if interrupted:
                     self.log("the trainer finished before the notice took effect: finishing the job")
-                self.finish(job, group)
+                try:
+                    self.finish(job, group)
+                except (ClientError, BotoCoreError) as exc:  # the training ended well: not a FAILED job
+                    self.log(f"done barrier failed ({exc}); leaving the job to the peers (or to trainctl)")
+                    self.release_warm_volume()
+                    self.leave_group(group, for_good=True)
                 return 0
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)

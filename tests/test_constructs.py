@@ -307,6 +307,7 @@ def test_bucket_access_is_limited_to_the_cluster_prefix(default: Template) -> No
     objects = [s for s in s3 if "s3:PutObject" in s["Action"]]
     assert len(objects) == 1
     assert joined(objects[0]["Resource"]).endswith('"/main/*"]]}')
+    assert "Version" not in str([st["Action"] for st in s3])  # nothing on the node reads object versions
     for statement in s3:
         assert "*" not in str(statement["Action"]), "no s3 action wildcards"
         assert statement["Resource"] != "*"

@@ -338,8 +338,6 @@ def test_walk_flags_policies_widened_in_a_real_stack() -> None:
         "s3:AbortMultipartUpload",
         "s3:DeleteObject",
         "s3:GetObject",
-        "s3:GetObjectAttributes",
-        "s3:GetObjectVersion",
         "s3:ListMultipartUploadParts",
         "s3:PutObject",
     }

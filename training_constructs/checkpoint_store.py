@@ -116,17 +116,15 @@ class CheckpointStore(Construct):
             statements=[
                 iam.PolicyStatement(
                     sid="ListOwnClusterPrefix",
-                    actions=["s3:ListBucket", "s3:ListBucketVersions"],
+                    actions=["s3:ListBucket"],
                     resources=[self.bucket.bucket_arn],
                     conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
                 ),
                 iam.PolicyStatement(
                     sid="ReadWriteOwnClusterObjects",
                     actions=[
-                        "s3:GetObject",
-                        "s3:GetObjectVersion",
-                        "s3:GetObjectAttributes",
-                        "s3:PutObject",
+                        "s3:GetObject",  # and HeadObject
+                        "s3:PutObject",  # and the multipart upload calls
                         "s3:DeleteObject",
                         "s3:AbortMultipartUpload",
                         "s3:ListMultipartUploadParts",

@@ -17,7 +17,7 @@ import node_agent
 import pytest
 
 from .conftest import Cluster, address_map
-from .test_agent_notice import agent_for, restarting, store_of
+from .test_agent_notice import agent_for, raising, restarting, store_of
 
 
 def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(make_cluster: Any) -> None:
@@ -57,6 +57,21 @@ def test_the_done_barrier_leaves_a_slow_peer_to_finish_instead_of_scaling_to_zer
     assert cluster.marker("done-run", "DONE") is not None
     assert cluster.desired_capacity() == 0
     assert not any("did not report done" in line for line in slow_lines)
+
+
+def test_an_s3_outage_in_the_done_barrier_does_not_mark_a_finished_job_failed(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("outage-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = restarting(cluster, b, started=time.time())
+    agent.attempt = lambda *args: (0, False)  # the trainer finished well
+    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # S3 still refuses after the retries
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+    assert cluster.marker("outage-run", "FAILED") is None  # the catch-all of _run never sees it
+    assert any(line.startswith("done barrier failed (") and "SlowDown" in line for line in lines), lines
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # B left, one fewer
 
 
 def test_a_node_that_cannot_find_its_peers_fails_the_job_and_scales_to_zero(make_cluster: Any, make_nodes: Any) -> None:

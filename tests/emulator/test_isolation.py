@@ -294,10 +294,9 @@ def test_statements_moto_does_not_evaluate_are_scoped_in_the_policy(
     statements = role_statements(cloud, team)
     bucket_arn = f"arn:aws:s3:::{team.bucket}"
     # s3:prefix (not evaluated): listing only under the cluster's own prefix, of the team's own bucket.
-    for action in ("s3:ListBucket", "s3:ListBucketVersions"):
-        [listing] = granting(statements, action)
-        assert listing["Resource"] == bucket_arn
-        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{CLUSTER}/", f"{CLUSTER}/*"]}}
+    [listing] = granting(statements, "s3:ListBucket")
+    assert listing["Resource"] == bucket_arn
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{CLUSTER}/", f"{CLUSTER}/*"]}}
     # Tags and the instance side of AttachVolume (not evaluated): the pool's volumes by ARN and tag, and only
     # instances tagged with this team AND this cluster (the cluster name alone is shared with the other team).
     attach = granting(statements, "ec2:AttachVolume")
