@@ -44,6 +44,7 @@ class TrainingStack(Stack):
                 "Network",
                 cidr=new.cidr,
                 az_count=new.az_count,
+                availability_zones=new.availability_zones or (),
                 nat_gateways=new.nat_gateways,
                 flow_log_retention=retention,
             )

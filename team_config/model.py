@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -84,9 +84,24 @@ class Strict(BaseModel):
 class NewVpcConfig(Strict):
     cidr: str = Field("10.0.0.0/16", description="IPv4 range of the new VPC, /16 to /24.")
     az_count: int = Field(1, ge=1, le=3, description="Availability zones the VPC spans.")
+    availability_zones: Optional[list[AzName]] = Field(
+        None,
+        min_length=1,
+        max_length=3,
+        description="The zones by name, in the region the stack deploys to (where the instance types have spot "
+        "capacity); unset: the region's first az_count zones.",
+    )
     nat_gateways: int = Field(
         1, ge=0, le=3, description="NAT gateways for egress (0: nodes reach AWS only through endpoints)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_the_zones(cls, data: Any) -> Any:
+        """``availability_zones`` alone sets ``az_count``."""
+        if isinstance(data, dict) and isinstance(data.get("availability_zones"), list) and "az_count" not in data:
+            return {**data, "az_count": len(data["availability_zones"])}
+        return data
 
     @model_validator(mode="after")
     def _cidr(self) -> NewVpcConfig:
@@ -96,6 +111,17 @@ class NewVpcConfig(Strict):
             raise ValueError(f"cidr {self.cidr!r} is not an IPv4 network ({exc}); use e.g. 10.0.0.0/16") from None
         if not 16 <= net.prefixlen <= 24:
             raise ValueError(f"cidr {self.cidr!r} has prefix /{net.prefixlen}; use a /16 to /24 range")
+        zones = self.availability_zones
+        if zones is not None:
+            if len(set(zones)) != len(zones):
+                raise ValueError(f"availability_zones {zones} names a zone twice; list each zone once")
+            if len({z[:-1] for z in zones}) > 1:
+                raise ValueError(f"availability_zones {zones} are in different regions; list zones of one region")
+            if self.az_count != len(zones):
+                raise ValueError(
+                    f"az_count {self.az_count} but availability_zones lists {len(zones)}; drop az_count "
+                    "(the list sets it)"
+                )
         if self.nat_gateways > self.az_count:
             raise ValueError(
                 f"nat_gateways ({self.nat_gateways}) exceeds az_count ({self.az_count}); use at most one per AZ"

@@ -192,6 +192,34 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "route_table_id is required on every subnet when create_s3_endpoint is true",
             id="no-route-table",
         ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"availability_zones": ["us-east-1b", "us-east-1b"]}}},
+            "network.new_vpc: availability_zones ['us-east-1b', 'us-east-1b'] names a zone twice; list each zone once",
+            id="zone-twice",
+        ),
+        pytest.param(
+            {
+                **cluster(placement_group=False),
+                "network": {"new_vpc": {"availability_zones": ["us-east-1b", "eu-west-1a"]}},
+            },
+            "availability_zones ['us-east-1b', 'eu-west-1a'] are in different regions; list zones of one region",
+            id="zones-two-regions",
+        ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"availability_zones": ["us-east-1b"], "az_count": 2}}},
+            "network.new_vpc: az_count 2 but availability_zones lists 1; drop az_count (the list sets it)",
+            id="zones-and-count",
+        ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"availability_zones": ["us-east-1b", "us-east-1c"]}}},
+            "a cluster placement group lives in one AZ but the network spans 2",
+            id="zones-placement-group",
+        ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"availability_zones": ["useast1b"]}}},
+            "network.new_vpc.availability_zones[0]: 'useast1b' does not match the required form",
+            id="zone-name",
+        ),
         pytest.param({"clusters": []}, "clusters: List should have at least 1 item", id="no-clusters"),
         pytest.param(cluster(max_nodes=None), "clusters[0].max_nodes: Input should be a valid integer", id="max-null"),
         pytest.param("clusters: [\n  - name: main\n", "not valid YAML at line", id="yaml-syntax"),

@@ -75,6 +75,16 @@ def test_new_vpc_single_az_with_s3_gateway_endpoint_and_flow_logs(default: Templ
     default.has_resource_properties("AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL"})
 
 
+def test_new_vpc_in_the_zone_the_team_names_with_the_warm_pool_there() -> None:
+    """A new VPC used the region's first zone only; the team now names the one with spot capacity for its types."""
+    config = team_config(
+        network={"new_vpc": {"availability_zones": ["eu-west-1c"]}}, clusters=[{**CLUSTER, "warm_pool": WARM_POOL}]
+    )
+    template = synth(config)[1]
+    assert {s["Properties"]["AvailabilityZone"] for s in resources(template, "AWS::EC2::Subnet")} == {"eu-west-1c"}
+    assert {v["Properties"]["AvailabilityZone"] for v in resources(template, "AWS::EC2::Volume")} == {"eu-west-1c"}
+
+
 def test_imported_vpc_uses_given_subnet_and_route_table(variant: Template) -> None:
     variant.resource_count_is("AWS::EC2::VPC", 0)
     variant.has_resource_properties(

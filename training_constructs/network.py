@@ -31,6 +31,7 @@ class ClusterNetwork(Construct):
         *,
         cidr: str = "10.0.0.0/16",
         az_count: int = 1,
+        availability_zones: Sequence[str] = (),
         nat_gateways: int = 1,
         flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         existing_vpc_id: Optional[str] = None,
@@ -59,7 +60,9 @@ class ClusterNetwork(Construct):
                 self,
                 "Vpc",
                 ip_addresses=ec2.IpAddresses.cidr(cidr),
-                max_azs=az_count,
+                # the zones by name when given (where the instance types have spot capacity), else the first ones
+                availability_zones=list(availability_zones) or None,
+                max_azs=None if availability_zones else az_count,
                 nat_gateways=nat_gateways,
                 # The default-SG lockdown is a Lambda custom resource; nothing here uses the default SG.
                 restrict_default_security_group=False,
