@@ -8,7 +8,8 @@ What it does, in order: read and validate the job (SSM job-spec parameter merged
 unpack the code; restore the newest *complete* checkpoint from S3; find the peers (InService instances of
 the Auto Scaling group; the oldest launch hosts the rendezvous); run torchrun; meanwhile poll IMDS for spot
 interruption notices and rebalance recommendations, sync the checkpoint directory to S3 and ship logs to
-CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED`` (and scale to 0).
+CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED`` (and scale to 0), or leave
+the group (one node fewer) when a peer is still finishing: the last node writes ``DONE``.
 
 S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
   ckpt/<step>/<files...>                 one checkpoint; ``ckpt/<step>/spot-training-manifest.json`` is
@@ -334,6 +335,12 @@ def safe_extract(archive: str, dest: str) -> None:
         raise AgentError(f"code archive is not a readable tar file: {exc}") from None
 
 
+def inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or under it (links resolved)."""
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root + os.sep)
+
+
 def download_code(s3: Any, job: Job, work_dir: str) -> str:
     code_dir = os.path.join(work_dir, job.job_id, "code")
     shutil.rmtree(code_dir, ignore_errors=True)
@@ -344,7 +351,9 @@ def download_code(s3: Any, job: Job, work_dir: str) -> str:
             s3.download_file(job.bucket, job.code_key, archive, Config=TRANSFER)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
-            if code in ("404", "NoSuchKey", "NotFound"):
+            # A missing key is a 403 on S3 for this role (ListBucket only with an s3:prefix condition): list it.
+            listed = s3.list_objects_v2(Bucket=job.bucket, Prefix=job.code_key, MaxKeys=1).get("Contents", [])
+            if code in ("404", "NoSuchKey", "NotFound") or not listed or listed[0]["Key"] != job.code_key:
                 raise AgentError(f"code object s3://{job.bucket}/{job.code_key} does not exist") from None
             raise AgentError(f"cannot download s3://{job.bucket}/{job.code_key}: {code}") from None
         safe_extract(archive, code_dir)
@@ -912,7 +921,7 @@ class Agent:
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
             self.log(f"set desired capacity of {group} to 0")
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             self.log(f"could not scale {group} to 0: {exc}")
 
     def claim_warm_volume(self, job: Job) -> None:
@@ -920,6 +929,15 @@ class Agent:
         if job.warm_pool is None:
             return
         pool, device = job.warm_pool["pool"], job.warm_pool["device_name"]
+        mount = os.environ.get("SPOT_TRAINING_WARM_VOLUME_MOUNT", "1") != "0"
+        env_root = os.path.dirname(os.path.dirname(job.python))  # /opt/pytorch/bin/python -> /opt/pytorch
+        own = [p for p in (sys.prefix, sys.executable) if inside(p, env_root)]
+        if mount and own:  # mounted over the agent's own files, the volume could not be unmounted for the next node
+            self.log(
+                f"not claiming a warm volume of pool {pool}: this agent runs from {own[0]}, inside {env_root} that "
+                "the volume is mounted over; set SPOT_TRAINING_AGENT_PYTHON to a Python with boto3 outside it"
+            )
+            return
         with Timed(self.log, "claim warm volume"):
             try:
                 volume = warm_volume.claim_volume(
@@ -937,10 +955,9 @@ class Agent:
         if volume is None:
             return  # claim_volume logged the fallback
         self.warm_volume = (volume, device, None)
-        if os.environ.get("SPOT_TRAINING_WARM_VOLUME_MOUNT", "1") == "0":
+        if not mount:
             self.log(f"warm volume {volume} attached; mounting skipped (SPOT_TRAINING_WARM_VOLUME_MOUNT=0)")
             return
-        env_root = os.path.dirname(os.path.dirname(job.python))  # /opt/pytorch/bin/python -> /opt/pytorch
         block = warm_volume.block_device(volume, device)
         blkid = ["blkid", "-o", "value", "-s", "TYPE", block]  # from the AMI's PATH
         probe = subprocess.run(blkid, capture_output=True, text=True, check=False)  # noqa: S603 - fixed argv
@@ -1388,6 +1405,23 @@ class Agent:
         self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.scale_to_zero(group)
 
+    def finish_failed(self, job: Job, group: str, exc: Exception) -> None:
+        """S3 or Auto Scaling failed in the done barrier after a good training. Once ``DONE`` is written, scale
+        to 0 again (peers that saw it have exited and leave the scaling to this node); before, leave the group
+        (one fewer): a peer still in its barrier writes ``DONE``."""
+        try:
+            done = self.marker(job, "DONE") is not None
+        except (ClientError, BotoCoreError) as again:  # in doubt, never cut off a peer's final upload
+            self.log(f"reading DONE failed too ({again})")
+            done = False
+        if done:
+            self.log(f"done barrier failed after DONE ({exc}); scaling {group} to 0 again")
+            self.scale_to_zero(group)
+            return
+        self.log(f"done barrier failed ({exc}); leaving the job to the peers (the last one writes DONE)")
+        self.release_warm_volume()
+        self.leave_group(group, for_good=True)
+
     def stopped(self, job: Job, group: str, store: CheckpointStore) -> int:
         """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0."""
         if self.marker(job, "STOPPED") is None:
@@ -1493,9 +1527,7 @@ class Agent:
                 try:
                     self.finish(job, group)
                 except (ClientError, BotoCoreError) as exc:  # the training ended well: not a FAILED job
-                    self.log(f"done barrier failed ({exc}); leaving the job to the peers (or to trainctl)")
-                    self.release_warm_volume()
-                    self.leave_group(group, for_good=True)
+                    self.finish_failed(job, group, exc)
                 return 0
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)

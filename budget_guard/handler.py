@@ -22,9 +22,10 @@ from botocore.exceptions import ClientError
 FINISHED = ("DONE", "FAILED", "STOPPED")
 
 
-def _marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
+def read_marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
     """The marker at ``key`` (JSON), or None. Listed before it is read: the guard's ListBucket is limited to the
-    clusters' prefixes, and S3 answers a GetObject of a missing key with 403, not 404, without ListBucket."""
+    clusters' prefixes, and S3 answers a GetObject of a missing key with 403, not 404, without ListBucket.
+    ``trainctl`` reads markers with this too (an operator's ListBucket may be limited the same way)."""
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
     if not listed or listed[0]["Key"] != key:  # a key sorts before every longer key it prefixes
         return None
@@ -68,8 +69,8 @@ def guard(clients: Any, env: dict[str, str], account: str, now: float) -> dict[s
         except ssm.exceptions.ParameterNotFound:
             job = None
         prefix = f"{spec['prefix']}{job['job_id']}/" if job else None
-        finished = prefix is not None and any(_marker(s3, spec["bucket"], prefix + m) for m in FINISHED)
-        stop = _marker(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
+        finished = prefix is not None and any(read_marker(s3, spec["bucket"], prefix + m) for m in FINISHED)
+        stop = read_marker(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
         if prefix and not finished and stop is None:
             body = {"requested_at": now, "by": "budget guard", "reason": f"budget {env['BUDGET_NAME']} spent"}
             s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())

@@ -99,8 +99,9 @@ class NewVpcConfig(Strict):
     @classmethod
     def _count_the_zones(cls, data: Any) -> Any:
         """``availability_zones`` alone sets ``az_count``."""
-        if isinstance(data, dict) and isinstance(data.get("availability_zones"), list) and "az_count" not in data:
-            return {**data, "az_count": len(data["availability_zones"])}
+        zones = data.get("availability_zones") if isinstance(data, dict) else None
+        if isinstance(zones, list) and 1 <= len(zones) <= 3 and "az_count" not in data:  # else: its own error
+            return {**data, "az_count": len(zones)}
         return data
 
     @model_validator(mode="after")

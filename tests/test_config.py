@@ -220,6 +220,11 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "network.new_vpc.availability_zones[0]: 'useast1b' does not match the required form",
             id="zone-name",
         ),
+        pytest.param(
+            {**cluster(), "network": {"new_vpc": {"availability_zones": []}}},
+            "team-a.yaml: network.new_vpc.availability_zones: List should have at least 1 item after validation, not 0",
+            id="zones-empty",
+        ),
         pytest.param({"clusters": []}, "clusters: List should have at least 1 item", id="no-clusters"),
         pytest.param(cluster(max_nodes=None), "clusters[0].max_nodes: Input should be a valid integer", id="max-null"),
         pytest.param("clusters: [\n  - name: main\n", "not valid YAML at line", id="yaml-syntax"),
@@ -230,6 +235,13 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
 )
 def test_bad_team_file_is_one_line(tmp_path: Path, doc: object, expected: str) -> None:
     assert expected in error_for(tmp_path, doc)
+
+
+@pytest.mark.parametrize("zones", [[], ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]])
+def test_a_bad_zone_list_is_not_also_reported_as_an_az_count_never_written(tmp_path: Path, zones: list[str]) -> None:
+    message = error_for(tmp_path, {**cluster(), "network": {"new_vpc": {"availability_zones": zones}}})
+    assert "network.new_vpc.availability_zones: List should have at" in message
+    assert "az_count" not in message
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bootstrap_scripts.spot_training.job_spec import JobSpecError, check_job
+from budget_guard.handler import read_marker
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
 ClientFactory = Callable[[str], Any]
@@ -214,13 +215,8 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
 
 
 def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:
-    """The job's ``DONE`` or ``FAILED`` marker (JSON), or None."""
-    s3 = client("s3")
-    try:
-        body = s3.get_object(Bucket=ref.bucket, Key=ref.job_prefix(job_id) + name)["Body"].read()
-    except s3.exceptions.NoSuchKey:
-        return None
-    return dict(json.loads(body))
+    """The job's marker ``name`` (``DONE``, ``FAILED``, ``STOP`` ...; JSON), or None."""
+    return read_marker(client("s3"), ref.bucket, ref.job_prefix(job_id) + name)
 
 
 def node_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, str]]:

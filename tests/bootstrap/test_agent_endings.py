@@ -59,19 +59,45 @@ def test_the_done_barrier_leaves_a_slow_peer_to_finish_instead_of_scaling_to_zer
     assert not any("did not report done" in line for line in slow_lines)
 
 
+def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any, list[str]]:
+    """Two nodes A and B; B's agent (returned with its job and lines) whose trainer finishes well."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit(job_id, {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = restarting(cluster, b, started=time.time())
+    agent.attempt = lambda *args: (0, False)
+    return cluster, a, agent, job, lines
+
+
 def test_an_s3_outage_in_the_done_barrier_does_not_mark_a_finished_job_failed(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster: Cluster = make_cluster(nodes=2)
-    cluster.submit("outage-run", {"train.py": ""}, "python train.py")
-    (a, _), (b, _) = cluster.instances()
-    agent, job, lines = restarting(cluster, b, started=time.time())
-    agent.attempt = lambda *args: (0, False)  # the trainer finished well
+    cluster, a, agent, job, lines = trained_well(make_cluster, "outage-run")
     monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # S3 still refuses after the retries
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("outage-run", "FAILED") is None  # the catch-all of _run never sees it
     assert any(line.startswith("done barrier failed (") and "SlowDown" in line for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # B left, one fewer
+
+
+def test_done_written_but_its_answer_lost_still_scales_the_group_to_zero(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The peers saw DONE and exited, leaving the scaling to this node: an error after DONE must not leave them."""
+    cluster, a, agent, job, lines = trained_well(make_cluster, "lost-run")
+    agent.put_marker(job, f"nodes/{a}/done", {})
+    put = agent.s3.put_object
+
+    def answer_lost(**kwargs: Any) -> Any:
+        put(**kwargs)
+        if kwargs["Key"].endswith("/DONE"):
+            raising("PutObject")(**kwargs)
+
+    monkeypatch.setattr(agent.s3, "put_object", answer_lost)
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+    assert cluster.marker("lost-run", "DONE") is not None and cluster.marker("lost-run", "FAILED") is None
+    assert cluster.desired_capacity() == 0
+    assert any(line.startswith("done barrier failed after DONE") for line in lines), lines
 
 
 def test_a_node_that_cannot_find_its_peers_fails_the_job_and_scales_to_zero(make_cluster: Any, make_nodes: Any) -> None:

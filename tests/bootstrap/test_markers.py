@@ -9,12 +9,14 @@ took "no such key" for "no marker" failed every poll and every boot on AWS while
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import node_agent
 import pytest
 from botocore.exceptions import ClientError
 
-from budget_guard.handler import _marker as guard_marker
+from budget_guard.handler import read_marker as guard_marker
 
 from .conftest import Cluster
 from .test_agent_notice import agent_for
@@ -32,6 +34,13 @@ class Forbidding:
         except self.s3.exceptions.NoSuchKey:
             error = {"Error": {"Code": "AccessDenied", "Message": "Access Denied"}, "ResponseMetadata": {}}
             raise ClientError(error, "GetObject") from None
+
+    def download_file(self, bucket: str, key: str, *args: Any, **kwargs: Any) -> Any:
+        try:  # the transfer manager's HeadObject first: a bare 403 for a missing key
+            self.s3.head_object(Bucket=bucket, Key=key)
+        except ClientError:
+            raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, "HeadObject") from None
+        return self.s3.download_file(bucket, key, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.s3, name)
@@ -51,6 +60,16 @@ def test_the_agent_reads_missing_markers_as_none_where_s3_answers_403(cluster: C
     agent.put_marker(job, "STOPPED", {"by": "test"})
     assert agent.marker(job, "STOP") is None  # "STOP" prefixes "STOPPED": not the same marker
     assert (agent.marker(job, "STOPPED") or {}).get("by") == "test"
+
+
+def test_a_missing_code_object_is_named_as_missing_where_s3_answers_403(cluster: Cluster, tmp_path: Path) -> None:
+    agent, job, _ = agent_for(cluster)
+    s3 = Forbidding(agent.s3)
+    assert node_agent.download_code(s3, job, str(tmp_path))  # there: downloaded and unpacked
+    cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=job.code_key)
+    with pytest.raises(node_agent.AgentError) as refused:
+        node_agent.download_code(s3, job, str(tmp_path))
+    assert str(refused.value) == f"code object s3://{job.bucket}/{job.code_key} does not exist"  # not "... 403"
 
 
 def test_the_budget_guard_reads_missing_markers_as_none_where_s3_answers_403(cluster: Cluster) -> None:

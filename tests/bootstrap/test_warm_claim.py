@@ -9,7 +9,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from .conftest import Cluster, address_map
+from .test_agent_notice import agent_for
 
 POOL_TAG = "spot-training:warm-pool"
 JOB = {"ok.py": "print('trained')\n"}
@@ -48,3 +51,22 @@ def test_no_free_volume_boots_from_the_root_volume(make_cluster: Any, make_nodes
     assert node.start(address_map([node]), SPOT_TRAINING_WARM_VOLUME_MOUNT="0").wait() == 0, node.text
     assert f"no free warm volume in pool {pool} in us-east-1a (0 tried); booting from the root volume" in node.text
     assert cluster.marker("cold-run", "DONE") is not None
+
+
+def test_no_claim_when_the_volume_would_be_mounted_over_the_agents_own_python(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's python is this test's own (its environment, ``.venv``, is where the volume would be mounted), and
+    the agent runs from it: mounted over, it could not be unmounted for the next node. No claim, one line why."""
+    cluster, pool = _cluster(make_cluster)
+    volume = _volume(cluster, pool)
+    cluster.submit("own-run", JOB, "python ok.py")
+    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_MOUNT", raising=False)  # mounting on, as on an instance
+    agent, job, lines = agent_for(cluster)
+    agent.args.availability_zone = "us-east-1a"
+    agent.claim_warm_volume(job)
+    assert any(
+        line.startswith(f"not claiming a warm volume of pool {pool}: this agent runs from ") for line in lines
+    ), lines
+    assert agent.warm_volume is None
+    assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"

@@ -23,7 +23,6 @@ import pytest
 import torch
 import yaml
 
-from bootstrap_scripts.spot_training.peers import launch_order
 from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
 from emulator.deploy import bootstrap, deploy
@@ -69,7 +68,7 @@ def demo_run(cloud: EmulatedCloud) -> tuple[Summary, jobs.ClusterRef]:
 def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, demo_run: Any) -> None:
     """The survivor re-discovers its peers, elects a new host and resumes from the emergency checkpoint."""
     assert cloud.run_dir is not None
-    summary, _ = run_job(
+    summary, ref = run_job(
         cloud,
         cloud.run_dir / "nodes-host",
         epochs=2,
@@ -80,9 +79,13 @@ def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, de
         progress=lambda _: None,
     )
     assert summary.done and summary.desired_capacity == 0 and summary.nodes_running_after == 0
-    first = cloud.client("ec2").describe_instances(InstanceIds=[n.instance_id for n in summary.nodes[:2]])
-    host = launch_order(i for r in first["Reservations"] for i in r["Instances"])[0]
-    assert summary.victim == host  # the first host (the oldest launch) was the one taken
+    # the node the agents themselves named host before the notice is the one taken
+    elected = [
+        m.group(1)
+        for ts, _, msg in jobs.log_events(cloud.client, ref, summary.job_id)
+        if (m := re.search(r"; rendezvous host (i-\w+)", msg)) and ts < summary.events[0].at
+    ]
+    assert elected and set(elected) == {summary.victim}, elected
     assert summary.steps_redone == 0
     assert summary.steps_trained == 2 * STEPS_PER_EPOCH
 
