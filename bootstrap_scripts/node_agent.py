@@ -89,6 +89,7 @@ import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 from spot_training import warm_volume
 from spot_training.job_spec import JOB_ID_RE, JobSpecError, check_job
 from spot_training.peers import launch_order
@@ -97,6 +98,8 @@ from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, wri
 from urllib3.exceptions import HTTPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# What an AWS call can raise when the service or the network misbehaves (a garbled answer is not a BotoCoreError).
+AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -913,7 +916,7 @@ class Agent:
                 InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=for_good
             )
             self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
-        except (ClientError, BotoCoreError) as exc:
+        except AWS_ERRORS as exc:
             self.log(f"could not leave {group} ({exc}); the instance goes when EC2 reclaims it")
 
     def scale_to_zero(self, group: str) -> None:
@@ -921,7 +924,7 @@ class Agent:
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
             self.log(f"set desired capacity of {group} to 0")
-        except (ClientError, BotoCoreError) as exc:
+        except AWS_ERRORS as exc:
             self.log(f"could not scale {group} to 0: {exc}")
 
     def claim_warm_volume(self, job: Job) -> None:
@@ -1115,7 +1118,7 @@ class Agent:
                     else:
                         self.relay_save_requests(job)
                         peer_lost = self.lost_peer(job)
-                except (ClientError, BotoCoreError) as exc:  # an API hiccup: next poll
+                except AWS_ERRORS as exc:  # an API hiccup: next poll
                     self.log(f"job poll failed: {exc}")
                 if peer_lost:
                     peer, how = peer_lost
@@ -1152,7 +1155,7 @@ class Agent:
             if not self.stop_requested:
                 self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": notice, "trainer": True})
             self.notice_newest = syncer.store.newest_complete()
-        except (ClientError, BotoCoreError) as exc:
+        except AWS_ERRORS as exc:
             self.log(f"could not announce leaving or list checkpoints: {exc}; the trainer stops anyway")
 
     def notice(self) -> Optional[str]:
@@ -1181,7 +1184,7 @@ class Agent:
         deadline = time.monotonic() + job.grace_s
         try:
             self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": why, "trainer": False})
-        except (ClientError, BotoCoreError) as exc:
+        except AWS_ERRORS as exc:
             self.log(f"could not announce leaving: {exc}")
         try:
             own = self.own_pending()
@@ -1344,7 +1347,7 @@ class Agent:
             try:
                 leaving = self.leaving_nodes(job)
                 waiting = [i for i in self.unsynced_peers(job) if i in leaving] if leaving else []
-            except (ClientError, BotoCoreError) as exc:  # an API hiccup: poll again, within the deadline
+            except AWS_ERRORS as exc:  # an API hiccup: poll again, within the deadline
                 self.log(f"leaving peers poll failed: {exc}")
             if waiting == []:
                 if waited:
@@ -1411,7 +1414,7 @@ class Agent:
         (one fewer): a peer still in its barrier writes ``DONE``."""
         try:
             done = self.marker(job, "DONE") is not None
-        except (ClientError, BotoCoreError) as again:  # in doubt, never cut off a peer's final upload
+        except AWS_ERRORS as again:  # in doubt, never cut off a peer's final upload
             self.log(f"reading DONE failed too ({again})")
             done = False
         if done:
@@ -1474,7 +1477,7 @@ class Agent:
             try:
                 self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(dict(body, time=time.time())))
                 self.log(f"job FAILED: s3://{bucket}/{key}")
-            except (ClientError, BotoCoreError) as exc:
+            except AWS_ERRORS as exc:
                 self.log(f"could not mark the job FAILED ({exc})")
         try:
             self.scale_to_zero(self.group_name())
@@ -1510,7 +1513,7 @@ class Agent:
             reason = str(exc) if isinstance(exc, AgentError) else f"node agent error: {type(exc).__name__}: {exc}"
             try:
                 self.fail(job, group, reason)
-            except (ClientError, BotoCoreError) as failed:
+            except AWS_ERRORS as failed:
                 self.log(f"could not mark the job FAILED ({failed})")
                 self.scale_to_zero(group)
             raise
@@ -1526,7 +1529,7 @@ class Agent:
                     self.log("the trainer finished before the notice took effect: finishing the job")
                 try:
                     self.finish(job, group)
-                except (ClientError, BotoCoreError) as exc:  # the training ended well: not a FAILED job
+                except AWS_ERRORS as exc:  # the training ended well: not a FAILED job
                     self.finish_failed(job, group, exc)
                 return 0
             if interrupted and self.stop_requested:

@@ -18,6 +18,7 @@ import node_agent
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
+from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
 
 from .conftest import REGION, TEAM, Cluster, address_map
@@ -177,16 +178,22 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
     assert any("spot interruption notice" in line and "sending SIGTERM" in line for line in lines), lines
 
 
+def garbled(**_: Any) -> Any:
+    """An answer botocore cannot parse (a proxy's HTML page): ResponseParserError, which is no BotoCoreError."""
+    raise ResponseParserError("Unable to parse response (not well-formed), invalid XML received: <html>")
+
+
+@pytest.mark.parametrize(("failing", "says"), [(raising("ListObjectsV2"), "SlowDown"), (garbled, "Unable to parse")])
 def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
-    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: Any, says: str
 ) -> None:
     agent, job, lines = agent_for(cluster)
     agent.imds = Imds()
-    monkeypatch.setattr(agent.s3, "list_objects_v2", raising("ListObjectsV2"))  # the STOP marker
+    monkeypatch.setattr(agent.s3, "list_objects_v2", failing)  # the STOP marker
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()
-    assert any(line.startswith("job poll failed:") and "SlowDown" in line for line in lines), lines
+    assert any(line.startswith("job poll failed:") and says in line for line in lines), lines
 
 
 def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluster: Cluster) -> None:
