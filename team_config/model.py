@@ -6,6 +6,7 @@ plain data: no boto3, no CDK, so it loads in milliseconds and can be reused by t
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 from typing import Annotated, Any, Literal, Optional
@@ -13,6 +14,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from bootstrap_scripts.spot_training.job_spec import JobSpecError, parse_command
+from team_config.instance_types import known_instance_types
 
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
@@ -321,6 +323,15 @@ class ClusterConfig(Strict):
             )
         if len(set(self.instance_types)) != len(self.instance_types):
             raise ValueError("instance_types: a type is listed twice; list each type once")
+        known = known_instance_types()
+        for name in self.instance_types:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                fix = f"did you mean {close[0]}?" if close else "see aws ec2 describe-instance-types"
+                raise ValueError(
+                    f"instance_types: {name} is not an EC2 instance type ({fix}; a type newer than the pinned boto3: "
+                    "upgrade it and run python -m team_config.instance_types)"
+                )
         arches = {t: instance_architecture(t) for t in self.instance_types}
         if len(set(arches.values())) > 1:
             listed = ", ".join(f"{t} ({a})" for t, a in arches.items())

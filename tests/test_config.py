@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from team_config import ConfigError, instance_architecture, load_team, load_teams
+from team_config.instance_types import botocore_instance_types, known_instance_types
 
 GOOD_CLUSTER = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
 
@@ -225,6 +226,11 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "team-a.yaml: network.new_vpc.availability_zones: List should have at least 1 item after validation, not 0",
             id="zones-empty",
         ),
+        pytest.param(
+            cluster(instance_types=["g5.xlarge", "g5.xlarg"]),
+            "team-a.yaml: clusters[0]: instance_types: g5.xlarg is not an EC2 instance type (did you mean g5.xlarge?;",
+            id="type-typo",
+        ),
         pytest.param({"clusters": []}, "clusters: List should have at least 1 item", id="no-clusters"),
         pytest.param(cluster(max_nodes=None), "clusters[0].max_nodes: Input should be a valid integer", id="max-null"),
         pytest.param("clusters: [\n  - name: main\n", "not valid YAML at line", id="yaml-syntax"),
@@ -403,3 +409,10 @@ def test_app_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path, 
         f"error: {tmp_path / 'default.yaml'}: clusters[0]: "
         "need min_nodes <= desired_nodes <= max_nodes, got 3 <= 2 <= 2"
     ]
+
+
+def test_the_instance_type_list_is_the_pinned_botocores() -> None:
+    """team_config/ec2_instance_types.txt is what the pinned botocore knows (regenerate it after an upgrade)."""
+    version, types = botocore_instance_types()
+    assert sorted(known_instance_types()) == types, f"run python -m team_config.instance_types (botocore {version})"
+    assert {"g5.xlarge", "g6e.xlarge", "p5.48xlarge", "g5g.xlarge"} <= known_instance_types()
