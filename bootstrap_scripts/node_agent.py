@@ -407,6 +407,9 @@ class CheckpointStore:
         self.s3, self.bucket, self.prefix, self.job_id, self.log = s3, bucket, prefix, job_id, log
         self.test_upload_delay_s = env_float("SPOT_TRAINING_TEST_UPLOAD_DELAY_S", 0.0)
         self.test_restore_delay_s = env_float("SPOT_TRAINING_TEST_RESTORE_DELAY_S", 0.0)
+        # Called between the parts of a restore (and through its test hold-back): raises to abandon it, as the
+        # agent's spot-notice check does. A restore of many GB can outlast the two-minute notice.
+        self.interrupt: Callable[[], None] = lambda: None
         # Steps whose restore failed here (manifest present, objects do not verify): not complete for this agent,
         # so they neither count as durable nor hold a place among the checkpoints pruning keeps.
         self.unreadable: Set[int] = set()
@@ -519,6 +522,7 @@ class CheckpointStore:
             try:
                 for future in as_completed(futures):
                     future.result()
+                    self.interrupt()
             except BaseException:
                 for future in futures:  # a bad part condemns the checkpoint: fetch no more of it
                     future.cancel()
@@ -581,7 +585,10 @@ class CheckpointStore:
             self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")
             if self.test_restore_delay_s > 0:
                 self.log(f"restore held back {self.test_restore_delay_s:g} s (SPOT_TRAINING_TEST_RESTORE_DELAY_S)")
-                time.sleep(self.test_restore_delay_s)
+                held_until = time.monotonic() + self.test_restore_delay_s
+                while time.monotonic() < held_until:  # interruptible, like the download itself
+                    time.sleep(min(0.5, max(0.0, held_until - time.monotonic())))
+                    self.interrupt()
             tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
             try:
                 manifest = self.download_verified(step, listing[step], tmp)
@@ -591,6 +598,9 @@ class CheckpointStore:
                 reasons.append(str(exc))
                 self.log(f"skipping {exc}")
                 continue
+            except BaseException:  # abandoned (a notice): nothing half-downloaded stays behind
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             layout = manifest.get("layout", "step")
             if layout == "flat":
                 for rel in manifest["files"]:
@@ -1260,6 +1270,7 @@ class Agent:
 
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
         self.check_notice("code download" if attempt == 0 else "a restart")
+        store.interrupt = lambda: self.check_notice("checkpoint restore")  # between parts: GBs outlast a notice
         with Timed(self.log, "restore checkpoint"):
             os.makedirs(job.checkpoint_dir, exist_ok=True)
             restored = store.restore_newest(job.checkpoint_dir)

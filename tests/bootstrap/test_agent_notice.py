@@ -374,3 +374,31 @@ def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
     assert any(line.startswith("could not announce leaving:") and "SlowDown" in line for line in lines), lines
     assert any("could not make this node's last checkpoint durable" in line for line in lines), lines
     assert agent.instance_id not in [i for i, _ in cluster.instances()]
+
+
+def test_a_notice_during_a_restore_stops_it_at_the_next_part(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore of many GB can outlast the two-minute notice: it stops between parts, leaving nothing behind."""
+    agent, job, _ = agent_for(cluster)
+    store = store_of(agent, job)
+    monkeypatch.setattr(node_agent, "PART_MIN", 4)  # 32 bytes: 8 ranged GETs
+    monkeypatch.setattr(node_agent.TRANSFER, "max_concurrency", 2)  # fewer in flight than parts
+    src = tmp_path / "state.pt"
+    src.write_bytes(bytes(range(32)))
+    store.upload(7, {"state.pt": str(src)}, "step")
+    started, fetched = threading.Event(), []
+    get_range = store.get_range
+
+    def counted(*args: Any) -> Any:
+        started.set()  # the notice comes once the download is under way
+        fetched.append(args)
+        return get_range(*args)
+
+    monkeypatch.setattr(store, "get_range", counted)
+    agent.imds = Imds(NOTICE, gate=started)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    with pytest.raises(node_agent.LeavingBeforeTraining, match="during checkpoint restore"):
+        agent.attempt(job, cluster.group, str(tmp_path), store, 0)
+    assert len(fetched) < 8  # not every part: it stopped at the next one
+    assert list((tmp_path / "ckpt").iterdir()) == []  # no half-downloaded checkpoint, no temporary directory
