@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import ipaddress
 import json
 import logging
@@ -82,10 +83,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -99,7 +101,7 @@ from urllib3.exceptions import HTTPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What an AWS call can raise when the service or the network misbehaves (a garbled answer is not a BotoCoreError).
-AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
+AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError, S3UploadFailedError)  # upload_file's wrapper too
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -354,9 +356,14 @@ def download_code(s3: Any, job: Job, work_dir: str) -> str:
             s3.download_file(job.bucket, job.code_key, archive, Config=TRANSFER)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
-            # A missing key is a 403 on S3 for this role (ListBucket only with an s3:prefix condition): list it.
-            listed = s3.list_objects_v2(Bucket=job.bucket, Prefix=job.code_key, MaxKeys=1).get("Contents", [])
-            if code in ("404", "NoSuchKey", "NotFound") or not listed or listed[0]["Key"] != job.code_key:
+            missing = code in ("404", "NoSuchKey", "NotFound")
+            if not missing:  # a missing key is a 403 on S3 for this role (ListBucket has an s3:prefix condition)
+                try:
+                    listed = s3.list_objects_v2(Bucket=job.bucket, Prefix=job.code_key, MaxKeys=1).get("Contents", [])
+                    missing = not listed or listed[0]["Key"] != job.code_key
+                except AWS_ERRORS:
+                    pass
+            if missing:
                 raise AgentError(f"code object s3://{job.bucket}/{job.code_key} does not exist") from None
             raise AgentError(f"cannot download s3://{job.bucket}/{job.code_key}: {code}") from None
         safe_extract(archive, code_dir)
@@ -501,9 +508,13 @@ class CheckpointStore:
                 f.truncate(meta["size"])
             ranges += [(rel, meta, i) for i in range(len(digests))]
 
+        abandoned = threading.Event()  # set when the restore is given up: parts in flight stop at their next MiB
+
         def get(item: Tuple[str, Dict[str, Any], int]) -> None:
             rel, meta, i = item
             key, path = base + rel, os.path.join(dest, rel)
+            if abandoned.is_set():
+                return
             try:
                 if i < 0:
                     self.s3.download_file(self.bucket, key, path, Config=TRANSFER)
@@ -511,7 +522,7 @@ class CheckpointStore:
                 else:
                     start = i * meta["part_size"]
                     length = min(meta["part_size"], meta["size"] - start)
-                    ok = self.get_range(key, path, start, length) == meta["part_sha256"][i]
+                    ok = self.get_range(key, path, start, length, abandoned) == meta["part_sha256"][i]
             except ClientError:  # deleted since the listing
                 raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size") from None
             if not ok:
@@ -520,18 +531,24 @@ class CheckpointStore:
         with ThreadPoolExecutor(TRANSFER.max_concurrency) as pool:
             futures = [pool.submit(get, item) for item in ranges]
             try:
-                for future in as_completed(futures):
-                    future.result()
+                pending = set(futures)
+                while pending:  # a part of a big file takes long: look at the interrupt every second meanwhile
+                    done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        future.result()
                     self.interrupt()
             except BaseException:
+                abandoned.set()
                 for future in futures:  # a bad part condemns the checkpoint: fetch no more of it
                     future.cancel()
                 raise
         return manifest
 
-    def get_range(self, key: str, path: str, start: int, length: int) -> Optional[str]:
+    def get_range(
+        self, key: str, path: str, start: int, length: int, abandoned: Optional[threading.Event] = None
+    ) -> Optional[str]:
         """GET ``length`` bytes of ``key`` from ``start`` into the same bytes of ``path``, hashing them as they
-        arrive: their sha256, or None if the object had fewer bytes."""
+        arrive: their sha256, or None if the object had fewer bytes (or ``abandoned`` was set meanwhile)."""
         for attempt in range(1, RANGE_ATTEMPTS + 1):
             h, got = hashlib.sha256(), 0
             try:
@@ -540,6 +557,9 @@ class CheckpointStore:
                 with open(path, "r+b") as f:
                     f.seek(start)
                     for chunk in body.iter_chunks(2**20):
+                        if abandoned is not None and abandoned.is_set():
+                            body.close()
+                            return None
                         h.update(chunk)
                         f.write(chunk)
                         got += len(chunk)
@@ -707,7 +727,7 @@ class Syncer:
             try:
                 self._sync(final)
                 self.failures = 0
-            except (OSError, ClientError) as exc:  # a file vanished mid-upload, or S3 hiccup: next round
+            except (OSError, *AWS_ERRORS) as exc:  # a file vanished mid-upload, or S3 hiccup: next round
                 self.failures += 1
                 self.log(f"checkpoint sync failed ({type(exc).__name__}: {exc}); will retry")
             return self.newest
@@ -944,11 +964,11 @@ class Agent:
         pool, device = job.warm_pool["pool"], job.warm_pool["device_name"]
         mount = os.environ.get("SPOT_TRAINING_WARM_VOLUME_MOUNT", "1") != "0"
         env_root = os.path.dirname(os.path.dirname(job.python))  # /opt/pytorch/bin/python -> /opt/pytorch
-        own = [p for p in (sys.prefix, sys.executable) if inside(p, env_root)]
+        own = [p for p in (sys.prefix, sys.base_prefix, sys.executable) if inside(p, env_root)]
         if mount and own:  # mounted over the agent's own files, the volume could not be unmounted for the next node
             self.log(
                 f"not claiming a warm volume of pool {pool}: this agent runs from {own[0]}, inside {env_root} that "
-                "the volume is mounted over; set SPOT_TRAINING_AGENT_PYTHON to a Python with boto3 outside it"
+                "the volume is mounted over; use an AMI whose python3 has boto3 (user_data.sh tries it first)"
             )
             return
         with Timed(self.log, "claim warm volume"):
@@ -1174,7 +1194,7 @@ class Agent:
             return "agent received SIGTERM"
         try:
             action = self.imds.get("spot/instance-action")
-        except (OSError, urllib.error.URLError) as exc:
+        except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
             self.log(f"IMDS poll failed: {exc}")
             return None
         return f"spot interruption notice {action.strip()}" if action else None
@@ -1203,7 +1223,7 @@ class Agent:
                 own = self.own_pending()
             if own is not None:
                 self.log(f"{own} not durable in S3 within the grace; the last durable one stays")
-        except (OSError, ClientError, BotoCoreError) as exc:
+        except (OSError, *AWS_ERRORS) as exc:
             self.log(f"could not make this node's last checkpoint durable: {exc}")
         self.hand_back(group)
         return 0
@@ -1325,7 +1345,7 @@ class Agent:
         ever comes."""
         try:
             self._wait_durable(job, store, before, deadline)
-        except (OSError, ClientError, BotoCoreError) as exc:  # what comes next (hand back, STOPPED) must still run
+        except (OSError, *AWS_ERRORS) as exc:  # what comes next (hand back, STOPPED) must still run
             self.log(f"could not check that the last checkpoint is durable: {exc}")
 
     def _wait_durable(self, job: Job, store: CheckpointStore, before: Optional[int], deadline: float) -> None:
@@ -1492,7 +1512,7 @@ class Agent:
                 self.log(f"could not mark the job FAILED ({exc})")
         try:
             self.scale_to_zero(self.group_name())
-        except (AgentError, ClientError, BotoCoreError) as exc:
+        except (AgentError, *AWS_ERRORS) as exc:
             self.log(f"could not scale the group to 0 ({exc}); scale it to 0 by hand")
 
     def _run(self, job: Job) -> int:

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import node_agent
 import pytest
+from boto3.exceptions import S3UploadFailedError
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
@@ -402,3 +403,24 @@ def test_a_notice_during_a_restore_stops_it_at_the_next_part(
         agent.attempt(job, cluster.group, str(tmp_path), store, 0)
     assert len(fetched) < 8  # not every part: it stopped at the next one
     assert list((tmp_path / "ckpt").iterdir()) == []  # no half-downloaded checkpoint, no temporary directory
+
+
+def test_a_failed_upload_is_retried_next_round_not_the_end_of_the_job(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3's upload_file wraps every S3 error in S3UploadFailedError (no ClientError): it must not escape the
+    sync (the sync thread died; after the trainer, the job was marked FAILED)."""
+    agent, job, lines = agent_for(cluster)
+    job.checkpoint_dir = str(tmp_path)
+    (tmp_path / "5").mkdir()
+    (tmp_path / "5" / "state.pt").write_bytes(b"weights")
+    store = store_of(agent, job)
+
+    def failed(*_: Any, **__: Any) -> Any:
+        raise S3UploadFailedError("Failed to upload state.pt: An error occurred (SlowDown) when calling PutObject")
+
+    monkeypatch.setattr(store.s3, "upload_file", failed)
+    syncer = node_agent.Syncer(store, job, agent.log, keep=1)
+    syncer.sync(final=True)
+    assert any(line.startswith("checkpoint sync failed (S3UploadFailedError") for line in lines), lines
+    assert syncer.pending() is not None  # still to upload: the next round tries again

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import tarfile
+import threading
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -330,3 +331,16 @@ def test_code_archive_that_escapes_is_refused_and_nothing_is_written(
     assert str(err.value) == reason
     assert list(dest.iterdir()) == []
     assert not (tmp_path / "evil.py").exists()
+
+
+def test_a_ranged_get_stops_when_the_restore_is_abandoned(store: Any, tmp_path: Path) -> None:
+    """A part of a big checkpoint is large (size / 8): when a notice abandons the restore, a part in flight stops
+    at its next MiB instead of running to its end."""
+    put(store, "big", b"abcdefgh")
+    path = tmp_path / "big"
+    path.write_bytes(b"\0" * 8)
+    abandoned = threading.Event()
+    abandoned.set()
+    assert store.get_range(store.prefix + "big", str(path), 0, 8, abandoned) is None
+    assert path.read_bytes() == b"\0" * 8  # nothing written
+    assert store.get_range(store.prefix + "big", str(path), 0, 8) == hashlib.sha256(b"abcdefgh").hexdigest()
