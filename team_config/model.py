@@ -115,6 +115,11 @@ class NewVpcConfig(Strict):
         if not 16 <= net.prefixlen <= 24:
             raise ValueError(f"cidr {self.cidr!r} has prefix /{net.prefixlen}; use a /16 to /24 range")
         zones = self.availability_zones
+        if zones is None and self.az_count > 2:
+            raise ValueError(
+                f"az_count {self.az_count} needs availability_zones: a region-agnostic stack knows only 2 zones "
+                "(list the zones by name, e.g. [us-east-1a, us-east-1b, us-east-1c])"
+            )
         if zones is not None:
             if len(set(zones)) != len(zones):
                 raise ValueError(f"availability_zones {zones} names a zone twice; list each zone once")

@@ -222,6 +222,11 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="zone-name",
         ),
         pytest.param(
+            {**cluster(placement_group=False), "network": {"new_vpc": {"az_count": 3}}},
+            "network.new_vpc: az_count 3 needs availability_zones: a region-agnostic stack knows only 2 zones",
+            id="three-zones-unnamed",
+        ),
+        pytest.param(
             {**cluster(), "network": {"new_vpc": {"availability_zones": []}}},
             "team-a.yaml: network.new_vpc.availability_zones: List should have at least 1 item after validation, not 0",
             id="zones-empty",
