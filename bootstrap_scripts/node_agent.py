@@ -346,6 +346,13 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
+def key_listed(s3: Any, bucket: str, key: str) -> bool:
+    """``key`` exists, by listing it: S3 answers a GetObject or HeadObject of a missing key with 403, not 404, to a
+    caller whose ListBucket is limited by an ``s3:prefix`` condition (the node role's)."""
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    return bool(listed) and listed[0]["Key"] == key  # a key sorts before every longer key it prefixes
+
+
 def download_code(s3: Any, job: Job, work_dir: str) -> str:
     code_dir = os.path.join(work_dir, job.job_id, "code")
     shutil.rmtree(code_dir, ignore_errors=True)
@@ -357,10 +364,9 @@ def download_code(s3: Any, job: Job, work_dir: str) -> str:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
             missing = code in ("404", "NoSuchKey", "NotFound")
-            if not missing:  # a missing key is a 403 on S3 for this role (ListBucket has an s3:prefix condition)
+            if not missing:  # a 403 may be a missing key (key_listed)
                 try:
-                    listed = s3.list_objects_v2(Bucket=job.bucket, Prefix=job.code_key, MaxKeys=1).get("Contents", [])
-                    missing = not listed or listed[0]["Key"] != job.code_key
+                    missing = not key_listed(s3, job.bucket, job.code_key)
                 except AWS_ERRORS:
                     pass
             if missing:
@@ -905,12 +911,9 @@ class Agent:
         self.put_marker(job, f"nodes/{self.instance_id}/boot", facts)
 
     def marker(self, job: Job, name: str) -> Optional[Dict[str, Any]]:
-        """The job's marker ``name`` (JSON), or None. Listed before it is read: the node's ListBucket is limited to
-        its cluster's prefix by an ``s3:prefix`` condition, and S3 answers a GetObject of a missing key with 403,
-        not 404, to a caller without an unconditional ListBucket."""
+        """The job's marker ``name`` (JSON), or None. Listed before it is read (``key_listed``)."""
         key = job.job_prefix + name
-        listed = self.s3.list_objects_v2(Bucket=job.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-        if not listed or listed[0]["Key"] != key:  # a key sorts before every longer key it prefixes
+        if not key_listed(self.s3, job.bucket, key):
             return None
         try:
             return json.loads(self.s3.get_object(Bucket=job.bucket, Key=key)["Body"].read())

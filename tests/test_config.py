@@ -37,6 +37,11 @@ def cluster(**overrides: object) -> dict:
     return {"clusters": [{**GOOD_CLUSTER, **overrides}]}
 
 
+def new_vpc(vpc: dict, **overrides: object) -> dict:
+    """``cluster(**overrides)`` in a new VPC of the given ``network.new_vpc`` settings."""
+    return {**cluster(**overrides), "network": {"new_vpc": vpc}}
+
+
 def test_shipped_team_files_are_valid(repo: Path) -> None:
     teams = load_teams(repo / "teams")
     assert teams[0].name == "default"
@@ -87,7 +92,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="duplicate-type",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"az_count": 2, "nat_gateways": 1}}},
+            new_vpc({"az_count": 2, "nat_gateways": 1}),
             "team-a.yaml: clusters[0] (main): a cluster placement group lives in one AZ but the network "
             "spans 2; use one AZ/subnet or set placement_group: false",
             id="placement-group-two-azs",
@@ -176,7 +181,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="drill-notice",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"cidr": "10.0.0.0/8"}}},
+            new_vpc({"cidr": "10.0.0.0/8"}),
             "network.new_vpc: cidr '10.0.0.0/8' has prefix /8; use a /16 to /24 range",
             id="cidr",
         ),
@@ -194,40 +199,37 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="no-route-table",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"availability_zones": ["us-east-1b", "us-east-1b"]}}},
+            new_vpc({"availability_zones": ["us-east-1b", "us-east-1b"]}),
             "network.new_vpc: availability_zones ['us-east-1b', 'us-east-1b'] names a zone twice; list each zone once",
             id="zone-twice",
         ),
         pytest.param(
-            {
-                **cluster(placement_group=False),
-                "network": {"new_vpc": {"availability_zones": ["us-east-1b", "eu-west-1a"]}},
-            },
+            new_vpc({"availability_zones": ["us-east-1b", "eu-west-1a"]}, placement_group=False),
             "availability_zones ['us-east-1b', 'eu-west-1a'] are in different regions; list zones of one region",
             id="zones-two-regions",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"availability_zones": ["us-east-1b"], "az_count": 2}}},
+            new_vpc({"availability_zones": ["us-east-1b"], "az_count": 2}),
             "network.new_vpc: az_count 2 but availability_zones lists 1; drop az_count (the list sets it)",
             id="zones-and-count",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"availability_zones": ["us-east-1b", "us-east-1c"]}}},
+            new_vpc({"availability_zones": ["us-east-1b", "us-east-1c"]}),
             "a cluster placement group lives in one AZ but the network spans 2",
             id="zones-placement-group",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"availability_zones": ["useast1b"]}}},
+            new_vpc({"availability_zones": ["useast1b"]}),
             "network.new_vpc.availability_zones[0]: 'useast1b' does not match the required form",
             id="zone-name",
         ),
         pytest.param(
-            {**cluster(placement_group=False), "network": {"new_vpc": {"az_count": 3}}},
+            new_vpc({"az_count": 3}, placement_group=False),
             "network.new_vpc: az_count 3 needs availability_zones: a region-agnostic stack knows only 2 zones",
             id="three-zones-unnamed",
         ),
         pytest.param(
-            {**cluster(), "network": {"new_vpc": {"availability_zones": []}}},
+            new_vpc({"availability_zones": []}),
             "team-a.yaml: network.new_vpc.availability_zones: List should have at least 1 item after validation, not 0",
             id="zones-empty",
         ),
@@ -250,7 +252,7 @@ def test_bad_team_file_is_one_line(tmp_path: Path, doc: object, expected: str) -
 
 @pytest.mark.parametrize("zones", [[], ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]])
 def test_a_bad_zone_list_is_not_also_reported_as_an_az_count_never_written(tmp_path: Path, zones: list[str]) -> None:
-    message = error_for(tmp_path, {**cluster(), "network": {"new_vpc": {"availability_zones": zones}}})
+    message = error_for(tmp_path, new_vpc({"availability_zones": zones}))
     assert "network.new_vpc.availability_zones: List should have at" in message
     assert "az_count" not in message
 
