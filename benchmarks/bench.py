@@ -1,8 +1,10 @@
 """``make bench``: ratios measured side by side in one run, written to ``benchmarks/RESULTS.md``.
 
-The machines are shared and noisy, so every figure is a ratio of two sides run alternately (ABAB..., the order
-flipped each repetition), reported as the median of the per-repetition ratios with their range. Never run by
-``make test``.
+The machines are shared and noisy, so no figure is one side's absolute time: items 1 and 3 are ratios of two sides
+run alternately (the order flipped each repetition), the median of the per-repetition ratios with their range;
+item 2 is the median ratio of 500 interleaved pairs of 0.1 s blocks in one process, with the interquartile range;
+items 4 and 5 are times read from the emulated nodes' CloudWatch Logs against a fixed window (median and range of
+the runs); item 6 is a model fed with this run's measurements. Never run by ``make test``.
 
 1. synth: ``npx cdk synth`` of 10 teams x 2 clusters vs a trivial CDK app with one bucket; 1 team vs 10 teams;
    the trivial app with 10 one-bucket stacks vs 1 (what the stacks cost by themselves), and with cdk-nag's

@@ -58,7 +58,8 @@ Environment read by the agent:
   SPOT_TRAINING_TEST_RESTORE_DELAY_S  tests only (default 0): wait this long after "restoring checkpoint N" and
                                       before downloading it, so an interruption can land while a node restores
 
-Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED written); 2 bad input (one line).
+Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED written); 2 bad input, or no job
+spec, S3 or Auto Scaling answer at boot (the node left its group, one fewer); one line each.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ from urllib3.exceptions import HTTPError
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What an AWS call can raise when the service or the network misbehaves (a garbled answer is not a BotoCoreError).
 AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError, S3UploadFailedError)  # upload_file's wrapper too
+# What a metadata read can raise: no answer (URLError is an OSError) or a malformed one (BadStatusLine,
+# IncompleteRead), which http.client does not wrap.
+IMDS_ERRORS = (OSError, http.client.HTTPException)
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -132,11 +136,16 @@ PEER_LOST_WAIT_S = 10.0  # a trainer whose peer vanished gets this long to exit 
 
 
 class LeavingBeforeTraining(Exception):
-    """A spot notice (or the agent's own SIGTERM) before this attempt's trainer started: leave, do not join."""
+    """A spot notice (or the agent's own SIGTERM) before this attempt's trainer started, or no place for this node
+    within the join timeout while its peers have enough: leave, do not join."""
 
 
 class AgentError(Exception):
     """A one-line reason the agent stops (bad job spec, missing code, unreadable checkpoint)."""
+
+
+class JobFailed(AgentError):
+    """The job is marked ``FAILED`` with this reason (exit code 1)."""
 
 
 class JobRefused(AgentError):
@@ -174,6 +183,8 @@ class LogShipper:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ResourceAlreadyExistsException":
                 self._warn(exc)
+        except AWS_ERRORS as exc:  # no answer at all (no route to CloudWatch Logs): lines still reach stderr
+            self._warn(exc)
         self.thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
         self.thread.start()
 
@@ -679,6 +690,9 @@ class Syncer:
         self.flat_seen: Optional[List[Tuple[str, int, int]]] = None
         self.flat_uploaded: Optional[List[Tuple[str, int, int]]] = None
         self.flat_due = 0.0
+        # Set when the agent SIGKILLs the trainer: a flat file it was writing may be cut short, so the final sync
+        # then uploads flat files only if they were already unchanged at the poll before.
+        self.trainer_killed = False
         self.failures = 0
         # What an earlier attempt reported durable may since have failed its restore: report anew.
         try:
@@ -766,7 +780,7 @@ class Syncer:
         if not files:
             return
         fingerprint = self.flat_fingerprint(files)
-        stable = final or fingerprint == self.flat_seen
+        stable = (final and not self.trainer_killed) or fingerprint == self.flat_seen
         self.flat_seen = fingerprint
         due = final or time.monotonic() >= self.flat_due
         if stable and due and fingerprint != self.flat_uploaded:
@@ -906,7 +920,7 @@ class Agent:
         for key, path in paths:
             try:
                 facts[key] = self.imds.get(path)
-            except (OSError, urllib.error.URLError) as exc:
+            except IMDS_ERRORS as exc:
                 self.log(f"IMDS {path} unreadable ({exc}); the boot marker goes without it")
         self.put_marker(job, f"nodes/{self.instance_id}/boot", facts)
 
@@ -950,15 +964,23 @@ class Agent:
             )
             self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
         except AWS_ERRORS as exc:
-            self.log(f"could not leave {group} ({exc}); the instance goes when EC2 reclaims it")
+            self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
+
+    def give_up(self, why: str) -> None:
+        """This node cannot take part (no job spec, no answer from S3 or Auto Scaling at boot): leave the group, one
+        node fewer, instead of idling billed. The job is not marked FAILED: its other nodes may be fine."""
+        self.log(f"error: {why}; leaving the group (one node fewer)")
+        self.release_warm_volume()
+        self.leave_group(self.group or self.args.asg_name or "the group", for_good=True)
 
     def scale_to_zero(self, group: str) -> None:
         self.release_warm_volume()  # before the group terminates this instance
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
             self.log(f"set desired capacity of {group} to 0")
-        except AWS_ERRORS as exc:
-            self.log(f"could not scale {group} to 0: {exc}")
+        except AWS_ERRORS as exc:  # at least this node goes; a peer that also fails to scale leaves the same way
+            self.log(f"could not scale {group} to 0 ({exc}); leaving it instead")
+            self.leave_group(group, for_good=True)
 
     def claim_warm_volume(self, job: Job) -> None:
         """Attach (and mount) a free pre-warmed volume of the cluster's pool; fall back to the root volume."""
@@ -1030,13 +1052,20 @@ class Agent:
             peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
             address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
+            # capacity rebalancing may go above the maximum: the nodes past it wait for a place
+            surplus = self.instance_id in dict(peers) and self.instance_id not in dict(peers[: job.max_nodes])
             if unmapped:  # InService but not booted yet: its private address must never be contacted
                 self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
             elif len(peers) >= job.min_nodes and self.instance_id in dict(peers[: job.max_nodes]):
                 return peers[: job.max_nodes]
-            elif self.instance_id in dict(peers):  # capacity rebalancing may go above the maximum
+            elif surplus:
                 self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
             if time.monotonic() > deadline:
+                if surplus:  # the job has max_nodes without this node
+                    raise LeavingBeforeTraining(
+                        f"still past max_nodes {job.max_nodes} after {self.join_timeout_s:.0f} s "
+                        f"({len(peers)} InService in {group})"
+                    )
                 raise AgentError(
                     f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s"
                 )
@@ -1133,7 +1162,7 @@ class Agent:
             while proc.poll() is None and not stopped_by:
                 try:
                     rebalance = self.imds.get("events/recommendations/rebalance")
-                except (OSError, urllib.error.URLError) as exc:
+                except IMDS_ERRORS as exc:
                     self.log(f"IMDS poll failed: {exc}")
                     rebalance = None
                 peer_lost: Optional[Tuple[str, str]] = None
@@ -1169,11 +1198,13 @@ class Agent:
                         proc.wait(timeout=max(0.0, self.notice_at + grace - time.monotonic()))
                     except subprocess.TimeoutExpired:
                         self.log(f"trainer still running after {grace:.0f} s grace: killing it")
+                        syncer.trainer_killed = True
                         kill_all(process_tree(proc.pid))
         finally:
             stop_sync.set()
             sync_thread.join()
             if proc.poll() is None:
+                syncer.trainer_killed = True
                 kill_all(process_tree(proc.pid))
             proc.wait()
             watcher.join(timeout=self.poll_s + 10)
@@ -1197,7 +1228,7 @@ class Agent:
             return "agent received SIGTERM"
         try:
             action = self.imds.get("spot/instance-action")
-        except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
+        except IMDS_ERRORS as exc:
             self.log(f"IMDS poll failed: {exc}")
             return None
         return f"spot interruption notice {action.strip()}" if action else None
@@ -1486,6 +1517,9 @@ class Agent:
         except JobRefused as exc:
             self.refuse_job(exc)
             raise
+        except (AgentError, *AWS_ERRORS) as exc:  # SSM unreadable: no job to run on this node
+            self.give_up(str(exc))
+            raise
         job.checkpoint_dir = self.node_root + job.checkpoint_dir
         self.log.shipper = LogShipper(self.logs, job.log_group, f"{job.job_id}/{self.instance_id}")
         handler = logging.Handler()
@@ -1523,14 +1557,17 @@ class Agent:
             f"job {job.job_id}: code s3://{job.bucket}/{job.code_key}, command {job.spec['command']!r}, "
             f"nodes {job.min_nodes}:{job.max_nodes} x {job.nproc_per_node}"
         )
-        group = self.group = self.group_name()
-        self.put_boot_marker(job)
-        for name in ("DONE", "FAILED", "STOPPED"):
-            found = self.marker(job, name)
-            if found is not None:
-                self.log(f"job {job.job_id} is already {name}; nothing to run")
-                self.scale_to_zero(group)
-                return EXIT_FAILED if name == "FAILED" else 0
+        try:
+            group = self.group = self.group_name()
+            self.put_boot_marker(job)
+            ended = [name for name in ("DONE", "FAILED", "STOPPED") if self.marker(job, name) is not None]
+        except (AgentError, *AWS_ERRORS) as exc:
+            self.give_up(f"before training: {exc}")
+            raise
+        if ended:
+            self.log(f"job {job.job_id} is already {ended[0]}; nothing to run")
+            self.scale_to_zero(group)
+            return EXIT_FAILED if ended[0] == "FAILED" else 0
         store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, self.log)
         try:
             self.check_notice("boot")
@@ -1550,7 +1587,10 @@ class Agent:
             except AWS_ERRORS as failed:
                 self.log(f"could not mark the job FAILED ({failed})")
                 self.scale_to_zero(group)
-            raise
+                raise exc from None
+            if isinstance(exc, AgentError):
+                raise JobFailed(reason) from None
+            raise  # an agent bug: its traceback goes to the node's console too
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
@@ -1615,7 +1655,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return Agent(args).run()
     except AgentError as exc:
         print(f"node-agent: error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_BAD_INPUT
+        return EXIT_FAILED if isinstance(exc, JobFailed) else EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -104,22 +104,55 @@ def test_a_node_that_cannot_find_its_peers_fails_the_job_and_scales_to_zero(make
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("wait-run", {"train.py": ""}, "python train.py")
     first, _ = make_nodes(cluster)
-    assert first.start(address_map([first]), SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S="2").wait(60) == 2
+    assert first.start(address_map([first]), SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S="2").wait(60) == 1  # FAILED
     failed = cluster.marker("wait-run", "FAILED")
     assert failed is not None
     assert failed["reason"].startswith("fewer than 2 InService peers in ")  # the second node never booted
     assert cluster.desired_capacity() == 0
 
 
-def test_a_node_past_max_nodes_waits_for_a_place_instead_of_crashing(make_cluster: Any) -> None:
+def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the_job(make_cluster: Any) -> None:
+    """Before, the wait ended in "fewer than 1 InService peers": FAILED, and the running job's group scaled to 0."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=1, max_nodes=1)  # capacity rebalancing: one over
     cluster.submit("key-run", {"train.py": ""}, "python train.py")
-    (_, _), (b, _) = cluster.instances()
+    (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
     agent.join_timeout_s = 0.3
-    with pytest.raises(node_agent.AgentError, match="fewer than 1 InService peers"):
-        agent.wait_for_peers(cluster.group, job)
+    agent.work_dir, job.checkpoint_dir = str(cluster.root / "work-b"), str(cluster.root / "ckpt-b")
+    assert agent._run(job) == 0
     assert "2 InService, more than max_nodes 1; waiting for a place" in lines
+    assert any(line.startswith("still past max_nodes 1 after 0 s (2 InService in ") for line in lines), lines
+    assert cluster.marker("key-run", "FAILED") is None
+    assert cluster.marker("key-run", f"nodes/{b}/leaving") is not None
+    assert a in [i for i, _ in cluster.instances()] and b not in [i for i, _ in cluster.instances()]
+
+
+def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_idling(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the error escaped the agent before its catch-all: no FAILED, no scaling, an idle billed node."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("boot-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = agent_for(cluster, b)
+    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
+    with pytest.raises(node_agent.ClientError):
+        agent._run(job)
+    assert any(line.startswith("error: before training: ") and "SlowDown" in line for line in lines), lines
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
+
+
+def test_a_group_that_cannot_be_scaled_to_zero_still_loses_this_node(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a failed SetDesiredCapacity at the job's end only logged, and every node stayed up, idle."""
+    cluster, a, agent, job, lines = trained_well(make_cluster, "scale-run")
+    agent.put_marker(job, f"nodes/{a}/done", {})
+    monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+    assert cluster.marker("scale-run", "DONE") is not None
+    assert any(line.startswith(f"could not scale {cluster.group} to 0 (") for line in lines), lines
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
 
 
 CRASHING = """
@@ -174,3 +207,23 @@ def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any
     assert store.restore_newest(str(out)) == (5, "flat")
     assert (out / "model.bin").read_text() == "emergency state at step 9"
     assert sum("durable" in line for line in log) == 1
+
+
+def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unchanged(aws: Any, tmp_path: Path) -> None:
+    """A trainer SIGKILLed after the grace may have been writing its flat file: before, the final sync uploaded
+    whatever was there as the newest checkpoint, and every restore then picked the cut-off file."""
+    import uuid
+
+    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
+    aws.s3.create_bucket(Bucket=bucket)
+    log: list[str] = []
+    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": 3600, "mtbi_s": 3600.0})
+    syncer = node_agent.Syncer(store, job, log.append, 2)
+    (tmp_path / "model.bin").write_text("half of a sta")  # the kill struck mid-write
+    syncer.trainer_killed = True
+    assert syncer.sync(final=True) is None
+    assert store.complete_steps() == []
+    syncer.sync()  # a poll sees it, and the next one sees it unchanged: a complete file
+    assert syncer.sync(final=True) == 1
+    assert store.complete_steps() == [1]

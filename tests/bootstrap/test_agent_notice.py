@@ -7,6 +7,7 @@ for that peer's final sync before it restores.
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import threading
@@ -195,6 +196,23 @@ def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()
     assert any(line.startswith("job poll failed:") and says in line for line in lines), lines
+
+
+class GarbledImds(Imds):
+    """Metadata that answers with a cut-off body (http.client raises it as it is, not as a URLError)."""
+
+    def get(self, path: str) -> Optional[str]:
+        raise http.client.IncompleteRead(b"{", 10)
+
+
+def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_path: Path) -> None:
+    """Before, it escaped the loop: the trainer SIGKILLed with no emergency checkpoint, the job FAILED."""
+    agent, job, lines = agent_for(cluster)
+    agent.imds = GarbledImds()
+    rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
+    assert (rc, interrupted) == (0, False)  # the trainer ran to its end
+    assert not saved.exists()
+    assert any(line.startswith("IMDS poll failed: IncompleteRead") for line in lines), lines
 
 
 def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluster: Cluster) -> None:

@@ -148,7 +148,8 @@ def test_missing_code_object(make_cluster: Any, make_nodes: Any) -> None:
     cluster.submit("job-1", {"train.py": ""}, "python train.py")
     cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=f"{cluster.name}/code/job-1.tar.gz")
     (node,) = make_nodes(cluster)
-    assert node.start(address_map([node])).wait() == 2
+    assert node.start(address_map([node])).wait() == 1  # the job is FAILED, not a bad argument
+    assert cluster.marker("job-1", "FAILED") is not None
     assert last_line(node.text) == (
         f"node-agent: error: code object s3://{cluster.bucket}/{cluster.name}/code/job-1.tar.gz does not exist"
     )
