@@ -121,6 +121,9 @@ TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16
 
 PART_MIN, PARTS_MAX = 16 * 2**20, 8
 RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3transfer does
+# A checkpoint S3 does not serve (after botocore's own retries) is tried again after a pause, at most this often,
+# before the restore gives up with S3's answer: never skipped for an older one, which would lose progress.
+UNANSWERED_TRIES, UNANSWERED_PAUSE_S = 3, 30.0
 RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer checkpoints may have replaced them
 
 
@@ -146,6 +149,16 @@ class AgentError(Exception):
 
 class JobFailed(AgentError):
     """The job is marked ``FAILED`` with this reason (exit code 1)."""
+
+
+class S3Unanswered(AgentError):
+    """S3 refused or failed a read of a checkpoint after botocore's retries (throttling, access, outage): the
+    checkpoint itself may be good, so the restore stops here instead of skipping it for an older one."""
+
+
+# What S3 answers when an object is not there (deleted since the listing) or shorter than the range asked for: the
+# checkpoint's fault, so the restore skips it for the next older one.
+GONE_CODES = ("NoSuchKey", "404", "InvalidRange")
 
 
 class JobRefused(AgentError):
@@ -499,7 +512,10 @@ class CheckpointStore:
             manifest = json.loads(body)
             files = manifest["files"]
             assert isinstance(files, dict) and manifest.get("step") == step
-        except (ClientError, ValueError, KeyError, TypeError, AssertionError) as exc:
+        except AWS_ERRORS as exc:
+            self.unanswered(step, MANIFEST, exc)
+            raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
+        except (ValueError, KeyError, TypeError, AssertionError) as exc:
             raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
         if manifest.get("job_id") != self.job_id:
             owner = manifest.get("job_id")
@@ -540,7 +556,8 @@ class CheckpointStore:
                     start = i * meta["part_size"]
                     length = min(meta["part_size"], meta["size"] - start)
                     ok = self.get_range(key, path, start, length, abandoned) == meta["part_sha256"][i]
-            except ClientError:  # deleted since the listing
+            except ClientError as exc:
+                self.unanswered(step, rel, exc)
                 raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size") from None
             if not ok:
                 raise AgentError(f"checkpoint {step}: object {rel} fails its sha256 check")
@@ -560,6 +577,41 @@ class CheckpointStore:
                     future.cancel()
                 raise
         return manifest
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, looking at the interrupt (a spot notice) every half second, like the download itself."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            time.sleep(min(0.5, max(0.0, until - time.monotonic())))
+            self.interrupt()
+
+    def download_patiently(self, step: int, sizes: Dict[str, int], dest: str) -> Dict[str, Any]:
+        """``download_verified``, tried again after a pause while S3 does not serve the checkpoint."""
+        for tries in range(1, UNANSWERED_TRIES + 1):
+            try:
+                return self.download_verified(step, sizes, dest)
+            except S3Unanswered as exc:
+                if tries == UNANSWERED_TRIES:
+                    raise
+                self.log(f"{exc}; trying again in {UNANSWERED_PAUSE_S:g} s ({tries}/{UNANSWERED_TRIES})")
+                self.pause(UNANSWERED_PAUSE_S)
+        raise AssertionError("unreachable")  # the last try returns or raises
+
+    def unanswered(self, step: int, rel: str, exc: Exception) -> None:
+        """Raise ``S3Unanswered`` unless the object is gone (then the checkpoint is at fault): ``exc`` says so, or
+        a listing no longer has it (S3 may answer a read of a missing key with 403, see ``key_listed``)."""
+        code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
+        if code in GONE_CODES:
+            return
+        try:
+            gone = not key_listed(self.s3, self.bucket, f"{self.prefix}{step}/{rel}")
+        except AWS_ERRORS:
+            gone = False
+        if not gone:
+            raise S3Unanswered(
+                f"checkpoint {step}: S3 did not serve {rel} ({code or type(exc).__name__}); not skipped for an older "
+                "checkpoint: it may be good"
+            ) from None
 
     def get_range(
         self, key: str, path: str, start: int, length: int, abandoned: Optional[threading.Event] = None
@@ -622,13 +674,13 @@ class CheckpointStore:
             self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")
             if self.test_restore_delay_s > 0:
                 self.log(f"restore held back {self.test_restore_delay_s:g} s (SPOT_TRAINING_TEST_RESTORE_DELAY_S)")
-                held_until = time.monotonic() + self.test_restore_delay_s
-                while time.monotonic() < held_until:  # interruptible, like the download itself
-                    time.sleep(min(0.5, max(0.0, held_until - time.monotonic())))
-                    self.interrupt()
+                self.pause(self.test_restore_delay_s)
             tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
             try:
-                manifest = self.download_verified(step, listing[step], tmp)
+                manifest = self.download_patiently(step, listing[step], tmp)
+            except S3Unanswered:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             except AgentError as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
                 self.unreadable.add(step)

@@ -15,6 +15,7 @@ from typing import Any
 
 import node_agent
 import pytest
+from botocore.exceptions import ClientError
 from node_agent import MANIFEST, AgentError, CheckpointStore, safe_extract
 from urllib3.exceptions import ProtocolError
 
@@ -344,3 +345,76 @@ def test_a_ranged_get_stops_when_the_restore_is_abandoned(store: Any, tmp_path: 
     assert store.get_range(store.prefix + "big", str(path), 0, 8, abandoned) is None
     assert path.read_bytes() == b"\0" * 8  # nothing written
     assert store.get_range(store.prefix + "big", str(path), 0, 8) == hashlib.sha256(b"abcdefgh").hexdigest()
+
+
+def refusing(store: Any, monkeypatch: pytest.MonkeyPatch, step: int, times: int) -> list[str]:
+    """S3 answers SlowDown (after botocore's retries) to the first ``times`` reads of checkpoint ``step``'s objects;
+    the keys of those reads."""
+    get, refused = store.s3.get_object, list[str]()
+
+    def get_object(**kwargs: Any) -> Any:
+        if kwargs["Key"].startswith(f"{store.prefix}{step}/") and len(refused) < times:
+            refused.append(kwargs["Key"])
+            raise ClientError(
+                {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, "GetObject"
+            )
+        return get(**kwargs)
+
+    monkeypatch.setattr(store.s3, "get_object", get_object)
+    monkeypatch.setattr(node_agent, "UNANSWERED_PAUSE_S", 0.0)
+    return refused
+
+
+def test_a_checkpoint_s3_does_not_serve_is_never_skipped_for_an_older_one(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a SlowDown read as "unreadable manifest": the agent resumed from 10 and lost the steps up to 20."""
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    refused = refusing(store, monkeypatch, 20, times=100)
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    with pytest.raises(node_agent.S3Unanswered) as err:
+        store.restore_newest(str(dest))
+    assert str(err.value) == (
+        f"checkpoint 20: S3 did not serve {MANIFEST} (SlowDown); not skipped for an older checkpoint: it may be good"
+    )
+    assert len(refused) == node_agent.UNANSWERED_TRIES
+    assert 20 not in store.unreadable and list(dest.iterdir()) == []  # nothing of 10, nothing half-downloaded
+
+
+def test_a_checkpoint_s3_serves_again_after_a_pause_is_restored(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    refusing(store, monkeypatch, 20, times=node_agent.UNANSWERED_TRIES - 1)
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    assert store.restore_newest(str(dest)) == (20, "step")
+    assert (dest / "20" / "state.pt").read_bytes() == b"twenty"
+    assert any(line.endswith(f"trying again in 0 s (1/{node_agent.UNANSWERED_TRIES})") for line in store.lines)
+
+
+def test_a_403_for_an_object_no_longer_listed_counts_as_gone(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 may answer a read of a missing key with 403 to a role whose ListBucket has an s3:prefix condition: an
+    object pruned since the listing is then the checkpoint's fault, skipped for the older one, not an outage."""
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    listed = store.listing()  # as listed before rank 0's agent pruned 20's object
+    store.s3.delete_object(Bucket=store.bucket, Key=f"{store.prefix}20/state.pt")
+    get = store.s3.get_object
+
+    def get_object(**kwargs: Any) -> Any:
+        if kwargs["Key"] == f"{store.prefix}20/state.pt":
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
+        return get(**kwargs)
+
+    monkeypatch.setattr(store.s3, "get_object", get_object)
+    monkeypatch.setattr(store, "listing", lambda: listed)
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+    assert store.restore_newest(str(dest)) == (10, "step")
+    assert "skipping checkpoint 20: object state.pt is missing or has the wrong size" in store.lines
