@@ -636,7 +636,11 @@ class CheckpointStore:
             except (BotoCoreError, HTTPError, OSError) as exc:  # a broken or stalled stream, a local write error
                 # (older botocore lets urllib3's errors through); ClientError (e.g. NoSuchKey) is not retried
                 if attempt == RANGE_ATTEMPTS:
-                    raise AgentError(f"s3://{self.bucket}/{key} bytes {start}-{start + length - 1}: {exc}") from None
+                    where = f"s3://{self.bucket}/{key} bytes {start}-{start + length - 1}: {exc}"
+                    local = isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
+                    if local:  # this node's disk
+                        raise AgentError(where) from None
+                    raise S3Unanswered(f"{where}; not skipped for an older checkpoint: it may be good") from None
         return None
 
     def restore_newest(self, checkpoint_dir: str) -> Optional[Tuple[int, str]]:
@@ -745,6 +749,7 @@ class Syncer:
         # Set when the agent SIGKILLs the trainer: a flat file it was writing may be cut short, so the final sync
         # then uploads flat files only if they were already unchanged at the poll before.
         self.trainer_killed = False
+        self.flat_refused: Optional[List[Tuple[str, int, int]]] = None
         self.failures = 0
         # What an earlier attempt reported durable may since have failed its restore: report anew.
         try:
@@ -780,7 +785,9 @@ class Syncer:
             newest = self.store.newest_complete()
             return f"checkpoint {steps[-1]}" if newest is None or steps[-1] > newest else None
         files = self._flat_files()
-        return "the checkpoint directory" if files and self.flat_fingerprint(files) != self.flat_uploaded else None
+        fingerprint = self.flat_fingerprint(files) if files else None
+        new = fingerprint is not None and fingerprint not in (self.flat_uploaded, self.flat_refused)
+        return "the checkpoint directory" if new else None
 
     def flat_fingerprint(self, files: Optional[Dict[str, str]] = None) -> List[Tuple[str, int, int]]:
         """(name, size, mtime) of the flat checkpoint files: what tells a changed checkpoint from the last one."""
@@ -833,6 +840,10 @@ class Syncer:
             return
         fingerprint = self.flat_fingerprint(files)
         stable = (final and not self.trainer_killed) or fingerprint == self.flat_seen
+        if final and self.trainer_killed and not stable:  # maybe cut off mid-write: never upload, nothing pending
+            self.flat_refused = fingerprint
+            self.log("not uploading the checkpoint directory: the killed trainer may have been writing it")
+            return
         self.flat_seen = fingerprint
         due = final or time.monotonic() >= self.flat_due
         if stable and due and fingerprint != self.flat_uploaded:
@@ -1030,7 +1041,7 @@ class Agent:
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
             self.log(f"set desired capacity of {group} to 0")
-        except AWS_ERRORS as exc:  # at least this node goes; a peer that also fails to scale leaves the same way
+        except AWS_ERRORS as exc:  # at least this node goes; its peers that see DONE scale to 0 (or leave) too
             self.log(f"could not scale {group} to 0 ({exc}); leaving it instead")
             self.leave_group(group, for_good=True)
 
@@ -1500,8 +1511,9 @@ class Agent:
         deadline = time.monotonic() + self.barrier_s
         waiting = [i for i, _ in self.peers if i != self.instance_id]
         while waiting:
-            if self.marker(job, "DONE") is not None:
+            if self.marker(job, "DONE") is not None:  # scaled to 0 by that peer; again here, in case it could not
                 self.log(f"job {job.job_id} is DONE (a peer finished it)")
+                self.scale_to_zero(group)
                 return
             if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
                 self.log(
@@ -1571,7 +1583,7 @@ class Agent:
             raise
         except (AgentError, *AWS_ERRORS) as exc:  # SSM unreadable: no job to run on this node
             self.give_up(str(exc))
-            raise
+            raise AgentError(str(exc)) from None
         job.checkpoint_dir = self.node_root + job.checkpoint_dir
         self.log.shipper = LogShipper(self.logs, job.log_group, f"{job.job_id}/{self.instance_id}")
         handler = logging.Handler()
@@ -1602,7 +1614,8 @@ class Agent:
         try:
             self.scale_to_zero(self.group_name())
         except (AgentError, *AWS_ERRORS) as exc:
-            self.log(f"could not scale the group to 0 ({exc}); scale it to 0 by hand")
+            self.log(f"could not find this instance's group to scale it to 0 ({exc}); scale it to 0 by hand")
+            self.leave_group("its group", for_good=True)
 
     def _run(self, job: Job) -> int:
         self.log(
@@ -1615,7 +1628,7 @@ class Agent:
             ended = [name for name in ("DONE", "FAILED", "STOPPED") if self.marker(job, name) is not None]
         except (AgentError, *AWS_ERRORS) as exc:
             self.give_up(f"before training: {exc}")
-            raise
+            raise AgentError(f"before training: {exc}") from None
         if ended:
             self.log(f"job {job.job_id} is already {ended[0]}; nothing to run")
             self.scale_to_zero(group)

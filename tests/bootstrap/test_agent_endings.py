@@ -136,23 +136,30 @@ def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_id
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
     monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
-    with pytest.raises(node_agent.ClientError):
-        agent._run(job)
+    with pytest.raises(node_agent.AgentError, match=r"^before training: An error occurred \(SlowDown\)"):
+        agent._run(job)  # one line, exit code 2 (main)
     assert any(line.startswith("error: before training: ") and "SlowDown" in line for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
 
 
-def test_a_group_that_cannot_be_scaled_to_zero_still_loses_this_node(
+def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, a failed SetDesiredCapacity at the job's end only logged, and every node stayed up, idle."""
+    """Before, a failed SetDesiredCapacity at the job's end only logged, and every node stayed up, idle: the node
+    that wrote DONE now leaves the group, and its peer, seeing DONE, scales the group to 0 as well."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "scale-run")
-    agent.put_marker(job, f"nodes/{a}/done", {})
+    agent.put_marker(job, f"nodes/{a}/done", {})  # A finished first and waits in its barrier
+    both = cluster.instances()
     monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("scale-run", "DONE") is not None
     assert any(line.startswith(f"could not scale {cluster.group} to 0 (") for line in lines), lines
-    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # B left, one fewer
+    peer, peer_job, peer_lines = restarting(cluster, a, started=time.time())
+    peer.peers = both  # A's attempt ran with B
+    peer.finish(peer_job, cluster.group)  # A's next poll of its barrier
+    assert f"job {job.job_id} is DONE (a peer finished it)" in peer_lines
+    assert cluster.desired_capacity() == 0
 
 
 CRASHING = """
@@ -223,6 +230,8 @@ def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unch
     (tmp_path / "model.bin").write_text("half of a sta")  # the kill struck mid-write
     syncer.trainer_killed = True
     assert syncer.sync(final=True) is None
+    assert syncer.sync(final=True) is None  # the wait for a durable checkpoint syncs again: still not uploaded
+    assert syncer.pending() is None  # and nothing to wait for
     assert store.complete_steps() == []
     syncer.sync()  # a poll sees it, and the next one sees it unchanged: a complete file
     assert syncer.sync(final=True) == 1
