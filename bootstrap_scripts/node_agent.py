@@ -156,9 +156,8 @@ class S3Unanswered(AgentError):
     checkpoint itself may be good, so the restore stops here instead of skipping it for an older one."""
 
 
-# What S3 answers when an object is not there (deleted since the listing) or shorter than the range asked for: the
-# checkpoint's fault, so the restore skips it for the next older one.
-GONE_CODES = ("NoSuchKey", "404", "InvalidRange")
+# What S3 answers when an object is not there (deleted since the listing) or shorter than the range asked for.
+GONE_CODES = ("NoSuchKey", "404", "NotFound", "InvalidRange")
 
 
 class JobRefused(AgentError):
@@ -377,6 +376,18 @@ def key_listed(s3: Any, bucket: str, key: str) -> bool:
     return bool(listed) and listed[0]["Key"] == key  # a key sorts before every longer key it prefixes
 
 
+def object_gone(s3: Any, bucket: str, key: str, exc: Exception) -> bool:
+    """Whether the failed read ``exc`` of ``key`` means the object is not there: S3 says so, or a listing no longer
+    has it (a 403 may be a missing key, see ``key_listed``). A listing that fails too says nothing: not gone."""
+    code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
+    if code in GONE_CODES:
+        return True
+    try:
+        return not key_listed(s3, bucket, key)
+    except AWS_ERRORS:
+        return False
+
+
 def download_code(s3: Any, job: Job, work_dir: str) -> str:
     code_dir = os.path.join(work_dir, job.job_id, "code")
     shutil.rmtree(code_dir, ignore_errors=True)
@@ -386,15 +397,9 @@ def download_code(s3: Any, job: Job, work_dir: str) -> str:
         try:
             s3.download_file(job.bucket, job.code_key, archive, Config=TRANSFER)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            missing = code in ("404", "NoSuchKey", "NotFound")
-            if not missing:  # a 403 may be a missing key (key_listed)
-                try:
-                    missing = not key_listed(s3, job.bucket, job.code_key)
-                except AWS_ERRORS:
-                    pass
-            if missing:
+            if object_gone(s3, job.bucket, job.code_key, exc):
                 raise AgentError(f"code object s3://{job.bucket}/{job.code_key} does not exist") from None
+            code = exc.response.get("Error", {}).get("Code")
             raise AgentError(f"cannot download s3://{job.bucket}/{job.code_key}: {code}") from None
         safe_extract(archive, code_dir)
     target = job.argv[0] if job.argv[0] != "-m" else None
@@ -512,10 +517,9 @@ class CheckpointStore:
             manifest = json.loads(body)
             files = manifest["files"]
             assert isinstance(files, dict) and manifest.get("step") == step
-        except AWS_ERRORS as exc:
-            self.unanswered(step, MANIFEST, exc)
-            raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
-        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        except (*AWS_ERRORS, ValueError, KeyError, TypeError, AssertionError) as exc:
+            if isinstance(exc, AWS_ERRORS):
+                self.unanswered(step, MANIFEST, exc)
             raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
         if manifest.get("job_id") != self.job_id:
             owner = manifest.get("job_id")
@@ -598,16 +602,10 @@ class CheckpointStore:
         raise AssertionError("unreachable")  # the last try returns or raises
 
     def unanswered(self, step: int, rel: str, exc: Exception) -> None:
-        """Raise ``S3Unanswered`` unless the object is gone (then the checkpoint is at fault): ``exc`` says so, or
-        a listing no longer has it (S3 may answer a read of a missing key with 403, see ``key_listed``)."""
-        code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
-        if code in GONE_CODES:
-            return
-        try:
-            gone = not key_listed(self.s3, self.bucket, f"{self.prefix}{step}/{rel}")
-        except AWS_ERRORS:
-            gone = False
-        if not gone:
+        """Raise ``S3Unanswered`` unless the object is gone (``object_gone``): then the checkpoint is at fault, and
+        the restore skips it for the next older one."""
+        if not object_gone(self.s3, self.bucket, f"{self.prefix}{step}/{rel}", exc):
+            code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
             raise S3Unanswered(
                 f"checkpoint {step}: S3 did not serve {rel} ({code or type(exc).__name__}); not skipped for an older "
                 "checkpoint: it may be good"
