@@ -1,6 +1,6 @@
 """``trainctl``: submit, watch and stop training jobs on a deployed cluster (real AWS or the emulated cloud).
 
-    trainctl submit --team T --cluster C --code DIR --nodes N [--command "python train.py ..."]
+    trainctl submit --team T --cluster C --code DIR --nodes N [--command "python train.py ..."] [--resume-from JOB]
     trainctl status --team T --cluster C [JOB]
     trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
     trainctl stop   --team T --cluster C JOB
@@ -66,27 +66,18 @@ def _client_factory(region: Optional[str]) -> jobs.ClientFactory:
     return client
 
 
-def job_state(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
-    for name in ("DONE", "FAILED", "STOPPED"):
-        if jobs.marker(client, ref, job_id, name) is not None:
-            return name
-    if jobs.marker(client, ref, job_id, "STOP") is not None:
-        return "STOPPING"
-    return "RUNNING" if jobs.desired_capacity(client, ref) > 0 else "WAITING"
+job_state = jobs.job_state
 
 
 def current_job(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> str:
-    ssm = client("ssm")
-    try:
-        value = ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]["Value"]
-    except ssm.exceptions.ParameterNotFound:
-        raise CliError(f"no job was ever submitted to {ref.team}/{ref.cluster}") from None
-    return str(json.loads(value)["job_id"])
+    job_id = jobs.current_job_id(client, ref)
+    if job_id is None:
+        raise CliError(f"no job was ever submitted to {ref.team}/{ref.cluster}")
+    return job_id
 
 
 def known_job(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
-    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/{job_id}.", MaxKeys=1)
-    if not found.get("KeyCount"):
+    if not jobs.job_exists(client, ref, job_id):
         raise CliError(f"no job {job_id!r} on {ref.team}/{ref.cluster} (see 'trainctl list')")
     return job_id
 
@@ -231,6 +222,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--nodes", type=int, required=True, help="number of nodes")
     s.add_argument("--command", dest="entry_command", help="entry command (default: the cluster's job.command)")
     s.add_argument("--job-id", help="job id (default: job-<time>-<random>)")
+    s.add_argument(
+        "--resume-from",
+        metavar="JOB",
+        help="start from the newest complete checkpoint of this earlier job of the cluster (ended: DONE, FAILED, "
+        "STOPPED or superseded); it is copied under the new job",
+    )
     s.add_argument("--python", help="interpreter of the training environment on the node")
     s.add_argument("--checkpoint-interval-s", type=float, help="fixed checkpoint interval (default: Young/Daly)")
     s.add_argument(
@@ -299,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             job_id = jobs.submit(
                 client, ref, args.code, command=args.entry_command or str(ref.spec["command"]), nodes=args.nodes,
-                job_id=args.job_id, **overrides,
+                job_id=args.job_id, resume_from=args.resume_from, **overrides,
             )  # fmt: skip
         except jobs.JobError as exc:
             raise CliError(str(exc)) from None

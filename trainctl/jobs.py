@@ -150,12 +150,15 @@ def submit(
     command: str,
     nodes: int,
     job_id: Optional[str] = None,
+    resume_from: Optional[str] = None,
     **overrides: Any,
 ) -> str:
     """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id.
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
     checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
+    ``resume_from``: an earlier job of the cluster, ended; its newest complete checkpoint becomes the new job's
+    first (:func:`copy_checkpoint`), so the nodes resume from it as from one of their own.
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
@@ -173,6 +176,14 @@ def submit(
         check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))
     except JobSpecError as exc:
         raise JobError(f"the node agent would refuse this job: {exc}") from None
+    if job_exists(client, ref, job_id):  # its code, checkpoints and markers would mix with the new job's
+        raise JobError(
+            f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id "
+            f"(to go on from its checkpoint: --resume-from {job_id})"
+        )
+    if resume_from is not None:  # before the code upload: a job that cannot resume is not listed at all
+        check_resumable(client, ref, resume_from)
+        copy_checkpoint(client, ref, resume_from, job_id)
     client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=pack_code(code_dir))
     client("ssm").put_parameter(
         Name=str(ref.spec["current_job_parameter"]), Value=json.dumps(job), Type="String", Overwrite=True
@@ -212,6 +223,82 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
                     )
                 )
     return sorted(found, key=lambda c: c.step)
+
+
+def job_exists(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
+    """Whether a job of that id was submitted to the cluster (its code archive is there)."""
+    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/{job_id}.", MaxKeys=1)
+    return bool(found.get("KeyCount"))
+
+
+def check_resumable(client: ClientFactory, ref: ClusterRef, earlier: str) -> None:
+    """A one-line :class:`JobError` unless ``earlier`` is a job of the cluster that is not running."""
+    if not job_exists(client, ref, earlier):
+        raise JobError(f"--resume-from {earlier}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')")
+    state = job_state(client, ref, earlier)
+    if state in ("RUNNING", "STOPPING") and current_job_id(client, ref) == earlier:
+        raise JobError(
+            f"--resume-from {earlier}: that job is {state}; stop it first (trainctl stop {earlier}), its nodes "
+            "save a final checkpoint"
+        )
+
+
+def copy_checkpoint(client: ClientFactory, ref: ClusterRef, earlier: str, job_id: str) -> int:
+    """Copy ``earlier``'s newest complete checkpoint to ``job_id``'s checkpoints, with the same step; returns it.
+
+    A checkpoint counts if its manifest is there and every object it lists has the listed size (the node agent
+    checks the sha256 on restore). Copies are server side (nothing passes through this machine); the manifest
+    goes last, with the new job's id (the agent restores only its own job's checkpoints) and where it came from.
+    The earlier job's checkpoints are only read.
+    """
+    s3 = client("s3")
+    source = f"{ref.job_prefix(earlier)}ckpt/"
+    target = f"{ref.job_prefix(job_id)}ckpt/"
+    for checkpoint in reversed(checkpoints(client, ref, earlier)):
+        base = f"{source}{checkpoint.step}/"
+        sizes = {
+            obj["Key"][len(base) :]: obj["Size"]
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=base)
+            for obj in page.get("Contents", [])
+        }
+        try:
+            manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=base + MANIFEST)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            continue
+        files = manifest.get("files")
+        if not isinstance(files, dict) or any(sizes.get(rel) != meta.get("size") for rel, meta in files.items()):
+            continue  # an object is missing or cut short: the next older checkpoint
+        for rel in files:
+            s3.copy({"Bucket": ref.bucket, "Key": base + rel}, ref.bucket, f"{target}{checkpoint.step}/{rel}")
+        manifest.update(job_id=job_id, resumed_from={"job_id": earlier, "step": checkpoint.step})
+        s3.put_object(
+            Bucket=ref.bucket, Key=f"{target}{checkpoint.step}/{MANIFEST}", Body=json.dumps(manifest, indent=1)
+        )
+        return checkpoint.step
+    raise JobError(
+        f"--resume-from {earlier}: the job has no complete checkpoint in s3://{ref.bucket}/{source} to resume from"
+    )
+
+
+def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
+    """The job id in the cluster's current-job parameter, or None if no job was ever submitted."""
+    ssm = client("ssm")
+    try:
+        value = ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]["Value"]
+    except ssm.exceptions.ParameterNotFound:
+        return None
+    return str(json.loads(value)["job_id"])
+
+
+def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
+    """DONE, FAILED or STOPPED (its marker), STOPPING (stop requested), else RUNNING or WAITING (the group's
+    desired capacity)."""
+    for name in ("DONE", "FAILED", "STOPPED"):
+        if marker(client, ref, job_id, name) is not None:
+            return name
+    if marker(client, ref, job_id, "STOP") is not None:
+        return "STOPPING"
+    return "RUNNING" if desired_capacity(client, ref) > 0 else "WAITING"
 
 
 def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:

@@ -26,6 +26,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from emulator.imds import ImdsMock
+from team_config.naming import CLUSTER_TAG, TEAM_TAG
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "bootstrap_scripts"
@@ -138,6 +139,7 @@ class Cluster:
             MaxSize=max(nodes, 2),
             DesiredCapacity=nodes,
             AvailabilityZones=[f"{REGION}a"],
+            Tags=[{"Key": TEAM_TAG, "Value": TEAM}, {"Key": CLUSTER_TAG, "Value": self.name}],  # trainctl finds it
         )
 
     def put_spec(self) -> None:

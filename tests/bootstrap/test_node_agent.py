@@ -6,7 +6,9 @@ private IPs are mapped to those loopback addresses and never contacted.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,9 @@ import pytest
 import torch
 from spot_training.peers import launch_order
 
-from .conftest import EXAMPLE, Cluster, Node, address_map
+from trainctl.cli import main as trainctl_main
+
+from .conftest import EXAMPLE, TEAM, Cluster, Node, address_map
 
 TRAIN = {"train.py": EXAMPLE.read_text()}
 EPOCHS = 3
@@ -86,6 +90,50 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
     assert f"resumed from step {step}" in second.text
     assert cluster.marker("resume-run", "DONE") is not None
     assert cluster.desired_capacity() == 0
+    assert weights_equal(out, reference["weights"])
+
+
+def test_a_failed_job_goes_on_as_a_new_job_from_its_checkpoint_bitwise_identical(
+    make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job interrupted after a checkpoint, then FAILED (say S3 did not answer its replacement's restore):
+    ``trainctl submit --resume-from`` starts a new job from that checkpoint, which ends with the weights of the
+    uninterrupted run."""
+    if "weights" not in reference:
+        pytest.skip("needs test_job_runs_to_done (the uninterrupted reference run)")
+    cluster: Cluster = make_cluster(nodes=1, checkpoint_interval_s=1, interruption_grace_s=30)
+    out = tmp_path / "resumed.pt"
+    command = f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
+    cluster.submit("failed-run", TRAIN, command)
+    (first,) = make_nodes(cluster)
+    first.start(address_map([first]))
+    for line in first.lines():  # bounded by the run itself: it ends after EPOCHS epochs at the latest
+        if "durable in s3://" in line:
+            first.imds.interrupt()
+            break
+    assert first.wait() == 0, first.text
+    step = cluster.manifests("failed-run")[0]
+    failed = json.dumps({"reason": "restore: S3 did not answer", "time": time.time()})
+    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=f"{cluster.name}/failed-run/FAILED", Body=failed)
+    cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=0)
+    for instance, _ in cluster.instances():  # moto keeps the replacement it launched: gone with the group at 0
+        cluster.aws.asg.terminate_instance_in_auto_scaling_group(
+            InstanceId=instance, ShouldDecrementDesiredCapacity=True
+        )
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN["train.py"])
+
+    argv = ["submit", "--team", TEAM, "--cluster", cluster.name, "--code", str(code), "--nodes", "1"]
+    rc = trainctl_main([*argv, "--command", command, "--job-id", "next-run", "--resume-from", "failed-run"])
+    assert (rc, capsys.readouterr().err) == (0, "")
+    (second,) = make_nodes(cluster)
+    assert second.start(address_map([second])).wait() == 0, second.text
+    assert f"restoring checkpoint {step} from s3://{cluster.bucket}/{cluster.name}/next-run/ckpt/{step}/" in second.text
+    assert f"resumed from step {step}" in second.text
+    assert cluster.marker("next-run", "DONE") is not None
+    assert cluster.marker("failed-run", "DONE") is None
+    assert step in cluster.manifests("failed-run")  # the earlier job's checkpoint stays where it was
     assert weights_equal(out, reference["weights"])
 
 
