@@ -151,7 +151,7 @@ def list_jobs(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> list[dict[str
 def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
     """Ask the nodes to checkpoint and stop (they write STOPPED and scale to 0); with no node, scale to 0 here."""
     state = job_state(client, ref, job_id)
-    if state in ("DONE", "FAILED", "STOPPED"):
+    if state in jobs.ENDED:
         return f"job {job_id} is already {state}"
     body = json.dumps({"requested_at": time.time()}).encode()
     client("s3").put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix(job_id)}STOP", Body=body)
@@ -171,7 +171,7 @@ def print_logs(
         for ts, stream, message in events[seen:]:
             print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
         seen = len(events)
-        if not follow or job_state(client, ref, job_id) in ("DONE", "FAILED", "STOPPED") or time.monotonic() > deadline:
+        if not follow or job_state(client, ref, job_id) in jobs.ENDED or time.monotonic() > deadline:
             return
         time.sleep(2.0)
 
@@ -225,8 +225,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--resume-from",
         metavar="JOB",
-        help="start from the newest complete checkpoint of this earlier job of the cluster (ended: DONE, FAILED, "
-        "STOPPED or superseded); it is copied under the new job",
+        help="start from the newest intact checkpoint of this earlier job of the cluster (DONE, FAILED or STOPPED, "
+        "or with no node left in the group); its newest 2 are copied under the new job",
     )
     s.add_argument("--python", help="interpreter of the training environment on the node")
     s.add_argument("--checkpoint-interval-s", type=float, help="fixed checkpoint interval (default: Young/Daly)")
@@ -296,7 +296,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             job_id = jobs.submit(
                 client, ref, args.code, command=args.entry_command or str(ref.spec["command"]), nodes=args.nodes,
-                job_id=args.job_id, resume_from=args.resume_from, **overrides,
+                job_id=args.job_id, resume_from=args.resume_from, report=lambda line: print(line, file=sys.stderr),
+                **overrides,
             )  # fmt: skip
         except jobs.JobError as exc:
             raise CliError(str(exc)) from None

@@ -9,6 +9,7 @@ desired capacity. Everything the node agent writes (checkpoints, markers) is rea
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import io
 import json
@@ -22,12 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from bootstrap_scripts.spot_training.job_spec import JobSpecError, check_job
 from budget_guard.handler import read_marker
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
 ClientFactory = Callable[[str], Any]
 MANIFEST = "spot-training-manifest.json"  # bootstrap_scripts/node_agent.py writes it last
+ENDED = ("DONE", "FAILED", "STOPPED")
+COPIED_CHECKPOINTS = 2  # as many as the node agent keeps in S3 by default (SPOT_TRAINING_KEEP_CHECKPOINTS)
 _PLAN = re.compile(r"\bplan: (\d+) steps\b")
 ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
 
@@ -151,14 +156,16 @@ def submit(
     nodes: int,
     job_id: Optional[str] = None,
     resume_from: Optional[str] = None,
+    report: Callable[[str], None] = lambda _: None,
     **overrides: Any,
 ) -> str:
     """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id.
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
     checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
-    ``resume_from``: an earlier job of the cluster, ended; its newest complete checkpoint becomes the new job's
-    first (:func:`copy_checkpoint`), so the nodes resume from it as from one of their own.
+    ``resume_from``: an earlier job of the cluster that nothing writes to any more (:func:`check_resumable`); its
+    newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so the nodes resume from
+    them as from their own. ``report`` gets a line saying which step the job starts from.
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
@@ -176,15 +183,24 @@ def submit(
         check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))
     except JobSpecError as exc:
         raise JobError(f"the node agent would refuse this job: {exc}") from None
+    code = pack_code(code_dir)  # every refusal comes before the first write
     if job_exists(client, ref, job_id):  # its code, checkpoints and markers would mix with the new job's
         raise JobError(
             f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id "
             f"(to go on from its checkpoint: --resume-from {job_id})"
         )
-    if resume_from is not None:  # before the code upload: a job that cannot resume is not listed at all
+    copied: list[str] = []
+    if resume_from is not None:
         check_resumable(client, ref, resume_from)
-        copy_checkpoint(client, ref, resume_from, job_id)
-    client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=pack_code(code_dir))
+        steps, copied = copy_checkpoints(client, ref, resume_from, job_id)
+        report(
+            f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
+        )
+    try:
+        client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=code)
+    except BaseException:  # no job without its code: the copies would be orphans
+        delete_keys(client("s3"), ref.bucket, copied)
+        raise
     client("ssm").put_parameter(
         Name=str(ref.spec["current_job_parameter"]), Value=json.dumps(job), Type="String", Overwrite=True
     )
@@ -226,58 +242,98 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
 
 
 def job_exists(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
-    """Whether a job of that id was submitted to the cluster (its code archive is there)."""
-    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/{job_id}.", MaxKeys=1)
-    return bool(found.get("KeyCount"))
+    """Whether the cluster has anything of a job of that id: its code archive, or objects under its prefix."""
+    s3 = client("s3")
+    for prefix in (f"{ref.prefix}code/{job_id}.", ref.job_prefix(job_id)):
+        if s3.list_objects_v2(Bucket=ref.bucket, Prefix=prefix, MaxKeys=1).get("KeyCount"):
+            return True
+    return False
 
 
 def check_resumable(client: ClientFactory, ref: ClusterRef, earlier: str) -> None:
-    """A one-line :class:`JobError` unless ``earlier`` is a job of the cluster that is not running."""
+    """A one-line :class:`JobError` unless ``earlier`` is a job of the cluster that nothing writes to any more:
+    ended (DONE, FAILED, STOPPED), or with no node of it in the group and not the current job of a group above 0."""
     if not job_exists(client, ref, earlier):
         raise JobError(f"--resume-from {earlier}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')")
     state = job_state(client, ref, earlier)
-    if state in ("RUNNING", "STOPPING") and current_job_id(client, ref) == earlier:
-        raise JobError(
-            f"--resume-from {earlier}: that job is {state}; stop it first (trainctl stop {earlier}), its nodes "
-            "save a final checkpoint"
-        )
+    if state in ENDED:
+        return
+    members = group(client, ref)
+    live = sorted(set(node_markers(client, ref, earlier)) & {i["InstanceId"] for i in members["Instances"]})
+    current = current_job_id(client, ref) == earlier and members["DesiredCapacity"] > 0
+    if not live and not current:
+        return
+    why = f"its nodes {', '.join(live)} are in the group" if live else "it is the current job and the group is above 0"
+    where = f"--team {ref.team} --cluster {ref.cluster} {earlier}"
+    hint = (
+        f"wait until it is STOPPED (trainctl status {where})"
+        if state == "STOPPING"
+        else f"stop it first (trainctl stop {where}) and wait until it is STOPPED"
+    )
+    raise JobError(f"--resume-from {earlier}: the job is {state} and may still write checkpoints ({why}); {hint}")
 
 
-def copy_checkpoint(client: ClientFactory, ref: ClusterRef, earlier: str, job_id: str) -> int:
-    """Copy ``earlier``'s newest complete checkpoint to ``job_id``'s checkpoints, with the same step; returns it.
+def copy_checkpoints(client: ClientFactory, ref: ClusterRef, earlier: str, job_id: str) -> tuple[list[int], list[str]]:
+    """Copy ``earlier``'s newest intact checkpoints (up to :data:`COPIED_CHECKPOINTS`) to ``job_id``, same steps.
 
-    A checkpoint counts if its manifest is there and every object it lists has the listed size (the node agent
-    checks the sha256 on restore). Copies are server side (nothing passes through this machine); the manifest
-    goes last, with the new job's id (the agent restores only its own job's checkpoints) and where it came from.
-    The earlier job's checkpoints are only read.
+    Intact: the manifest is there and every object it lists has the listed size (the node agent checks the
+    sha256 on restore, and falls back to the older copy if the newest fails). Copies are server side (nothing
+    passes through this machine); each manifest goes last, with the new job's id (the agent restores only its own
+    job's checkpoints) and where it came from. The earlier job's objects are only read. Returns the steps copied,
+    newest first, and the keys written; on an error, what was written is deleted (manifests first).
     """
     s3 = client("s3")
-    source = f"{ref.job_prefix(earlier)}ckpt/"
-    target = f"{ref.job_prefix(job_id)}ckpt/"
-    for checkpoint in reversed(checkpoints(client, ref, earlier)):
-        base = f"{source}{checkpoint.step}/"
-        sizes = {
-            obj["Key"][len(base) :]: obj["Size"]
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=base)
-            for obj in page.get("Contents", [])
-        }
-        try:
-            manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=base + MANIFEST)["Body"].read())
-        except s3.exceptions.NoSuchKey:
-            continue
-        files = manifest.get("files")
-        if not isinstance(files, dict) or any(sizes.get(rel) != meta.get("size") for rel, meta in files.items()):
-            continue  # an object is missing or cut short: the next older checkpoint
-        for rel in files:
-            s3.copy({"Bucket": ref.bucket, "Key": base + rel}, ref.bucket, f"{target}{checkpoint.step}/{rel}")
-        manifest.update(job_id=job_id, resumed_from={"job_id": earlier, "step": checkpoint.step})
-        s3.put_object(
-            Bucket=ref.bucket, Key=f"{target}{checkpoint.step}/{MANIFEST}", Body=json.dumps(manifest, indent=1)
+    source, target = f"{ref.job_prefix(earlier)}ckpt/", f"{ref.job_prefix(job_id)}ckpt/"
+    steps: list[int] = []
+    written: list[str] = []
+    try:
+        for checkpoint in reversed(checkpoints(client, ref, earlier)):
+            manifest = intact_manifest(s3, ref.bucket, f"{source}{checkpoint.step}/")
+            if manifest is None:
+                continue
+            for rel in manifest["files"]:
+                written.append(f"{target}{checkpoint.step}/{rel}")
+                s3.copy({"Bucket": ref.bucket, "Key": f"{source}{checkpoint.step}/{rel}"}, ref.bucket, written[-1])
+            manifest.update(job_id=job_id, resumed_from={"job_id": earlier, "step": checkpoint.step})
+            written.append(f"{target}{checkpoint.step}/{MANIFEST}")
+            s3.put_object(Bucket=ref.bucket, Key=written[-1], Body=json.dumps(manifest, indent=1))
+            steps.append(checkpoint.step)
+            if len(steps) == COPIED_CHECKPOINTS:
+                break
+    except BaseException:
+        delete_keys(s3, ref.bucket, written)
+        raise
+    if not steps:
+        raise JobError(
+            f"--resume-from {earlier}: the job has no intact checkpoint in s3://{ref.bucket}/{source} to resume from"
         )
-        return checkpoint.step
-    raise JobError(
-        f"--resume-from {earlier}: the job has no complete checkpoint in s3://{ref.bucket}/{source} to resume from"
-    )
+    return steps, written
+
+
+def intact_manifest(s3: Any, bucket: str, base: str) -> Optional[dict[str, Any]]:
+    """The manifest under ``base`` if every object it lists is there with the listed size, else None."""
+    sizes = {
+        obj["Key"][len(base) :]: obj["Size"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base)
+        for obj in page.get("Contents", [])
+    }
+    try:
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=base + MANIFEST)["Body"].read())
+    except (s3.exceptions.NoSuchKey, ValueError):
+        return None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        return None
+    if any(not isinstance(meta, dict) or sizes.get(rel) != meta.get("size") for rel, meta in files.items()):
+        return None
+    return dict(manifest)
+
+
+def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
+    """Delete ``keys``, manifests first (a checkpoint without its manifest does not exist); best effort."""
+    for key in sorted(keys, key=lambda k: not k.endswith(MANIFEST)):
+        with contextlib.suppress(ClientError, BotoCoreError):
+            s3.delete_object(Bucket=bucket, Key=key)
 
 
 def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
@@ -293,7 +349,7 @@ def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
 def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
     """DONE, FAILED or STOPPED (its marker), STOPPING (stop requested), else RUNNING or WAITING (the group's
     desired capacity)."""
-    for name in ("DONE", "FAILED", "STOPPED"):
+    for name in ENDED:
         if marker(client, ref, job_id, name) is not None:
             return name
     if marker(client, ref, job_id, "STOP") is not None:

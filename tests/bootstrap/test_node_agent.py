@@ -126,7 +126,11 @@ def test_a_failed_job_goes_on_as_a_new_job_from_its_checkpoint_bitwise_identical
 
     argv = ["submit", "--team", TEAM, "--cluster", cluster.name, "--code", str(code), "--nodes", "1"]
     rc = trainctl_main([*argv, "--command", command, "--job-id", "next-run", "--resume-from", "failed-run"])
-    assert (rc, capsys.readouterr().err) == (0, "")
+    copied = ", ".join(map(str, cluster.manifests("failed-run")[:2]))
+    assert (rc, capsys.readouterr().err) == (
+        0,
+        f"job next-run starts from checkpoint {step} of failed-run (copied: {copied})\n",
+    )
     (second,) = make_nodes(cluster)
     assert second.start(address_map([second])).wait() == 0, second.text
     assert f"restoring checkpoint {step} from s3://{cluster.bucket}/{cluster.name}/next-run/ckpt/{step}/" in second.text

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from node_agent import MANIFEST, CheckpointStore
 
+from trainctl import jobs
+from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
 from .conftest import TEAM, Cluster
@@ -56,71 +59,145 @@ def submit(capsys: pytest.CaptureFixture[str], cluster: Cluster, tmp_path: Path,
     return rc, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("source", ["failed", "superseded"])
 def test_the_new_job_restores_the_newest_intact_checkpoint_and_the_earlier_job_is_untouched(
-    make_cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    make_cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str
 ) -> None:
+    """``failed``: ended with FAILED, group at 0. ``superseded``: no end marker, another job is current and the
+    group's instance is not one of its nodes: nothing writes its checkpoints any more either."""
     cluster: Cluster = make_cluster(nodes=1)
-    ended(cluster, EARLIER)
-    save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten" * 1000, "opt/state.pt": b"optimizer ten"})
-    save(cluster, tmp_path, EARLIER, 20, {"model.pt": b"twenty" * 1000, "opt/state.pt": b"optimizer twenty"})
+    if source == "failed":
+        ended(cluster, EARLIER)
+    else:
+        cluster.submit(EARLIER, {"train.py": "print('x')\n"}, "python train.py")
+        cluster.submit("other-run", {"train.py": "print('x')\n"}, "python train.py")
+    for step in (5, 10, 20):
+        save(cluster, tmp_path, EARLIER, step, {"model.pt": b"%d" % step * 1000, "opt/state.pt": b"opt %d" % step})
     cut = f"{cluster.name}/{EARLIER}/ckpt/20/model.pt"  # its object cut short after the manifest was written
-    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=cut, Body=b"twen")
+    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=cut, Body=b"20")
     cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=f"{cluster.name}/{EARLIER}/ckpt/30/model.pt", Body=b"30")
     before = objects(cluster, f"{cluster.name}/{EARLIER}/")
 
     rc, err = submit(capsys, cluster, tmp_path, "--job-id", "second-run", "--resume-from", EARLIER)
 
-    assert (rc, err) == (0, "")
+    assert (rc, err) == (0, f"job second-run starts from checkpoint 10 of {EARLIER} (copied: 10, 5)\n")
     assert objects(cluster, f"{cluster.name}/{EARLIER}/") == before
     current = json.loads(cluster.aws.ssm.get_parameter(Name=cluster.current_parameter)["Parameter"]["Value"])
     assert current["job_id"] == "second-run" and cluster.desired_capacity() == 1
     manifest = json.loads(objects(cluster, f"{cluster.name}/second-run/ckpt/10/{MANIFEST}").popitem()[1])
     assert (manifest["job_id"], manifest["resumed_from"]) == ("second-run", {"job_id": EARLIER, "step": 10})
+    assert store(cluster, "second-run").complete_steps() == [10, 5]
     dest = tmp_path / "node-checkpoints"
     dest.mkdir()
     assert store(cluster, "second-run").restore_newest(str(dest)) == (10, "step")
-    assert (dest / "10" / "model.pt").read_bytes() == b"ten" * 1000
-    assert (dest / "10" / "opt" / "state.pt").read_bytes() == b"optimizer ten"
+    assert (dest / "10" / "model.pt").read_bytes() == b"10" * 1000
+    assert (dest / "10" / "opt" / "state.pt").read_bytes() == b"opt 10"
+
+    # A copy that is bad in a way sizes do not show: the agent falls back to the older copy, not to a fresh start.
+    flipped = f"{cluster.name}/second-run/ckpt/10/model.pt"
+    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=flipped, Body=b"01" * 1000)
+    other = tmp_path / "another-node"
+    other.mkdir()
+    assert store(cluster, "second-run").restore_newest(str(other)) == (5, "step")
+    assert (other / "5" / "model.pt").read_bytes() == b"5" * 1000
+
+
+def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
+    """The earlier job as each refusal case needs it (the group has one instance, desired capacity 1)."""
+    instance = cluster.instances()[0][0]
+    if case in ("running", "stopping"):  # submitted and not ended; stopping: asked to stop, its node still up
+        cluster.submit(EARLIER, {"train.py": "print('x')\n"}, "python train.py")
+        save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
+        if case == "stopping":
+            cluster.submit("other-run", {"train.py": "print('x')\n"}, "python train.py")
+            for name in ("STOP", f"nodes/{instance}/boot"):
+                key = f"{cluster.name}/{EARLIER}/{name}"
+                cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"{}")
+    elif case in ("no checkpoint", "itself", "bad code"):
+        ended(cluster, EARLIER)
+        save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
+        if case == "no checkpoint":  # only its manifest is left: no object of it is there
+            key = f"{cluster.name}/{EARLIER}/ckpt/10/model.pt"
+            cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=key)
+    elif case == "leftover":  # objects under the new job's prefix, no code archive (a submit cut off halfway)
+        key = f"{cluster.name}/second-run/ckpt/3/model.pt"
+        cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"3")
 
 
 @pytest.mark.parametrize(
-    ("case", "job_id", "message"),
+    ("case", "extra", "message"),
     [
-        ("unknown", "second-run", "--resume-from first-run: no such job on team-a/{cluster} (see 'trainctl list')"),
-        (
-            "no checkpoint",
-            "second-run",
-            "--resume-from first-run: the job has no complete checkpoint in s3://{bucket}/{cluster}/first-run/ckpt/ "
-            "to resume from",
-        ),
-        (
-            "running",
-            "second-run",
-            "--resume-from first-run: that job is RUNNING; stop it first (trainctl stop first-run), its nodes save "
-            "a final checkpoint",
-        ),
-        ("itself", EARLIER, "job first-run already exists on team-a/{cluster}; choose another --job-id "
-         "(to go on from its checkpoint: --resume-from first-run)"),
+        ("unknown", (), "--resume-from first-run: no such job on team-a/{cluster} (see 'trainctl list')"),
+        ("no checkpoint", (), "--resume-from first-run: the job has no intact checkpoint in "
+         "s3://{bucket}/{cluster}/first-run/ckpt/ to resume from"),
+        ("running", (), "--resume-from first-run: the job is RUNNING and may still write checkpoints (it is the "
+         "current job and the group is above 0); stop it first (trainctl stop --team team-a --cluster {cluster} "
+         "first-run) and wait until it is STOPPED"),
+        ("stopping", (), "--resume-from first-run: the job is STOPPING and may still write checkpoints (its nodes "
+         "{instance} are in the group); wait until it is STOPPED (trainctl status --team team-a --cluster {cluster} "
+         "first-run)"),
+        ("itself", ("--job-id", EARLIER), "job first-run already exists on team-a/{cluster}; choose another "
+         "--job-id (to go on from its checkpoint: --resume-from first-run)"),
+        ("leftover", (), "job second-run already exists on team-a/{cluster}; choose another --job-id (to go on "
+         "from its checkpoint: --resume-from second-run)"),
+        ("bad code", ("--code", "/nonexistent"), "code directory /nonexistent does not exist"),
     ],
 )  # fmt: skip
 def test_a_job_that_cannot_resume_is_refused_before_anything_is_written(
-    make_cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, job_id: str, message: str
+    make_cluster: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    extra: tuple[str, ...],
+    message: str,
 ) -> None:
     cluster: Cluster = make_cluster(nodes=1)
-    if case == "running":  # the current job, group scaled up, no end marker
-        cluster.submit(EARLIER, {"train.py": "print('x')\n"}, "python train.py")
-        save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
-    elif case != "unknown":
-        ended(cluster, EARLIER)
-        if case == "itself":
-            save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
+    started(cluster, tmp_path, case)
     before = objects(cluster, "")
     parameter = cluster.aws.ssm.get_parameters(Names=[cluster.current_parameter])["Parameters"]
     desired = cluster.desired_capacity()
 
-    rc, err = submit(capsys, cluster, tmp_path, "--job-id", job_id, "--resume-from", EARLIER)
+    rc, err = submit(capsys, cluster, tmp_path, "--job-id", "second-run", "--resume-from", EARLIER, *extra)
 
-    assert (rc, err) == (2, f"trainctl: error: {message.format(cluster=cluster.name, bucket=cluster.bucket)}\n")
+    instance = ", ".join(i for i, _ in cluster.instances())
+    shown = message.format(cluster=cluster.name, bucket=cluster.bucket, instance=instance)
+    assert (rc, err) == (2, f"trainctl: error: {shown}\n")
     assert objects(cluster, "") == before
     assert cluster.aws.ssm.get_parameters(Names=[cluster.current_parameter])["Parameters"] == parameter
     assert cluster.desired_capacity() == desired
+
+
+class CodeUploadFails:
+    """An S3 client whose PutObject of a code archive is answered SlowDown; everything else goes through."""
+
+    def __init__(self, s3: Any) -> None:
+        self.s3 = s3
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+    def put_object(self, **kwargs: Any) -> Any:
+        if "/code/" in kwargs["Key"]:
+            raise ClientError(
+                {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, "PutObject"
+            )
+        return self.s3.put_object(**kwargs)
+
+
+def test_a_code_upload_that_fails_takes_the_copied_checkpoints_back(make_cluster: Any, tmp_path: Path) -> None:
+    """No job without its code: copies left behind would be billed, unlisted, and would block the job id."""
+    cluster: Cluster = make_cluster(nodes=1)
+    ended(cluster, EARLIER)
+    save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
+    before = objects(cluster, "")
+    real = client_factory(None)
+
+    def client(service: str) -> Any:
+        return CodeUploadFails(real("s3")) if service == "s3" else real(service)
+
+    ref = jobs.find_cluster(client, TEAM, cluster.name)
+    (tmp_path / "code").mkdir()
+    with pytest.raises(ClientError, match="SlowDown"):
+        jobs.submit(client, ref, tmp_path / "code", command="python train.py", nodes=1, resume_from=EARLIER)
+    assert objects(cluster, "") == before
+    assert cluster.desired_capacity() == 0
