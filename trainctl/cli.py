@@ -77,7 +77,7 @@ def current_job(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> str:
 
 
 def known_job(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
-    if not jobs.job_exists(client, ref, job_id):
+    if not jobs.submitted(client, ref, job_id):
         raise CliError(f"no job {job_id!r} on {ref.team}/{ref.cluster} (see 'trainctl list')")
     return job_id
 

@@ -9,7 +9,6 @@ desired capacity. Everything the node agent writes (checkpoints, markers) is rea
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import io
 import json
@@ -185,26 +184,31 @@ def submit(
         raise JobError(f"the node agent would refuse this job: {exc}") from None
     code = pack_code(code_dir)  # every refusal comes before the first write
     if job_exists(client, ref, job_id):  # its code, checkpoints and markers would mix with the new job's
-        raise JobError(
-            f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id "
-            f"(to go on from its checkpoint: --resume-from {job_id})"
-        )
-    copied: list[str] = []
-    if resume_from is not None:
-        check_resumable(client, ref, resume_from)
-        steps, copied = copy_checkpoints(client, ref, resume_from, job_id)
-        report(
-            f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
-        )
+        if submitted(client, ref, job_id):
+            why = f"to go on from its checkpoint: --resume-from {job_id}"
+        else:
+            why = f"objects of a submit that did not finish are under s3://{ref.bucket}/{ref.job_prefix(job_id)}"
+        raise JobError(f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id ({why})")
+    copied: list[str] = []  # keys the copy wrote, for the clean-up
+    steps: list[int] = []
     try:
+        if resume_from is not None:
+            check_resumable(client, ref, resume_from)
+            steps = copy_checkpoints(client, ref, resume_from, job_id, copied)
         client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=code)
-    except BaseException:  # no job without its code: the copies would be orphans
-        delete_keys(client("s3"), ref.bucket, copied)
+    except BaseException:  # no job without its code: copies would be orphans, billed and blocking the job id
+        left = delete_keys(client("s3"), ref.bucket, copied)
+        if left:
+            report(f"could not delete {len(left)} copied object(s) under s3://{ref.bucket}/{ref.job_prefix(job_id)}")
         raise
     client("ssm").put_parameter(
         Name=str(ref.spec["current_job_parameter"]), Value=json.dumps(job), Type="String", Overwrite=True
     )
     client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
+    if steps:
+        report(
+            f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
+        )
     return job_id
 
 
@@ -226,88 +230,81 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
             step, _, rel = obj["Key"][len(prefix) :].partition("/")
             if rel == MANIFEST and step.isdigit():
                 try:
-                    manifest = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())
+                    files = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())["files"]
+                    size = sum(int(f["size"]) for f in files.values())
                 except s3.exceptions.NoSuchKey:
                     continue  # pruned by the node agent since the listing: no longer a checkpoint
-                files = manifest.get("files", {})
-                found.append(
-                    Checkpoint(
-                        int(step),
-                        sum(int(f["size"]) for f in files.values()),
-                        len(files),
-                        obj["LastModified"].timestamp(),
-                    )
-                )
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue  # an unreadable manifest: the agent does not restore it either
+                found.append(Checkpoint(int(step), size, len(files), obj["LastModified"].timestamp()))
     return sorted(found, key=lambda c: c.step)
+
+
+def submitted(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
+    """Whether a job of that id was submitted to the cluster (its code archive is there)."""
+    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/{job_id}.", MaxKeys=1)
+    return bool(found.get("KeyCount"))
 
 
 def job_exists(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
     """Whether the cluster has anything of a job of that id: its code archive, or objects under its prefix."""
-    s3 = client("s3")
-    for prefix in (f"{ref.prefix}code/{job_id}.", ref.job_prefix(job_id)):
-        if s3.list_objects_v2(Bucket=ref.bucket, Prefix=prefix, MaxKeys=1).get("KeyCount"):
-            return True
-    return False
+    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=ref.job_prefix(job_id), MaxKeys=1)
+    return bool(found.get("KeyCount")) or submitted(client, ref, job_id)
 
 
 def check_resumable(client: ClientFactory, ref: ClusterRef, earlier: str) -> None:
-    """A one-line :class:`JobError` unless ``earlier`` is a job of the cluster that nothing writes to any more:
-    ended (DONE, FAILED, STOPPED), or with no node of it in the group and not the current job of a group above 0."""
-    if not job_exists(client, ref, earlier):
+    """A one-line :class:`JobError` unless ``earlier`` is a job of the cluster that nothing writes to any more: no
+    node of it is in the group (an ended job's nodes may still save and prune for the grace), and it is not the
+    current job of a group above 0 unless it has ended (DONE, FAILED, STOPPED)."""
+    if not submitted(client, ref, earlier):
         raise JobError(f"--resume-from {earlier}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')")
     state = job_state(client, ref, earlier)
-    if state in ENDED:
-        return
     members = group(client, ref)
     live = sorted(set(node_markers(client, ref, earlier)) & {i["InstanceId"] for i in members["Instances"]})
-    current = current_job_id(client, ref) == earlier and members["DesiredCapacity"] > 0
-    if not live and not current:
-        return
-    why = f"its nodes {', '.join(live)} are in the group" if live else "it is the current job and the group is above 0"
     where = f"--team {ref.team} --cluster {ref.cluster} {earlier}"
-    hint = (
-        f"wait until it is STOPPED (trainctl status {where})"
-        if state == "STOPPING"
-        else f"stop it first (trainctl stop {where}) and wait until it is STOPPED"
-    )
-    raise JobError(f"--resume-from {earlier}: the job is {state} and may still write checkpoints ({why}); {hint}")
+    head = f"--resume-from {earlier}: the job ({state}) may still write checkpoints:"
+    if live:
+        nodes = ", ".join(live)
+        raise JobError(
+            f"{head} its nodes {nodes} are in the group; wait until they have left it (trainctl status {where})"
+        )
+    if state not in ENDED and members["DesiredCapacity"] > 0 and current_job_id(client, ref) == earlier:
+        hint = "wait until" if state == "STOPPING" else f"stop it first (trainctl stop {where}) and wait until"
+        raise JobError(f"{head} it is the current job and the group is above 0; {hint} the group is at 0")
 
 
-def copy_checkpoints(client: ClientFactory, ref: ClusterRef, earlier: str, job_id: str) -> tuple[list[int], list[str]]:
-    """Copy ``earlier``'s newest intact checkpoints (up to :data:`COPIED_CHECKPOINTS`) to ``job_id``, same steps.
+def copy_checkpoints(
+    client: ClientFactory, ref: ClusterRef, earlier: str, job_id: str, written: list[str]
+) -> list[int]:
+    """Copy ``earlier``'s newest intact checkpoints (up to :data:`COPIED_CHECKPOINTS`) to ``job_id``, same steps;
+    returns the steps, newest first. Each key is appended to ``written`` before it is written (for a clean-up).
 
     Intact: the manifest is there and every object it lists has the listed size (the node agent checks the
     sha256 on restore, and falls back to the older copy if the newest fails). Copies are server side (nothing
     passes through this machine); each manifest goes last, with the new job's id (the agent restores only its own
-    job's checkpoints) and where it came from. The earlier job's objects are only read. Returns the steps copied,
-    newest first, and the keys written; on an error, what was written is deleted (manifests first).
+    job's checkpoints) and where it came from. The earlier job's objects are only read.
     """
     s3 = client("s3")
     source, target = f"{ref.job_prefix(earlier)}ckpt/", f"{ref.job_prefix(job_id)}ckpt/"
     steps: list[int] = []
-    written: list[str] = []
-    try:
-        for checkpoint in reversed(checkpoints(client, ref, earlier)):
-            manifest = intact_manifest(s3, ref.bucket, f"{source}{checkpoint.step}/")
-            if manifest is None:
-                continue
-            for rel in manifest["files"]:
-                written.append(f"{target}{checkpoint.step}/{rel}")
-                s3.copy({"Bucket": ref.bucket, "Key": f"{source}{checkpoint.step}/{rel}"}, ref.bucket, written[-1])
-            manifest.update(job_id=job_id, resumed_from={"job_id": earlier, "step": checkpoint.step})
-            written.append(f"{target}{checkpoint.step}/{MANIFEST}")
-            s3.put_object(Bucket=ref.bucket, Key=written[-1], Body=json.dumps(manifest, indent=1))
-            steps.append(checkpoint.step)
-            if len(steps) == COPIED_CHECKPOINTS:
-                break
-    except BaseException:
-        delete_keys(s3, ref.bucket, written)
-        raise
+    for checkpoint in reversed(checkpoints(client, ref, earlier)):
+        manifest = intact_manifest(s3, ref.bucket, f"{source}{checkpoint.step}/")
+        if manifest is None:
+            continue
+        for rel in manifest["files"]:
+            written.append(f"{target}{checkpoint.step}/{rel}")
+            s3.copy({"Bucket": ref.bucket, "Key": f"{source}{checkpoint.step}/{rel}"}, ref.bucket, written[-1])
+        manifest.update(job_id=job_id, resumed_from={"job_id": earlier, "step": checkpoint.step})
+        written.append(f"{target}{checkpoint.step}/{MANIFEST}")
+        s3.put_object(Bucket=ref.bucket, Key=written[-1], Body=json.dumps(manifest, indent=1))
+        steps.append(checkpoint.step)
+        if len(steps) == COPIED_CHECKPOINTS:
+            return steps
     if not steps:
         raise JobError(
             f"--resume-from {earlier}: the job has no intact checkpoint in s3://{ref.bucket}/{source} to resume from"
         )
-    return steps, written
+    return steps
 
 
 def intact_manifest(s3: Any, bucket: str, base: str) -> Optional[dict[str, Any]]:
@@ -329,11 +326,16 @@ def intact_manifest(s3: Any, bucket: str, base: str) -> Optional[dict[str, Any]]
     return dict(manifest)
 
 
-def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
-    """Delete ``keys``, manifests first (a checkpoint without its manifest does not exist); best effort."""
+def delete_keys(s3: Any, bucket: str, keys: list[str]) -> list[str]:
+    """Delete ``keys``, manifests first (a checkpoint without its manifest does not exist); returns those S3
+    refused to delete."""
+    left = []
     for key in sorted(keys, key=lambda k: not k.endswith(MANIFEST)):
-        with contextlib.suppress(ClientError, BotoCoreError):
+        try:
             s3.delete_object(Bucket=bucket, Key=key)
+        except (ClientError, BotoCoreError):
+            left.append(key)
+    return left
 
 
 def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:

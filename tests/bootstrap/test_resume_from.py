@@ -105,12 +105,12 @@ def test_the_new_job_restores_the_newest_intact_checkpoint_and_the_earlier_job_i
 def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
     """The earlier job as each refusal case needs it (the group has one instance, desired capacity 1)."""
     instance = cluster.instances()[0][0]
-    if case in ("running", "stopping"):  # submitted and not ended; stopping: asked to stop, its node still up
+    if case in ("running", "stopping", "failed, node up"):  # stopping, failed: not current, its node still up
         cluster.submit(EARLIER, {"train.py": "print('x')\n"}, "python train.py")
         save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
-        if case == "stopping":
+        if case != "running":
             cluster.submit("other-run", {"train.py": "print('x')\n"}, "python train.py")
-            for name in ("STOP", f"nodes/{instance}/boot"):
+            for name in ("STOP" if case == "stopping" else "FAILED", f"nodes/{instance}/boot"):
                 key = f"{cluster.name}/{EARLIER}/{name}"
                 cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"{}")
     elif case in ("no checkpoint", "itself", "bad code"):
@@ -130,16 +130,19 @@ def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
         ("unknown", (), "--resume-from first-run: no such job on team-a/{cluster} (see 'trainctl list')"),
         ("no checkpoint", (), "--resume-from first-run: the job has no intact checkpoint in "
          "s3://{bucket}/{cluster}/first-run/ckpt/ to resume from"),
-        ("running", (), "--resume-from first-run: the job is RUNNING and may still write checkpoints (it is the "
-         "current job and the group is above 0); stop it first (trainctl stop --team team-a --cluster {cluster} "
-         "first-run) and wait until it is STOPPED"),
-        ("stopping", (), "--resume-from first-run: the job is STOPPING and may still write checkpoints (its nodes "
-         "{instance} are in the group); wait until it is STOPPED (trainctl status --team team-a --cluster {cluster} "
-         "first-run)"),
+        ("running", (), "--resume-from first-run: the job (RUNNING) may still write checkpoints: it is the current "
+         "job and the group is above 0; stop it first (trainctl stop --team team-a --cluster {cluster} first-run) "
+         "and wait until the group is at 0"),
+        ("stopping", (), "--resume-from first-run: the job (STOPPING) may still write checkpoints: its nodes "
+         "{instance} are in the group; wait until they have left it (trainctl status --team team-a --cluster "
+         "{cluster} first-run)"),
+        ("failed, node up", (), "--resume-from first-run: the job (FAILED) may still write checkpoints: its nodes "
+         "{instance} are in the group; wait until they have left it (trainctl status --team team-a --cluster "
+         "{cluster} first-run)"),
         ("itself", ("--job-id", EARLIER), "job first-run already exists on team-a/{cluster}; choose another "
          "--job-id (to go on from its checkpoint: --resume-from first-run)"),
-        ("leftover", (), "job second-run already exists on team-a/{cluster}; choose another --job-id (to go on "
-         "from its checkpoint: --resume-from second-run)"),
+        ("leftover", (), "job second-run already exists on team-a/{cluster}; choose another --job-id (objects of "
+         "a submit that did not finish are under s3://{bucket}/{cluster}/second-run/)"),
         ("bad code", ("--code", "/nonexistent"), "code directory /nonexistent does not exist"),
     ],
 )  # fmt: skip
@@ -167,33 +170,44 @@ def test_a_job_that_cannot_resume_is_refused_before_anything_is_written(
     assert cluster.desired_capacity() == desired
 
 
-class CodeUploadFails:
-    """An S3 client whose PutObject of a code archive is answered SlowDown; everything else goes through."""
+class Fails:
+    """An S3 client whose ``fail_at``-th copy, or PutObject of a code archive, is answered SlowDown."""
 
-    def __init__(self, s3: Any) -> None:
-        self.s3 = s3
+    def __init__(self, s3: Any, fail_at: int) -> None:
+        self.s3, self.fail_at, self.copies = s3, fail_at, 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.s3, name)
 
+    def slow_down(self, operation: str) -> ClientError:
+        return ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, operation)
+
+    def copy(self, *args: Any, **kwargs: Any) -> Any:
+        self.copies += 1
+        if self.copies == self.fail_at:
+            raise self.slow_down("CopyObject")
+        return self.s3.copy(*args, **kwargs)
+
     def put_object(self, **kwargs: Any) -> Any:
         if "/code/" in kwargs["Key"]:
-            raise ClientError(
-                {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}, "PutObject"
-            )
+            raise self.slow_down("PutObject")
         return self.s3.put_object(**kwargs)
 
 
-def test_a_code_upload_that_fails_takes_the_copied_checkpoints_back(make_cluster: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fail_at", [3, 0])  # the third copy (the second checkpoint's first file); the code upload
+def test_a_submit_that_fails_after_copying_takes_the_copies_back(
+    make_cluster: Any, tmp_path: Path, fail_at: int
+) -> None:
     """No job without its code: copies left behind would be billed, unlisted, and would block the job id."""
     cluster: Cluster = make_cluster(nodes=1)
     ended(cluster, EARLIER)
-    save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
+    for step in (10, 20):
+        save(cluster, tmp_path, EARLIER, step, {"model.pt": b"%d" % step, "opt.pt": b"opt"})
     before = objects(cluster, "")
     real = client_factory(None)
 
     def client(service: str) -> Any:
-        return CodeUploadFails(real("s3")) if service == "s3" else real(service)
+        return Fails(real("s3"), fail_at) if service == "s3" else real(service)
 
     ref = jobs.find_cluster(client, TEAM, cluster.name)
     (tmp_path / "code").mkdir()
