@@ -961,6 +961,7 @@ class Agent:
         self.trainer_started = 0.0  # time.time() the last attempt's trainer started
         self.save_requests_seen: Optional[Dict[str, str]] = None  # peers' save-request markers (ETags) seen
         self.notice_newest: Optional[int] = None
+        self.newest_before: Optional[int] = None  # the newest durable checkpoint as the last attempt's trainer started
         self.notice_at = 0.0
         self.stop_requested = False  # trainctl stop: checkpoint, then STOPPED and scale to 0
         self.warm_volume: Optional[Tuple[str, str, Optional[str]]] = None  # (volume id, device, bound env root)
@@ -1392,6 +1393,9 @@ class Agent:
         local = local_steps(job.checkpoint_dir)
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
         self.check_notice("checkpoint restore")
+        # What this attempt's progress is measured against: listed after the restore, which leaves out a newest
+        # checkpoint that failed its check (the next save may take its number).
+        self.newest_before = store.newest_complete()
         syncer = Syncer(store, job, self.log, self.keep)
         if restored is not None and restored[1] == "flat":
             syncer.restored_flat()
@@ -1659,8 +1663,8 @@ class Agent:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
         failures, attempt = 0, 0
         while True:
-            before = store.newest_complete()
             rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
+            before = self.newest_before
             if rc == 0:
                 if interrupted:
                     self.log("the trainer finished before the notice took effect: finishing the job")

@@ -186,6 +186,46 @@ def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts
     assert failed is not None and "restart(s) without a new checkpoint" in failed["reason"]
 
 
+SAVES_ONCE = """
+import os, sys
+if os.environ["SPOT_TRAINING_ATTEMPT"] == "0":
+    open(os.path.join(os.environ["SPOT_TRAINING_CHECKPOINT_DIR"], "model.bin"), "w").write("trained on from step 1")
+print("attempt", os.environ["SPOT_TRAINING_ATTEMPT"], flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
+    make_cluster: Any, make_nodes: Any, tmp_path: Path
+) -> None:
+    """The newest flat checkpoint (2) fails its sha256, so the node restores 1 and its next save is numbered 2 again.
+    Before, "progress" compared with the newest listed before the restore (2): that save counted as no new
+    checkpoint, and the job was FAILED one restart early."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
+    log: list[str] = []
+    store = node_agent.CheckpointStore(
+        cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append
+    )
+    for step in (1, 2):
+        (tmp_path / "model.bin").write_text(f"state {step}")
+        store.upload(step, {"model.bin": str(tmp_path / "model.bin")}, "flat")
+    key = f"{cluster.name}/bad-run/ckpt/2/model.bin"
+    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"STATE 2")  # same size, other bytes
+    cluster.submit("bad-run", {"train.py": SAVES_ONCE}, "python train.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait(120) == 1
+    assert "restoring checkpoint 1 from" in node.text
+    # Attempt 0 saves (progress: 2 again, now readable); attempts 1 and 2 save nothing: FAILED after 1 restart.
+    assert node.text.count("training attempt") == 3
+    assert node.text.count("progress was made") == 1
+    out = tmp_path / "restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (2, "flat")  # the save replaced the unreadable 2
+    assert (out / "model.bin").read_text() == "trained on from step 1"
+    failed = cluster.marker("bad-run", "FAILED")
+    assert failed is not None and "after 1 restart(s) without a new checkpoint" in failed["reason"]
+
+
 def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
     """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. Before, B's final
     sync uploaded that copy as the same next step as A's, and whichever came last won."""
