@@ -225,8 +225,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--resume-from",
         metavar="JOB",
-        help="start from the newest intact checkpoint of this earlier job of the cluster (DONE, FAILED or STOPPED, "
-        "or with no node left in the group); its newest 2 are copied under the new job",
+        help="start from the newest intact checkpoint of this earlier job of the cluster (none of its nodes left in "
+        "the group; if it is the current job: DONE, FAILED, STOPPED or the group at 0); its newest 2 intact "
+        "checkpoints are copied under the new job",
     )
     s.add_argument("--python", help="interpreter of the training environment on the node")
     s.add_argument("--checkpoint-interval-s", type=float, help="fixed checkpoint interval (default: Young/Daly)")
