@@ -12,6 +12,7 @@ import pytest
 from spot_training.job_spec import JOB_KEYS
 
 from .conftest import BOOTSTRAP, Cluster, address_map
+from .test_agent_notice import agent_for, raising
 
 ALLOWED = ", ".join(sorted(JOB_KEYS))
 
@@ -130,6 +131,26 @@ def test_user_data_rejects_a_bad_spec_before_running_anything(
         "the node agent refused the job: command contains shell syntax '&': it runs without a shell; put the logic "
         "in a script"
     )
+
+
+def test_a_refused_job_still_hands_the_node_back_when_its_group_cannot_be_found(make_cluster: Any) -> None:
+    """Refusing a job scales the group to 0; when Auto Scaling does not say which group this is, the node still
+    leaves (one node fewer) instead of idling billed, and the job is FAILED with the reason."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("job-1", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = agent_for(cluster, b)
+    agent.asg.describe_auto_scaling_instances = raising("DescribeAutoScalingInstances")
+    agent.refuse_job(node_agent.JobRefused("job spec team 'x' does not match --team 'y'", (job.bucket, "c/job-1/F")))
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
+    failed = json.loads(cluster.aws.s3.get_object(Bucket=job.bucket, Key="c/job-1/F")["Body"].read())
+    assert failed["reason"] == "the node agent refused the job: job spec team 'x' does not match --team 'y'"
+    assert lines[0] == "error: job spec team 'x' does not match --team 'y'"
+    assert any(
+        line.startswith("could not find this instance's group to scale it to 0 (")
+        and line.endswith("); scale it to 0 by hand")
+        for line in lines
+    ), lines
 
 
 def test_a_group_scaled_up_without_a_job_goes_back_to_zero(make_cluster: Any, make_nodes: Any) -> None:
