@@ -1078,13 +1078,20 @@ class Agent:
         if not mount:
             self.log(f"warm volume {volume} attached; mounting skipped (SPOT_TRAINING_WARM_VOLUME_MOUNT=0)")
             return
-        block = warm_volume.block_device(volume, device)
-        blkid = ["blkid", "-o", "value", "-s", "TYPE", block]  # from the AMI's PATH
-        probe = subprocess.run(blkid, capture_output=True, text=True, check=False)  # noqa: S603 - fixed argv
-        with Timed(self.log, "mount warm volume"):
-            warm_volume.run(warm_volume.mount_commands(block, probe.stdout.strip() or "xfs", WARM_MOUNT, [env_root]))
+        try:
+            with Timed(self.log, "mount warm volume"):
+                found = warm_volume.filesystem(warm_volume.block_device(volume, device))
+                if found is None:
+                    raise OSError(f"no filesystem on {volume}")
+                warm_volume.run(warm_volume.mount_commands(*found, WARM_MOUNT, [env_root]))
+        except (OSError, TimeoutError, ValueError, subprocess.CalledProcessError) as exc:
+            # A volume that cannot be mounted must not cost the job: undo what got mounted, give the volume back.
+            self.log(f"mounting warm volume {volume} failed ({exc}); booting from the root volume")
+            warm_volume.run(warm_volume.unmount_commands(WARM_MOUNT, [env_root]), check=False)
+            self.release_warm_volume()
+            return
         self.warm_volume = (volume, device, env_root)
-        self.log(f"warm volume {volume} mounted on {WARM_MOUNT}; {env_root} now reads from it")
+        self.log(f"warm volume {volume} mounted on {WARM_MOUNT} from {found[0]}; {env_root} now reads from it")
 
     def release_warm_volume(self) -> None:
         """Unmount and detach the claimed volume (idempotent), so the next node can claim it."""

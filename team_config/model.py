@@ -269,8 +269,8 @@ class JobConfig(Strict):
     python: AbsPath = Field(DEFAULT_PYTHON, description="Interpreter (of the environment with torch) on the AMI.")
     nproc_per_node: int = Field(1, ge=1, le=64)
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
-    checkpoint_interval_s: Optional[int] = Field(
-        None, gt=0, description="Fixed interval; unset: Young/Daly from measured cost."
+    checkpoint_interval_s: Optional[float] = Field(
+        None, gt=0, allow_inf_nan=False, description="Fixed interval; unset: Young/Daly from measured cost."
     )
     checkpoint_wait_for_upload: bool = Field(
         False,

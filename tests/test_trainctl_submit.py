@@ -13,10 +13,13 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from team_config.model import JobConfig
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
+from trainctl import jobs
+from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
 TEAM, CLUSTER, BUCKET, GROUP = "default", "main", "checkpoints", "main-group"
@@ -102,6 +105,8 @@ def state() -> dict[str, Any]:
             "job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got 'My_Job.v2'",
         ),
         (("--checkpoint-interval-s", "-5"), "checkpoint_interval_s must be a positive number or null, got -5.0"),
+        (("--checkpoint-interval-s", "inf"), "checkpoint_interval_s must be a positive number or null, got inf"),
+        (("--job-id", "code"), "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
         (("--python", "python3"), "python must be an absolute path, got 'python3'"),
     ],
 )
@@ -119,3 +124,99 @@ def test_a_good_job_is_submitted(aws: None, capsys: pytest.CaptureFixture[str], 
     assert state() == {"desired": 2, "objects": 1, "current job written": True}
     current = json.loads(boto3.client("ssm").get_parameter(Name=CURRENT)["Parameter"]["Value"])
     assert (current["job_id"], current["command"], current["nodes"]) == ("run-1", "python train.py --epochs 3", 2)
+
+
+def trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = trainctl_main([argv[0], "--team", TEAM, "--cluster", CLUSTER, *argv[1:]])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_a_job_is_not_submitted_over_a_running_one(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Nodes read the job when they boot: a second job would share the group with the first, and the first to end
+    would scale the group to 0 under the other."""
+    assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
+    assert trainctl(capsys, "list")[1].split()[3:5] == ["run-1", "RUNNING"]
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-2")
+    assert (rc, err) == (
+        2,
+        f"trainctl: error: cluster {TEAM}/{CLUSTER} is busy: its group is at 2 with 2 node(s) for job run-1 "
+        f"(RUNNING); stop it first (trainctl stop --team {TEAM} --cluster {CLUSTER} run-1) or wait until it ends, "
+        "then submit when the group is at 0 with no node\n",
+    )
+    assert state() == {"desired": 2, "objects": 1, "current job written": True}
+    assert json.loads(boto3.client("ssm").get_parameter(Name=CURRENT)["Parameter"]["Value"])["job_id"] == "run-1"
+    # Its nodes went without a marker (the group set to 0 by hand): nothing runs it, a new job may start.
+    boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
+    assert submit(capsys, tmp_path, "--job-id", "run-2") == (0, "")
+    listed = [line.split()[:2] for line in trainctl(capsys, "list")[1].splitlines()[1:]]
+    assert listed == [["run-1", "UNFINISHED"], ["run-2", "RUNNING"]]
+    assert (
+        trainctl(capsys, "stop", "run-1")[1]
+        == "job run-1 is not running (UNFINISHED: no node runs it); nothing to stop\n"
+    )
+    assert state()["desired"] == 2  # the current job's group is left alone
+
+
+class FailingScale:
+    """The real clients, but Auto Scaling refuses SetDesiredCapacity (say the operator's role may not call it)."""
+
+    def __init__(self) -> None:
+        self.real = client_factory("us-east-1")
+
+    def __call__(self, service: str) -> Any:
+        client = self.real(service)
+        if service == "autoscaling":
+
+            def refused(**_: Any) -> Any:
+                raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not allowed"}}, "SetDesiredCapacity")
+
+            client.set_desired_capacity = refused
+        return client
+
+
+def test_a_submit_that_cannot_scale_the_group_leaves_nothing_behind(aws: None, tmp_path: Path) -> None:
+    client = FailingScale()
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    with pytest.raises(ClientError, match="AccessDenied"):
+        jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="run-1")
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}
+    assert not jobs.job_exists(client, ref, "run-1")  # the job id stays free
+
+
+def test_stopping_a_job_that_waits_for_capacity_stops_it_here(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No node has come yet (no spot capacity): no node agent would ever write STOPPED."""
+    assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
+    real_group = jobs.group
+    monkeypatch.setattr(jobs, "group", lambda c, r: dict(real_group(c, r), Instances=[]))  # moto launches at once
+    client = client_factory("us-east-1")
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    assert jobs.job_state(client, ref, "run-1") == "WAITING"
+    rc, out, _ = trainctl(capsys, "stop", "run-1")
+    assert (rc, out) == (0, "job run-1: no node running; STOPPED, group set to 0\n")
+    assert jobs.job_state(client, ref, "run-1") == "STOPPED"
+    stopped = jobs.marker(client, ref, "run-1", "STOPPED")
+    assert stopped is not None and (stopped["by"], stopped["last_checkpoint"]) == ("trainctl stop", None)
+    assert state()["desired"] == 0
+
+
+def test_unreadable_code_and_a_missing_review_folder_are_one_line(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / ".gitignore").write_bytes(b"caf\xe9\n")
+    rc, err = submit(capsys, tmp_path)
+    assert (rc, err) == (
+        2,
+        f"trainctl: error: {tmp_path / '.gitignore'}: not UTF-8 text (invalid continuation byte at byte 3)\n",
+    )
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}
+    rc = trainctl_main(["review", "--out", str(tmp_path / "missing" / "review.md")])
+    assert (rc, capsys.readouterr().err) == (
+        2,
+        f"trainctl: error: --out {tmp_path / 'missing' / 'review.md'}: folder {tmp_path / 'missing'} does not exist\n",
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -173,3 +174,39 @@ def test_mount_commands_bind_the_environment_and_handle_xfs_uuid_clash() -> None
         ["umount", "/opt/conda"],
         ["umount", "/mnt/warm"],
     ]
+
+
+class Lsblk:
+    """``lsblk -P`` as it lists a copy of an AL2023 root snapshot (root XFS, BIOS boot, EFI), or a bare disk."""
+
+    def __init__(self, listing: str) -> None:
+        self.listing = listing
+        self.argv: list[str] = []
+
+    def __call__(self, argv: list[str], **_: Any) -> Any:
+        self.argv = argv
+        return subprocess.CompletedProcess(argv, 0, stdout=self.listing, stderr="")
+
+
+@pytest.mark.parametrize(
+    ("listing", "expected"),
+    [
+        (
+            'NAME="/dev/nvme1n1" FSTYPE="" SIZE="107374182400"\n'
+            'NAME="/dev/nvme1n1p1" FSTYPE="xfs" SIZE="107362648576"\n'
+            'NAME="/dev/nvme1n1p127" FSTYPE="" SIZE="1048576"\n'
+            'NAME="/dev/nvme1n1p128" FSTYPE="vfat" SIZE="10485760"\n',
+            ("/dev/nvme1n1p1", "xfs"),
+        ),
+        ('NAME="/dev/xvdf" FSTYPE="ext4" SIZE="8589934592"\n', ("/dev/xvdf", "ext4")),
+        ('NAME="/dev/xvdf" FSTYPE="" SIZE="8589934592"\n', None),
+    ],
+)
+def test_the_filesystem_of_a_partitioned_root_copy_is_its_largest_formatted_partition(
+    monkeypatch: pytest.MonkeyPatch, listing: str, expected: Any
+) -> None:
+    """Mounting the whole disk of a partitioned copy fails (its filesystem is on p1): the job would have FAILED."""
+    lsblk = Lsblk(listing)
+    monkeypatch.setattr(warm_volume.subprocess, "run", lsblk)
+    assert warm_volume.filesystem("/dev/nvme1n1") == expected
+    assert lsblk.argv == ["lsblk", "-P", "-b", "-p", "-o", "NAME,FSTYPE,SIZE", "/dev/nvme1n1"]

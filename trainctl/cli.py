@@ -149,15 +149,22 @@ def list_jobs(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> list[dict[str
 
 
 def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
-    """Ask the nodes to checkpoint and stop (they write STOPPED and scale to 0); with no node, scale to 0 here."""
+    """Ask the nodes to checkpoint and stop (they write STOPPED and scale to 0). With no node in the group (the
+    job waits for capacity), nothing would write STOPPED: write it here and scale to 0. A job that is not the
+    current one has no node: nothing to do (the group belongs to the current job)."""
     state = job_state(client, ref, job_id)
     if state in jobs.ENDED:
         return f"job {job_id} is already {state}"
-    body = json.dumps({"requested_at": time.time()}).encode()
-    client("s3").put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix(job_id)}STOP", Body=body)
+    if state == "UNFINISHED":
+        return f"job {job_id} is not running (UNFINISHED: no node runs it); nothing to stop"
+    s3, prefix = client("s3"), ref.job_prefix(job_id)
     if not jobs.group(client, ref)["Instances"]:
+        newest = jobs.checkpoints(client, ref, job_id)
+        body = {"by": "trainctl stop", "last_checkpoint": newest[-1].step if newest else None, "time": time.time()}
+        s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOPPED", Body=json.dumps(body).encode())
         client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
-        return f"job {job_id}: no node running; group set to 0"
+        return f"job {job_id}: no node running; STOPPED, group set to 0"
+    s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOP", Body=json.dumps({"requested_at": time.time()}).encode())
     return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0"
 
 
@@ -171,7 +178,7 @@ def print_logs(
         for ts, stream, message in events[seen:]:
             print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
         seen = len(events)
-        if not follow or job_state(client, ref, job_id) in jobs.ENDED or time.monotonic() > deadline:
+        if not follow or job_state(client, ref, job_id) in jobs.NOT_RUNNING or time.monotonic() > deadline:
             return
         time.sleep(2.0)
 
@@ -262,6 +269,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run_review(args: argparse.Namespace) -> str:
+    if args.out and not args.out.parent.is_dir():  # before a synth of every team, not after
+        raise CliError(f"--out {args.out}: folder {args.out.parent} does not exist")
     try:
         table_ = prices.load_prices(args.prices)
         spot = prices.read_price_file(args.spot_prices) if args.spot_prices else None
@@ -273,7 +282,10 @@ def run_review(args: argparse.Namespace) -> str:
     except (prices.PriceError, review.ReviewError) as exc:
         raise CliError(str(exc)) from None
     if args.out:
-        args.out.write_text(text)
+        try:
+            args.out.write_text(text)
+        except OSError as exc:
+            raise CliError(f"--out {args.out}: cannot write it ({exc.strerror})") from None
     return text
 
 

@@ -31,6 +31,7 @@ from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_pat
 ClientFactory = Callable[[str], Any]
 MANIFEST = "spot-training-manifest.json"  # bootstrap_scripts/node_agent.py writes it last
 ENDED = ("DONE", "FAILED", "STOPPED")
+NOT_RUNNING = (*ENDED, "UNFINISHED")  # job_state: no node runs it, none will
 COPIED_CHECKPOINTS = 2  # as many as the node agent keeps in S3 by default (SPOT_TRAINING_KEEP_CHECKPOINTS)
 _PLAN = re.compile(r"\bplan: (\d+) steps\b")
 ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
@@ -92,14 +93,24 @@ def _ignored(rel: str, patterns: list[str]) -> bool:
 def pack_code(directory: Path) -> bytes:
     """A gzipped tarball of ``directory`` (relative paths, regular files only), minus ``.gitignore`` patterns.
 
-    Negated patterns (``!x``) are not supported and refused, so nothing is left out by surprise.
+    Negated patterns (``!x``) are not supported and refused, so nothing is left out by surprise. A file that
+    cannot be read is a one-line :class:`JobError` naming it.
     """
     if not directory.is_dir():
         raise JobError(f"code directory {directory} does not exist")
+    try:
+        return _pack(directory)
+    except UnicodeDecodeError as exc:
+        raise JobError(f"{directory / '.gitignore'}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise JobError(f"{exc.filename}: cannot read it for the code archive ({exc.strerror})") from None
+
+
+def _pack(directory: Path) -> bytes:
     patterns = list(ALWAYS_SKIPPED)
     gitignore = directory / ".gitignore"
     if gitignore.is_file():
-        for line in gitignore.read_text().splitlines():
+        for line in gitignore.read_text(encoding="utf-8").splitlines():
             line = line.strip()
             if line.startswith("!"):
                 raise JobError(f"{gitignore}: negated pattern {line!r} is not supported by the packer")
@@ -162,9 +173,10 @@ def submit(
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
     checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
-    ``resume_from``: an earlier job of the cluster that nothing writes to any more (:func:`check_resumable`); its
-    newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so the nodes resume from
-    them as from their own. ``report`` gets a line saying which step the job starts from.
+    ``resume_from``: an earlier job of the cluster (nothing writes to it any more: the group is idle, see
+    :func:`check_idle`); its newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so
+    the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from.
+    Nothing is left of a submit that fails halfway (:func:`take_back`).
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
@@ -183,28 +195,28 @@ def submit(
     except JobSpecError as exc:
         raise JobError(f"the node agent would refuse this job: {exc}") from None
     code = pack_code(code_dir)  # every refusal comes before the first write
+    check_idle(client, ref)
     if job_exists(client, ref, job_id):  # its code, checkpoints and markers would mix with the new job's
         if submitted(client, ref, job_id):
             why = f"to go on from its checkpoint: --resume-from {job_id}"
         else:
             why = f"objects of a submit that did not finish are under s3://{ref.bucket}/{ref.job_prefix(job_id)}"
         raise JobError(f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id ({why})")
-    copied: list[str] = []  # keys the copy wrote, for the clean-up
+    if resume_from is not None and not submitted(client, ref, resume_from):
+        raise JobError(f"--resume-from {resume_from}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')")
+    previous = current_job_value(client, ref)
+    written: list[str] = []  # keys this submit wrote, for the clean-up
     steps: list[int] = []
     try:
         if resume_from is not None:
-            check_resumable(client, ref, resume_from)
-            steps = copy_checkpoints(client, ref, resume_from, job_id, copied)
+            steps = copy_checkpoints(client, ref, resume_from, job_id, written)
+        written.append(code_key)
         client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=code)
-    except BaseException:  # no job without its code: copies would be orphans, billed and blocking the job id
-        left = delete_keys(client("s3"), ref.bucket, copied)
-        if left:
-            report(f"could not delete {len(left)} copied object(s) under s3://{ref.bucket}/{ref.job_prefix(job_id)}")
+        set_current_job(client, ref, json.dumps(job))
+        client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
+    except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
+        take_back(client, ref, previous, written, report)
         raise
-    client("ssm").put_parameter(
-        Name=str(ref.spec["current_job_parameter"]), Value=json.dumps(job), Type="String", Overwrite=True
-    )
-    client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
     if steps:
         report(
             f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
@@ -252,25 +264,45 @@ def job_exists(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
     return bool(found.get("KeyCount")) or submitted(client, ref, job_id)
 
 
-def check_resumable(client: ClientFactory, ref: ClusterRef, earlier: str) -> None:
-    """A one-line :class:`JobError` unless ``earlier`` is a job of the cluster that nothing writes to any more: no
-    node of it is in the group (an ended job's nodes may still save and prune for the grace), and it is not the
-    current job of a group above 0 unless it has ended (DONE, FAILED, STOPPED)."""
-    if not submitted(client, ref, earlier):
-        raise JobError(f"--resume-from {earlier}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')")
-    state = job_state(client, ref, earlier)
+def check_idle(client: ClientFactory, ref: ClusterRef) -> None:
+    """A one-line :class:`JobError` unless the cluster's group is at 0 with no instance in it. Nodes read the job
+    when they boot: a new job submitted while the group runs another would share the group with it (its
+    replacements would boot into the new job), and the first job to end would scale the group to 0 under the
+    other. An ended job's nodes may also still save, prune and scale the group to 0 for the grace."""
     members = group(client, ref)
-    live = sorted(set(node_markers(client, ref, earlier)) & {i["InstanceId"] for i in members["Instances"]})
-    where = f"--team {ref.team} --cluster {ref.cluster} {earlier}"
-    head = f"--resume-from {earlier}: the job ({state}) may still write checkpoints:"
-    if live:
-        nodes = ", ".join(live)
+    desired, nodes = int(members["DesiredCapacity"]), len(members["Instances"])
+    if desired == 0 and not nodes:
+        return
+    busy = f"cluster {ref.team}/{ref.cluster} is busy: its group is at {desired} with {nodes} node(s)"
+    current = current_job_id(client, ref)
+    state = None if current is None else job_state(client, ref, current)
+    where = f"--team {ref.team} --cluster {ref.cluster} {current}"
+    if state in ("RUNNING", "WAITING"):
         raise JobError(
-            f"{head} its nodes {nodes} are in the group; wait until they have left it (trainctl status {where})"
+            f"{busy} for job {current} ({state}); stop it first (trainctl stop {where}) or wait until it ends, "
+            "then submit when the group is at 0 with no node"
         )
-    if state not in ENDED and members["DesiredCapacity"] > 0 and current_job_id(client, ref) == earlier:
-        hint = "wait until" if state == "STOPPING" else f"stop it first (trainctl stop {where}) and wait until"
-        raise JobError(f"{head} it is the current job and the group is above 0; {hint} the group is at 0")
+    if nodes:
+        raise JobError(f"{busy} (job {current}: {state}); submit when they have left it (trainctl status {where})")
+    raise JobError(
+        f"{busy} (job {current}: {state}), which nothing will scale down; set its desired capacity to 0 "
+        f"(aws autoscaling set-desired-capacity --auto-scaling-group-name {ref.group} --desired-capacity 0)"
+    )
+
+
+def take_back(
+    client: ClientFactory, ref: ClusterRef, previous: Optional[str], written: list[str], report: Callable[[str], None]
+) -> None:
+    """Undo a submit that failed halfway: the current-job parameter as it was, the objects it wrote deleted. What
+    cannot be undone is reported."""
+    try:
+        if current_job_value(client, ref) != previous:
+            set_current_job(client, ref, previous)
+    except (ClientError, BotoCoreError) as exc:
+        report(f"could not put back {ref.spec['current_job_parameter']} as it was ({exc})")
+    left = delete_keys(client("s3"), ref.bucket, written)
+    if left:
+        report(f"could not delete {len(left)} object(s) this submit wrote: {', '.join(left)}")
 
 
 def copy_checkpoints(
@@ -338,25 +370,50 @@ def delete_keys(s3: Any, bucket: str, keys: list[str]) -> list[str]:
     return left
 
 
-def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
-    """The job id in the cluster's current-job parameter, or None if no job was ever submitted."""
+def current_job_value(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
+    """The cluster's current-job parameter (the submitted job, JSON), or None if no job was ever submitted."""
     ssm = client("ssm")
     try:
-        value = ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]["Value"]
+        return str(ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]["Value"])
     except ssm.exceptions.ParameterNotFound:
         return None
-    return str(json.loads(value)["job_id"])
+
+
+def set_current_job(client: ClientFactory, ref: ClusterRef, value: Optional[str]) -> None:
+    """Write the current-job parameter (None: delete it, as before the first submit)."""
+    ssm, name = client("ssm"), str(ref.spec["current_job_parameter"])
+    if value is not None:
+        ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
+        return
+    try:
+        ssm.delete_parameter(Name=name)
+    except ssm.exceptions.ParameterNotFound:
+        pass
+
+
+def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
+    """The job id in the cluster's current-job parameter, or None if no job was ever submitted."""
+    value = current_job_value(client, ref)
+    return None if value is None else str(json.loads(value)["job_id"])
 
 
 def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
-    """DONE, FAILED or STOPPED (its marker), STOPPING (stop requested), else RUNNING or WAITING (the group's
-    desired capacity)."""
+    """DONE, FAILED or STOPPED: its marker. Else, for the current job: STOPPING (stop requested, the group not yet
+    empty; STOPPED once it is), RUNNING (a node in the group), WAITING (the group above 0, no node yet). Any other
+    job without an end marker is UNFINISHED: nothing runs it (a job submitted after it, or the group at 0 with no
+    node while it is current: its nodes went without writing a marker)."""
     for name in ENDED:
         if marker(client, ref, job_id, name) is not None:
             return name
+    if current_job_id(client, ref) != job_id:
+        return "UNFINISHED"
+    members = group(client, ref)
+    empty = not members["Instances"] and int(members["DesiredCapacity"]) == 0
     if marker(client, ref, job_id, "STOP") is not None:
-        return "STOPPING"
-    return "RUNNING" if desired_capacity(client, ref) > 0 else "WAITING"
+        return "STOPPED" if empty else "STOPPING"
+    if members["Instances"]:
+        return "RUNNING"
+    return "UNFINISHED" if empty else "WAITING"
 
 
 def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:

@@ -8,6 +8,7 @@ refuse is refused where it is written, before any node starts. Standard library 
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from typing import Any, Dict, List, Optional
@@ -47,6 +48,8 @@ SPEC_KEYS = JOB_SETTINGS | {
     "warm_pool",
 }
 
+CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objects are under <cluster>/<job>/)
+SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
@@ -59,12 +62,13 @@ def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
     return value
 
 
-def _number(d: Dict[str, Any], key: str, optional: bool = False) -> Optional[float]:
+def _number(d: Dict[str, Any], key: str, optional: bool = False, below: float = math.inf) -> Optional[float]:
     value = d.get(key)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise JobSpecError(f"{key} must be a positive number{' or null' if optional else ''}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < below:
+        what = "a positive number" if below == math.inf else f"a number above 0 and below {below:g}"
+        raise JobSpecError(f"{key} must be {what}{' or null' if optional else ''}, got {value!r}")
     return float(value)
 
 
@@ -121,6 +125,8 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     job_id = merged.get("job_id")
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise JobSpecError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
+    if job_id == CODE_FOLDER:
+        raise JobSpecError(f"job_id {CODE_FOLDER!r} is reserved: the code archives are under '<cluster>/code/'")
     for key in ("bucket", "prefix", "log_group"):
         if not isinstance(merged.get(key), str) or not merged[key]:
             raise JobSpecError(f"{key} must be a non-empty string, got {merged.get(key)!r}")
@@ -147,7 +153,7 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     _int(merged, "rendezvous_port", 1024, 65535)
     _number(merged, "checkpoint_interval_s", optional=True)
     _number(merged, "mean_time_between_interruptions_s")
-    _number(merged, "interruption_grace_s")
+    _number(merged, "interruption_grace_s", below=SPOT_NOTICE_S)
     warm = merged.get("warm_pool")
     if warm is not None and not (isinstance(warm, dict) and {"tag_key", "pool", "device_name"} <= set(warm)):
         raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name}}, got {warm!r}")

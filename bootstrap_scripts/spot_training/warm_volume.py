@@ -13,9 +13,10 @@ import functools
 import logging
 import os
 import random
+import shlex
 import subprocess
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from botocore.exceptions import ClientError
 
@@ -111,10 +112,26 @@ def release_volume(
     log.info("released warm volume %s", volume_id)
 
 
-def block_device(volume_id: str, device: str) -> str:
-    """The kernel's name for an attached volume: Nitro exposes EBS as NVMe, found by the volume id."""
+def block_device(volume_id: str, device: str, timeout_s: float = 10.0, poll_s: float = 0.5) -> str:
+    """The kernel's name for an attached volume: Nitro exposes EBS as NVMe, found by the volume id (udev makes the
+    link a moment after EC2 reports the volume attached: waits for it, at most ``timeout_s``)."""
     nvme = f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{volume_id.replace('-', '')}"
+    wait_for(lambda: os.path.exists(nvme) or os.path.exists(device), timeout_s=timeout_s, poll_s=poll_s,
+             what=f"a block device of {volume_id}")  # fmt: skip
     return nvme if os.path.exists(nvme) else device
+
+
+def filesystem(block: str) -> Optional[Tuple[str, str]]:
+    """(device, type) of the filesystem to mount: the volume itself, or, for a copy of a partitioned root snapshot
+    (an AMI's root volume), its largest partition that holds a filesystem; None when there is none."""
+    argv = ["lsblk", "-P", "-b", "-p", "-o", "NAME,FSTYPE,SIZE", block]  # from the AMI's PATH
+    listed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout  # noqa: S603 - fixed argv
+    rows = [dict(word.split("=", 1) for word in shlex.split(line)) for line in listed.splitlines() if line.strip()]
+    found = [(int(row.get("SIZE") or 0), row["NAME"], row["FSTYPE"]) for row in rows if row.get("FSTYPE")]
+    if not found:
+        return None
+    _, name, fstype = max(found)
+    return name, fstype
 
 
 def mount_commands(block: str, fstype: str, mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:
@@ -135,6 +152,7 @@ def unmount_commands(mountpoint: str, bind_paths: Sequence[str]) -> List[List[st
     return [["umount", path] for path in reversed(bind_paths)] + [["umount", mountpoint]]
 
 
-def run(commands: Sequence[Sequence[str]]) -> None:
+def run(commands: Sequence[Sequence[str]], check: bool = True) -> None:
+    """Run each command; ``check=False``: go on past failures (undoing a mount that got halfway)."""
     for command in commands:
-        subprocess.run(list(command), check=True)  # noqa: S603 - fixed argv, no shell
+        subprocess.run(list(command), check=check)  # noqa: S603 - fixed argv, no shell

@@ -59,18 +59,20 @@ def submit(capsys: pytest.CaptureFixture[str], cluster: Cluster, tmp_path: Path,
     return rc, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("source", ["failed", "superseded"])
+@pytest.mark.parametrize("source", ["failed", "unfinished"])
 def test_the_new_job_restores_the_newest_intact_checkpoint_and_the_earlier_job_is_untouched(
     make_cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str
 ) -> None:
-    """``failed``: ended with FAILED, group at 0. ``superseded``: no end marker, another job is current and the
-    group's instance is not one of its nodes: nothing writes its checkpoints any more either."""
+    """``failed``: ended with FAILED, group at 0. ``unfinished``: no end marker (its nodes went without writing
+    one), another job is current, the group at 0: nothing writes its checkpoints any more either."""
     cluster: Cluster = make_cluster(nodes=1)
     if source == "failed":
         ended(cluster, EARLIER)
     else:
         cluster.submit(EARLIER, {"train.py": "print('x')\n"}, "python train.py")
-        cluster.submit("other-run", {"train.py": "print('x')\n"}, "python train.py")
+        ended(cluster, "other-run", "DONE")
+        assert jobs.job_state(client_factory(None), jobs.find_cluster(client_factory(None), TEAM, cluster.name),
+                              EARLIER) == "UNFINISHED"  # fmt: skip
     for step in (5, 10, 20):
         save(cluster, tmp_path, EARLIER, step, {"model.pt": b"%d" % step * 1000, "opt/state.pt": b"opt %d" % step})
     cut = f"{cluster.name}/{EARLIER}/ckpt/20/model.pt"  # its object cut short after the manifest was written
@@ -103,25 +105,25 @@ def test_the_new_job_restores_the_newest_intact_checkpoint_and_the_earlier_job_i
 
 
 def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
-    """The earlier job as each refusal case needs it (the group has one instance, desired capacity 1)."""
-    instance = cluster.instances()[0][0]
-    if case in ("running", "stopping", "failed, node up"):  # stopping, failed: not current, its node still up
+    """The earlier job as each refusal case needs it (the group has one instance, desired capacity 1, unless the
+    case puts it at 0)."""
+    if case in ("running", "stopping", "failed, node up"):  # the current job; its node still in the group
         cluster.submit(EARLIER, {"train.py": "print('x')\n"}, "python train.py")
         save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
         if case != "running":
-            cluster.submit("other-run", {"train.py": "print('x')\n"}, "python train.py")
-            for name in ("STOP" if case == "stopping" else "FAILED", f"nodes/{instance}/boot"):
-                key = f"{cluster.name}/{EARLIER}/{name}"
-                cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"{}")
+            key = f"{cluster.name}/{EARLIER}/{'STOP' if case == 'stopping' else 'FAILED'}"
+            cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"{}")
     elif case in ("no checkpoint", "itself", "bad code"):
         ended(cluster, EARLIER)
         save(cluster, tmp_path, EARLIER, 10, {"model.pt": b"ten"})
         if case == "no checkpoint":  # only its manifest is left: no object of it is there
             key = f"{cluster.name}/{EARLIER}/ckpt/10/model.pt"
             cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=key)
-    elif case == "leftover":  # objects under the new job's prefix, no code archive (a submit cut off halfway)
-        key = f"{cluster.name}/second-run/ckpt/3/model.pt"
-        cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"3")
+    else:
+        cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=0)
+        if case == "leftover":  # objects under the new job's prefix, no code archive (a submit cut off halfway)
+            key = f"{cluster.name}/second-run/ckpt/3/model.pt"
+            cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=b"3")
 
 
 @pytest.mark.parametrize(
@@ -130,15 +132,14 @@ def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
         ("unknown", (), "--resume-from first-run: no such job on team-a/{cluster} (see 'trainctl list')"),
         ("no checkpoint", (), "--resume-from first-run: the job has no intact checkpoint in "
          "s3://{bucket}/{cluster}/first-run/ckpt/ to resume from"),
-        ("running", (), "--resume-from first-run: the job (RUNNING) may still write checkpoints: it is the current "
-         "job and the group is above 0; stop it first (trainctl stop --team team-a --cluster {cluster} first-run) "
-         "and wait until the group is at 0"),
-        ("stopping", (), "--resume-from first-run: the job (STOPPING) may still write checkpoints: its nodes "
-         "{instance} are in the group; wait until they have left it (trainctl status --team team-a --cluster "
-         "{cluster} first-run)"),
-        ("failed, node up", (), "--resume-from first-run: the job (FAILED) may still write checkpoints: its nodes "
-         "{instance} are in the group; wait until they have left it (trainctl status --team team-a --cluster "
-         "{cluster} first-run)"),
+        ("running", (), "cluster team-a/{cluster} is busy: its group is at 1 with 1 node(s) for job first-run "
+         "(RUNNING); stop it first (trainctl stop --team team-a --cluster {cluster} first-run) or wait until it "
+         "ends, then submit when the group is at 0 with no node"),
+        ("stopping", (), "cluster team-a/{cluster} is busy: its group is at 1 with 1 node(s) (job first-run: "
+         "STOPPING); submit when they have left it (trainctl status --team team-a --cluster {cluster} first-run)"),
+        ("failed, node up", (), "cluster team-a/{cluster} is busy: its group is at 1 with 1 node(s) (job "
+         "first-run: FAILED); submit when they have left it (trainctl status --team team-a --cluster {cluster} "
+         "first-run)"),
         ("itself", ("--job-id", EARLIER), "job first-run already exists on team-a/{cluster}; choose another "
          "--job-id (to go on from its checkpoint: --resume-from first-run)"),
         ("leftover", (), "job second-run already exists on team-a/{cluster}; choose another --job-id (objects of "
@@ -162,8 +163,7 @@ def test_a_job_that_cannot_resume_is_refused_before_anything_is_written(
 
     rc, err = submit(capsys, cluster, tmp_path, "--job-id", "second-run", "--resume-from", EARLIER, *extra)
 
-    instance = ", ".join(i for i, _ in cluster.instances())
-    shown = message.format(cluster=cluster.name, bucket=cluster.bucket, instance=instance)
+    shown = message.format(cluster=cluster.name, bucket=cluster.bucket)
     assert (rc, err) == (2, f"trainctl: error: {shown}\n")
     assert objects(cluster, "") == before
     assert cluster.aws.ssm.get_parameters(Names=[cluster.current_parameter])["Parameters"] == parameter

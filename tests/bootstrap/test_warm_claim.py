@@ -6,9 +6,11 @@ do); the mount commands themselves are covered in tests/test_warm_volume.py.
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from typing import Any
 
+import node_agent
 import pytest
 
 from .conftest import Cluster, address_map
@@ -68,5 +70,39 @@ def test_no_claim_when_the_volume_would_be_mounted_over_the_agents_own_python(
     assert any(
         line.startswith(f"not claiming a warm volume of pool {pool}: this agent runs from ") for line in lines
     ), lines
+    assert agent.warm_volume is None
+    assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
+
+
+def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_its_root(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed mount (here the bind over the environment) used to escape as a traceback and FAIL the job."""
+    cluster, pool = _cluster(make_cluster)
+    volume = _volume(cluster, pool)
+    cluster.submit("mount-run", JOB, "python ok.py")
+    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_MOUNT", raising=False)  # mounting on, as on an instance
+    agent, job, lines = agent_for(cluster)
+    agent.args.availability_zone = "us-east-1a"
+    job.python = "/opt/pytorch/bin/python"  # the DLAMI's environment, not this test's
+    ran: list[tuple[list[str], bool]] = []
+
+    def run(commands: Any, check: bool = True) -> None:
+        for command in commands:
+            ran.append((list(command), check))
+            if check and command[:2] == ["mount", "--bind"]:
+                raise subprocess.CalledProcessError(32, command)
+
+    monkeypatch.setattr(node_agent.warm_volume, "block_device", lambda volume, device: "/dev/nvme1n1")
+    monkeypatch.setattr(node_agent.warm_volume, "filesystem", lambda block: ("/dev/nvme1n1p1", "xfs"))
+    monkeypatch.setattr(node_agent.warm_volume, "run", run)
+    agent.claim_warm_volume(job)
+    assert any(
+        line.startswith(f"mounting warm volume {volume} failed (Command '['mount', '--bind', ")
+        and line.endswith("; booting from the root volume")
+        for line in lines
+    ), lines
+    assert ran[1] == (["mount", "-o", "nouuid", "/dev/nvme1n1p1", node_agent.WARM_MOUNT], True)
+    assert ran[-1] == (["umount", node_agent.WARM_MOUNT], False)  # what got mounted is undone, failures or not
     assert agent.warm_volume is None
     assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
