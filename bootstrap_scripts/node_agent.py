@@ -143,6 +143,11 @@ class LeavingBeforeTraining(Exception):
     within the join timeout while its peers have enough: leave, do not join."""
 
 
+class StopBeforeTraining(LeavingBeforeTraining):
+    """The job was asked to stop (``STOP``: trainctl stop, the budget guard) before this node's trainer started:
+    leave the group for good (one node fewer), no replacement."""
+
+
 class AgentError(Exception):
     """A one-line reason the agent stops (bad job spec, missing code, unreadable checkpoint)."""
 
@@ -998,6 +1003,14 @@ class Agent:
                 return None
             raise
 
+    def marked(self, job: Job, name: str) -> bool:
+        """Whether the job's marker ``name`` is there; an S3 error is logged and counts as not (yet) there."""
+        try:
+            return self.marker(job, name) is not None
+        except AWS_ERRORS as exc:
+            self.log(f"could not read the {name} marker ({exc})")
+            return False
+
     def group_name(self) -> str:
         if self.args.asg_name:
             return str(self.args.asg_name)
@@ -1118,6 +1131,8 @@ class Agent:
         deadline = time.monotonic() + self.join_timeout_s
         while True:
             self.check_notice("peer discovery")
+            if self.marked(job, "STOP"):  # no trainer here to stop: the peers that run one write STOPPED
+                raise StopBeforeTraining("stop requested (STOP marker) during peer discovery")
             peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
             address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
             unmapped = [i for i, ip in peers if address_map and ip not in address_map]
@@ -1309,14 +1324,16 @@ class Agent:
         if why:
             raise LeavingBeforeTraining(f"{why} during {during}")
 
-    def leave_before_training(self, job: Job, group: str, why: str) -> int:
+    def leave_before_training(self, job: Job, group: str, why: str, stop: bool = False) -> int:
         """Announce the leave (``trainer: false``: peers that count on this node restart without it), make what an
         earlier attempt of this node saved durable (at most the grace), hand the instance back. Not the peers'
-        final syncs: no trainer ran here since, so nothing of theirs waits on this node."""
+        final syncs: no trainer ran here since, so nothing of theirs waits on this node. ``stop``: the job is
+        stopping: no announcement (the peers stop anyway), and the group gets no replacement."""
         self.log(f"{why}: leaving before the trainer starts")
         deadline = time.monotonic() + job.grace_s
         try:
-            self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": why, "trainer": False})
+            if not stop:
+                self.put_marker(job, f"nodes/{self.instance_id}/leaving", {"notice": why, "trainer": False})
         except AWS_ERRORS as exc:
             self.log(f"could not announce leaving: {exc}")
         try:
@@ -1328,7 +1345,7 @@ class Agent:
                 self.log(f"{own} not durable in S3 within the grace; the last durable one stays")
         except (OSError, *AWS_ERRORS) as exc:
             self.log(f"could not make this node's last checkpoint durable: {exc}")
-        self.hand_back(group)
+        self.hand_back(group, for_good=stop)
         return 0
 
     def own_pending(self) -> Optional[str]:
@@ -1340,12 +1357,13 @@ class Agent:
             own = self.syncer.pending()
         return own
 
-    def hand_back(self, group: str) -> None:
-        """Free the warm volume, flush the logs and leave the group: the group launches a replacement now."""
+    def hand_back(self, group: str, for_good: bool = False) -> None:
+        """Free the warm volume, flush the logs and leave the group: the group launches a replacement now (unless
+        ``for_good``: one node fewer)."""
         self.release_warm_volume()
         if self.log.shipper is not None:
             self.log.shipper.flush()
-        self.leave_group(group)
+        self.leave_group(group, for_good=for_good)
 
     def request_checkpoint(self, job: Job) -> None:
         """Ask the trainer for a checkpoint now (``.spot-training/save-request``, read by rank 0's helper)."""
@@ -1436,8 +1454,11 @@ class Agent:
             syncer.sync(final=True)
         self.syncer = syncer
         # Peers leaving on a notice (or a stop) wait for this: what this node held is in S3 (or failed to get there).
-        pending = syncer.pending()
-        self.put_marker(job, f"nodes/{self.instance_id}/synced", {"attempt": attempt, "pending": pending})
+        try:
+            pending = syncer.pending()
+            self.put_marker(job, f"nodes/{self.instance_id}/synced", {"attempt": attempt, "pending": pending})
+        except (OSError, *AWS_ERRORS) as exc:  # the notice, stop or restart that follows must still happen
+            self.log(f"could not report this node's final sync ({exc}); peers wait for it at most the grace")
         return rc, interrupted
 
     def wait_durable(self, job: Job, store: CheckpointStore, before: Optional[int], deadline: float) -> None:
@@ -1651,18 +1672,22 @@ class Agent:
                 code_dir = download_code(self.s3, job, self.work_dir)
             return self.attempts(job, group, code_dir, store)
         except LeavingBeforeTraining as exc:
-            return self.leave_before_training(job, group, str(exc))
+            return self.leave_before_training(job, group, str(exc), stop=isinstance(exc, StopBeforeTraining))
         except Exception as exc:
             # No code, no readable checkpoint, peers that never came, an agent bug: this node cannot go on, and
             # exiting would leave it idle in the group (billed). FAILED with the reason, and the group to 0.
-            reason = str(exc) if isinstance(exc, AgentError) else f"node agent error: {type(exc).__name__}: {exc}"
+            if isinstance(exc, AgentError):
+                reason = str(exc)
+            elif isinstance(exc, AWS_ERRORS):
+                reason = f"AWS did not answer after the retries: {exc}"
+            else:
+                reason = f"node agent error: {type(exc).__name__}: {exc}"
             try:
                 self.fail(job, group, reason)
             except AWS_ERRORS as failed:
                 self.log(f"could not mark the job FAILED ({failed})")
                 self.scale_to_zero(group)
-                raise exc from None
-            if isinstance(exc, AgentError):
+            if isinstance(exc, (AgentError, *AWS_ERRORS)):  # one line: S3 or Auto Scaling did not answer
                 raise JobFailed(reason) from None
             raise  # an agent bug: its traceback goes to the node's console too
 
@@ -1683,7 +1708,7 @@ class Agent:
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 return self.stopped(job, group, store)
-            if rc != 0 and self.marker(job, "STOP") is not None:  # a peer's trainer stopped ours collectively
+            if rc != 0 and self.marked(job, "STOP"):  # a peer's trainer stopped ours collectively
                 # Rank 0's node may still be uploading the final checkpoint: scaling to 0 now would cut it off.
                 self.wait_durable(job, store, before, time.monotonic() + job.grace_s)
                 return self.stopped(job, group, store)
@@ -1693,7 +1718,11 @@ class Agent:
                 self.hand_back(group)
                 return 0
             self.wait_for_leaving_peers(job)
-            after = store.newest_complete()
+            try:
+                after = store.newest_complete()
+            except AWS_ERRORS as exc:  # S3 does not say: no progress seen (bounded by max_restarts)
+                self.log(f"could not list the checkpoints after the attempt ({exc})")
+                after = None
             progressed = after is not None and (before is None or after > before)
             failures = 0 if progressed else failures + 1
             self.log(

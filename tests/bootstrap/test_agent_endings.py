@@ -276,3 +276,74 @@ def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unch
     syncer.sync()  # a poll sees it, and the next one sees it unchanged: a complete file
     assert syncer.sync(final=True) == 1
     assert store.complete_steps() == [1]
+
+
+@pytest.mark.parametrize("failed_writable", [True, False])
+def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failed_writable: bool
+) -> None:
+    """Before, a ClientError past the retries ended the agent with a traceback (and, when FAILED could not be
+    written either, with no marker and no one-line reason); the group still goes to 0 either way."""
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("aws-run", {"train.py": ""}, "python train.py")
+    agent, job, _ = agent_for(cluster)
+    agent.work_dir = str(tmp_path / "work")
+    refuse = raising("PutObject")
+    agent.attempts = lambda *args: refuse()  # say the synced marker, eight SlowDowns in a row
+    if not failed_writable:
+        put = agent.s3.put_object
+        monkeypatch.setattr(
+            agent.s3, "put_object", lambda **kw: refuse() if kw["Key"].endswith("/FAILED") else put(**kw)
+        )
+    with pytest.raises(node_agent.JobFailed) as failed:
+        agent._run(job)
+    reason = str(failed.value)
+    assert (
+        reason.startswith("AWS did not answer after the retries: An error occurred (SlowDown)") and "\n" not in reason
+    )
+    marker = cluster.marker("aws-run", "FAILED")
+    assert (marker is not None and marker["reason"] == reason) if failed_writable else marker is None
+    assert cluster.desired_capacity() == 0
+
+
+def test_s3_errors_after_a_failed_attempt_count_as_no_progress_instead_of_ending_the_agent(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The STOP marker and the checkpoint listing after a trainer failure: an error is logged, the restart
+    bookkeeping goes on (here max_restarts 0: FAILED), no exception leaves the agent."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0, interruption_grace_s=1)
+    cluster.submit("list-run", {"train.py": ""}, "python train.py")
+    agent, job, lines = restarting(cluster, started=time.time())
+    agent.attempt = lambda *args: (1, False)
+    monkeypatch.setattr(agent.s3, "list_objects_v2", raising("ListObjectsV2"))
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == node_agent.EXIT_FAILED
+    assert any(line.startswith("could not read the STOP marker (") for line in lines), lines
+    assert any(line.startswith("could not list the checkpoints after the attempt (") for line in lines), lines
+    failed = cluster.marker("list-run", "FAILED")
+    assert failed is not None
+    assert failed["reason"] == "trainer exited with code 1 after 0 restart(s) without a new checkpoint"
+    assert cluster.desired_capacity() == 0
+
+
+def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_cluster: Any, tmp_path: Path) -> None:
+    """Before, a node waiting for capacity that never came sat out the whole join timeout after trainctl stop (or
+    the budget guard), then wrote FAILED. Now it leaves the group for good: no replacement, no FAILED."""
+    cluster: Cluster = make_cluster(nodes=2, min_nodes=3, max_nodes=3)  # waits for a third node
+    cluster.submit("wait-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = agent_for(cluster, b)
+    agent.work_dir = str(tmp_path / "work")
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.join_timeout_s = 5.0  # a missed stop ends in FAILED after this
+
+    def stop_later() -> None:
+        time.sleep(0.5)
+        agent.put_marker(job, "STOP", {"requested_at": time.time()})
+
+    threading.Thread(target=stop_later, daemon=True).start()
+    assert agent._run(job) == 0
+    assert any(line == "stop requested (STOP marker) during peer discovery: leaving before the trainer starts"
+               for line in lines), lines  # fmt: skip
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
+    assert cluster.marker("wait-run", "FAILED") is None
+    assert cluster.marker("wait-run", f"nodes/{b}/leaving") is None  # the peers stop anyway
