@@ -47,12 +47,36 @@ def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assem
     text = review.summary(review.load_assembly(head), prices, spot={"g5.2xlarge": 0.5})
     dearest = max(TYPES, key=prices.on_demand_price)
     worst = 3 * prices.on_demand_price(dearest)
-    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 | {worst:.2f} | {3 * 0.5:.2f} |" in text
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 + 0% above | {worst:.2f} | {3 * 0.5:.2f} |" in text
     assert "| TrainingStack-alpha | spot-training-alpha | 500 |" in text
     # every acknowledgement of the template's metadata, with its reason
     assert "AwsSolutions-IAM5[Resource::*]" in text
     assert "Read-only Describe* calls for peer discovery and volume claims" in text
     assert "Replaced or deleted" not in text  # only with a base
+
+
+def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> None:
+    """4 nodes, 1 on demand as base, 50% of the 3 above it on demand (rounded up for the worst case): 3 on demand,
+    1 at spot. It used to price all 3 above the base at spot."""
+    group = {
+        "Type": "AWS::AutoScaling::AutoScalingGroup",
+        "Properties": {
+            "MaxSize": "4",
+            "Tags": [
+                {"Key": "spot-training:team", "Value": "alpha"},
+                {"Key": "spot-training:cluster", "Value": "main"},
+            ],
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {"Overrides": [{"InstanceType": "g5.xlarge"}]},
+                "InstancesDistribution": {"OnDemandBaseCapacity": 1, "OnDemandPercentageAboveBaseCapacity": 50},
+            },
+        },
+    }
+    stack = review.Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
+    prices = load_prices()
+    text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.3})
+    on_demand = prices.on_demand_price("g5.xlarge")
+    assert f"| alpha | main | g5.xlarge | 4 | 1 + 50% above | {4 * on_demand:.2f} | {0.3 + 3 * on_demand:.2f} |" in text
 
 
 def test_review_against_a_base_shows_iam_changes_and_replacements(assemblies: tuple[Path, Path]) -> None:

@@ -11,6 +11,7 @@ Reads a cloud assembly (``cdk.out``): the one it synthesizes, or one given with 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -149,6 +150,7 @@ def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
             "types": types,
             "max_nodes": int(props["MaxSize"]),
             "on_demand_base": int(distribution.get("OnDemandBaseCapacity", 0)),
+            "on_demand_pct": int(distribution.get("OnDemandPercentageAboveBaseCapacity", 0)),
         }
 
 
@@ -205,13 +207,16 @@ def summary(
             on_demand = c["max_nodes"] * prices.on_demand_price(dearest)
             spot_cost = "-"
             if spot is not None and dearest in spot:
-                spot_nodes = c["max_nodes"] - c["on_demand_base"]
-                spot_cost = f"{spot_nodes * spot[dearest] + c['on_demand_base'] * prices.on_demand_price(dearest):.2f}"
+                above = max(c["max_nodes"] - c["on_demand_base"], 0)
+                on_demand_nodes = c["max_nodes"] - above + math.ceil(above * c["on_demand_pct"] / 100)  # worst: up
+                spot_nodes = c["max_nodes"] - on_demand_nodes
+                spot_cost = f"{spot_nodes * spot[dearest] + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
             rows.append(
-                [c["team"], c["cluster"], ", ".join(c["types"]), str(c["max_nodes"]), str(c["on_demand_base"]),
+                [c["team"], c["cluster"], ", ".join(c["types"]), str(c["max_nodes"]),
+                 f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
                  f"{on_demand:.2f}", spot_cost]
             )  # fmt: skip
-    out += _table(["team", "cluster", "instance types", "max nodes", "on-demand base", "worst case USD/h on demand",
+    out += _table(["team", "cluster", "instance types", "max nodes", "on-demand", "worst case USD/h on demand",
                    "worst case USD/h at spot"], rows)  # fmt: skip
     out += [
         "",
