@@ -138,10 +138,10 @@ def format_status(info: dict[str, Any]) -> str:
 
 def list_jobs(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> list[dict[str, Any]]:
     rows = []
-    pages = client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/")
+    pages = client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=ref.code_prefix)
     for page in pages:
         for obj in page.get("Contents", []):
-            job_id = obj["Key"][len(f"{ref.prefix}code/") :].split(".", 1)[0]
+            job_id = obj["Key"][len(ref.code_prefix) :].split(".", 1)[0]
             rows.append({"job_id": job_id, "submitted": obj["LastModified"].strftime("%Y-%m-%d %H:%M:%S")})
     for row in rows:
         row["state"] = job_state(client, ref, row["job_id"])

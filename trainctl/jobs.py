@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from bootstrap_scripts.spot_training.job_spec import JobSpecError, check_job
+from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER, JobSpecError, check_job
 from budget_guard.handler import read_marker
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
@@ -58,6 +58,11 @@ class ClusterRef:
 
     def job_prefix(self, job_id: str) -> str:
         return f"{self.prefix}{job_id}/"
+
+    @property
+    def code_prefix(self) -> str:
+        """Where the jobs' code archives are: ``<prefix>code/<job>.tar.gz`` (so no job may be called ``code``)."""
+        return f"{self.prefix}{CODE_FOLDER}/"
 
 
 def find_cluster(client: ClientFactory, team: str, cluster: str) -> ClusterRef:
@@ -187,7 +192,7 @@ def submit(
             f"({budget.name}); raise budget.usd_per_month in its team file or wait for the next month"
         )
     job_id = job_id or new_job_id()
-    code_key = f"{ref.prefix}code/{job_id}.tar.gz"
+    code_key = f"{ref.code_prefix}{job_id}.tar.gz"
     job = {"job_id": job_id, "code_key": code_key, "command": command, "nodes": nodes, **overrides}
     job.setdefault("min_nodes", min(int(ref.spec["min_nodes"]), nodes))
     try:  # the agent's own checks: a job it would refuse must not start (and bill) any node
@@ -254,7 +259,7 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
 
 def submitted(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
     """Whether a job of that id was submitted to the cluster (its code archive is there)."""
-    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.prefix}code/{job_id}.", MaxKeys=1)
+    found = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=f"{ref.code_prefix}{job_id}.", MaxKeys=1)
     return bool(found.get("KeyCount"))
 
 

@@ -53,6 +53,19 @@ def test_job_runs_to_done(make_cluster: Any, make_nodes: Any, tmp_path: Path, re
     reference["weights"] = out
 
 
+def interrupted_after_a_checkpoint(cluster: Cluster, make_nodes: Any, job_id: str, command: str) -> Any:
+    """Submit ``command``, boot a node, deliver a spot notice once a checkpoint is durable; the node, exited 0."""
+    cluster.submit(job_id, TRAIN, command)
+    (node,) = make_nodes(cluster)
+    node.start(address_map([node]))
+    for line in node.lines():  # bounded by the run itself: it ends after EPOCHS epochs at the latest
+        if "durable in s3://" in line:
+            node.imds.interrupt()
+            break
+    assert node.wait() == 0, node.text
+    return node
+
+
 def test_interruption_checkpoint_then_resume_is_bitwise_identical(
     make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any]
 ) -> None:
@@ -62,16 +75,8 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
         pytest.skip("needs test_job_runs_to_done (the uninterrupted reference run)")
     cluster: Cluster = make_cluster(nodes=1, checkpoint_interval_s=1, interruption_grace_s=30)
     out = tmp_path / "resumed.pt"
-    cluster.submit(
-        "resume-run", TRAIN, f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
-    )
-    (first,) = make_nodes(cluster)
-    first.start(address_map([first]))
-    for line in first.lines():  # bounded by the run itself: it ends after EPOCHS epochs at the latest
-        if "durable in s3://" in line:
-            first.imds.interrupt()
-            break
-    assert first.wait() == 0, first.text
+    command = f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
+    first = interrupted_after_a_checkpoint(cluster, make_nodes, "resume-run", command)
     saved = re.search(r"interrupted: checkpoint (\d+) saved", first.text)
     assert saved, first.text
     step = int(saved.group(1))
@@ -104,14 +109,7 @@ def test_a_failed_job_goes_on_as_a_new_job_from_its_checkpoint_bitwise_identical
     cluster: Cluster = make_cluster(nodes=1, checkpoint_interval_s=1, interruption_grace_s=30)
     out = tmp_path / "resumed.pt"
     command = f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
-    cluster.submit("failed-run", TRAIN, command)
-    (first,) = make_nodes(cluster)
-    first.start(address_map([first]))
-    for line in first.lines():  # bounded by the run itself: it ends after EPOCHS epochs at the latest
-        if "durable in s3://" in line:
-            first.imds.interrupt()
-            break
-    assert first.wait() == 0, first.text
+    interrupted_after_a_checkpoint(cluster, make_nodes, "failed-run", command)
     step = cluster.manifests("failed-run")[0]
     failed = json.dumps({"reason": "restore: S3 did not answer", "time": time.time()})
     cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=f"{cluster.name}/failed-run/FAILED", Body=failed)

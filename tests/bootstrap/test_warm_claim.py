@@ -31,6 +31,20 @@ def _volume(cluster: Cluster, pool: str, az: str = "us-east-1a") -> str:
     return str(cluster.aws.ec2.create_volume(AvailabilityZone=az, Size=8, TagSpecifications=tags)["VolumeId"])
 
 
+def _mounting(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, job_id: str
+) -> tuple[Cluster, str, str, Any, Any, Any]:
+    """A cluster with one free pool volume in us-east-1a and a submitted job; its agent there, mounting on (as on an
+    instance): (cluster, pool, volume, agent, job, lines)."""
+    cluster, pool = _cluster(make_cluster)
+    volume = _volume(cluster, pool)
+    cluster.submit(job_id, JOB, "python ok.py")
+    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_MOUNT", raising=False)
+    agent, job, lines = agent_for(cluster)
+    agent.args.availability_zone = "us-east-1a"
+    return cluster, pool, volume, agent, job, lines
+
+
 def test_node_claims_a_pool_volume_and_releases_it(make_cluster: Any, make_nodes: Any) -> None:
     cluster, pool = _cluster(make_cluster)
     other_az = _volume(cluster, pool, az="us-east-1b")  # the node's AZ is us-east-1a: never claimed
@@ -60,12 +74,7 @@ def test_no_claim_when_the_volume_would_be_mounted_over_the_agents_own_python(
 ) -> None:
     """The job's python is this test's own (its environment, ``.venv``, is where the volume would be mounted), and
     the agent runs from it: mounted over, it could not be unmounted for the next node. No claim, one line why."""
-    cluster, pool = _cluster(make_cluster)
-    volume = _volume(cluster, pool)
-    cluster.submit("own-run", JOB, "python ok.py")
-    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_MOUNT", raising=False)  # mounting on, as on an instance
-    agent, job, lines = agent_for(cluster)
-    agent.args.availability_zone = "us-east-1a"
+    cluster, pool, volume, agent, job, lines = _mounting(make_cluster, monkeypatch, "own-run")
     agent.claim_warm_volume(job)
     assert any(
         line.startswith(f"not claiming a warm volume of pool {pool}: this agent runs from ") for line in lines
@@ -78,12 +87,7 @@ def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_i
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A failed mount (here the bind over the environment) used to escape as a traceback and FAIL the job."""
-    cluster, pool = _cluster(make_cluster)
-    volume = _volume(cluster, pool)
-    cluster.submit("mount-run", JOB, "python ok.py")
-    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_MOUNT", raising=False)  # mounting on, as on an instance
-    agent, job, lines = agent_for(cluster)
-    agent.args.availability_zone = "us-east-1a"
+    cluster, _, volume, agent, job, lines = _mounting(make_cluster, monkeypatch, "mount-run")
     job.python = "/opt/pytorch/bin/python"  # the DLAMI's environment, not this test's
     ran: list[tuple[list[str], bool]] = []
 
