@@ -1492,31 +1492,31 @@ class Agent:
                 return
             time.sleep(min(self.poll_s, 1.0))
 
-    def wait_for_leaving_peers(self, job: Job) -> None:
-        """Before a restart: a peer of the attempt that just ended which leaves on a notice is still making the
-        emergency checkpoint durable (when it holds rank 0). Restoring before its final sync would resume from the
-        checkpoint before, and with fewer nodes than the maximum nobody would bring the emergency one back. Wait,
-        at most the grace, for each leaving peer's final sync (``nodes/<id>/synced``)."""
+    def wait_for_final_syncs(self, job: Job) -> None:
+        """Before a restart: wait, at most the grace, for the final sync (``nodes/<id>/synced``) of each peer of the
+        attempt that just ended that is still in the group. The node of rank 0 may still be uploading the attempt's
+        newest checkpoint (the emergency one, when it leaves on a notice). Restoring before its final sync would
+        resume from the checkpoint before (with fewer nodes than the maximum, nobody would bring the newer one back),
+        and judging progress before it would count a restart without progress that made some."""
         deadline = time.monotonic() + job.grace_s
         waited: List[str] = []
         while True:
             self.check_notice("a restart")
             waiting: Optional[List[str]] = None
             try:
-                leaving = self.leaving_nodes(job)
-                waiting = [i for i in self.unsynced_peers(job) if i in leaving] if leaving else []
+                waiting = self.unsynced_peers(job)
             except AWS_ERRORS as exc:  # an API hiccup: poll again, within the deadline
-                self.log(f"leaving peers poll failed: {exc}")
+                self.log(f"peers' final sync poll failed: {exc}")
             if waiting == []:
                 if waited:
-                    self.log(f"leaving peer(s) {', '.join(waited)} synced their final checkpoints")
+                    self.log(f"peer(s) {', '.join(waited)} synced their final checkpoints")
                 return
             if waiting and not waited:
-                self.log(f"waiting for the final checkpoint sync of leaving peer(s) {', '.join(waiting)}")
+                self.log(f"waiting for the final checkpoint sync of peer(s) {', '.join(waiting)}")
                 waited = waiting
             if time.monotonic() >= deadline:
                 who = ", ".join(waiting or waited)
-                what = f"no final sync from leaving peer(s) {who}" if who else "no answer from S3 about leaving peers"
+                what = f"no final sync from peer(s) {who}" if who else "no answer from S3 about the peers' final syncs"
                 self.log(f"{what} within {job.grace_s:.0f} s; restarting from what S3 holds")
                 return
             time.sleep(min(self.poll_s, 1.0))
@@ -1526,17 +1526,31 @@ class Agent:
         others = [i for i, _ in self.peers if i != self.instance_id]
         if not others:
             return []
-        groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
-        in_group = {i["InstanceId"] for g in groups for i in g["Instances"]}
-        waiting = []
-        for peer in others:
-            synced = self.marker(job, f"nodes/{peer}/synced")
-            if peer in in_group and (synced is None or float(synced.get("time", 0)) < self.trainer_started):
-                waiting.append(peer)
-        return waiting
+        in_group = self.group_members()
+        return [peer for peer in others if peer in in_group and self.reported(job, peer, "synced") is None]
 
-    def finish(self, job: Job, group: str) -> None:
-        """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and scale to 0."""
+    def group_members(self) -> Set[str]:
+        """The instances in this node's group, in any lifecycle state."""
+        groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        return {i["InstanceId"] for g in groups for i in g["Instances"]}
+
+    def synced_durably(self, job: Job, peer: str) -> bool:
+        """Whether ``peer`` reported the final sync of the last attempt with nothing left pending."""
+        synced = self.reported(job, peer, "synced")
+        return synced is not None and synced.get("pending") is None
+
+    def reported(self, job: Job, peer: str, name: str) -> Optional[Dict[str, Any]]:
+        """``peer``'s marker ``nodes/<peer>/<name>`` (``synced``, ``done``) if written since the last attempt's trainer
+        started (one written for an earlier attempt does not count), else None."""
+        body = self.marker(job, f"nodes/{peer}/{name}")
+        return body if body is not None and float(body.get("time", 0)) >= self.trainer_started else None
+
+    def finish(self, job: Job, group: str) -> bool:
+        """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and scale to 0.
+
+        False (not DONE) when a peer left the group before it reported its final sync complete (``synced`` without
+        pending files): it may have held rank 0's final checkpoint, which DONE would then leave out of S3. The
+        caller trains again from the newest durable checkpoint, and that attempt makes the final one again."""
         self.put_marker(job, f"nodes/{self.instance_id}/done", {})
         deadline = time.monotonic() + self.barrier_s
         waiting = [i for i, _ in self.peers if i != self.instance_id]
@@ -1544,7 +1558,7 @@ class Agent:
             if self.marker(job, "DONE") is not None:  # scaled to 0 by that peer; again here, in case it could not
                 self.log(f"job {job.job_id} is DONE (a peer finished it)")
                 self.scale_to_zero(group)
-                return
+                return True
             if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
                 self.log(
                     f"peers {', '.join(waiting)} did not report done within {self.barrier_s:.0f} s; leaving the job "
@@ -1552,20 +1566,27 @@ class Agent:
                 )
                 self.release_warm_volume()
                 self.leave_group(group, for_good=True)
-                return
-            waiting = [i for i in waiting if self.marker(job, f"nodes/{i}/done") is None]
+                return True
+            waiting = [i for i in waiting if self.reported(job, i, "done") is None]
             if waiting:  # a peer that left the group (interrupted, powered off) will never report
-                groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
-                in_group = {i["InstanceId"] for g in groups for i in g["Instances"]}
+                in_group = self.group_members()
                 gone = [i for i in waiting if i not in in_group]
+                lost = [i for i in gone if not self.synced_durably(job, i)]
+                if lost:
+                    self.log(
+                        f"peer(s) {', '.join(lost)} left the group before their final checkpoint was durable: the job "
+                        "is not DONE; training again from the newest durable checkpoint to make the final one again"
+                    )
+                    return False
                 if gone:
-                    self.log(f"peers {', '.join(gone)} left the group; not waiting for their done markers")
+                    self.log(f"peers {', '.join(gone)} left the group after their final sync; not waiting for them")
                     waiting = [i for i in waiting if i in in_group]
             if waiting:
                 time.sleep(min(self.poll_s, 1.0))
         self.put_marker(job, "DONE", {"peers": [i for i, _ in self.peers]})
         self.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.scale_to_zero(group)
+        return True
 
     def finish_failed(self, job: Job, group: str, exc: Exception) -> None:
         """S3 or Auto Scaling failed in the done barrier after a good training. Once ``DONE`` is written, scale
@@ -1701,10 +1722,14 @@ class Agent:
                 if interrupted:
                     self.log("the trainer finished before the notice took effect: finishing the job")
                 try:
-                    self.finish(job, group)
+                    if self.finish(job, group):
+                        return 0
                 except AWS_ERRORS as exc:  # the training ended well: not a FAILED job
                     self.finish_failed(job, group, exc)
-                return 0
+                    return 0
+                if interrupted:  # this node is being reclaimed: its peers train again without it
+                    self.hand_back(group)
+                    return 0
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 return self.stopped(job, group, store)
@@ -1717,7 +1742,7 @@ class Agent:
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
                 self.hand_back(group)
                 return 0
-            self.wait_for_leaving_peers(job)
+            self.wait_for_final_syncs(job)
             try:
                 after = store.newest_complete()
             except AWS_ERRORS as exc:  # S3 does not say: no progress seen (bounded by max_restarts)

@@ -45,18 +45,33 @@ def test_the_done_barrier_leaves_a_slow_peer_to_finish_instead_of_scaling_to_zer
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("done-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
-    agent, job, _ = restarting(cluster, b, started=time.time())
+    started = time.time()  # both trainers ran together
+    agent, job, _ = restarting(cluster, b, started=started)
     agent.barrier_s = 0.5
-    agent.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
+    assert agent.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
     assert cluster.marker("done-run", "DONE") is None
     assert [i for i, _ in cluster.instances()] == [a]  # B left, A keeps going
     assert cluster.desired_capacity() == 1
     # A finishes: B's done marker is there, so A does not wait; A writes DONE and scales to 0.
-    slow, job_a, slow_lines = restarting(cluster, a, started=time.time())
-    slow.finish(job_a, cluster.group)
+    slow, job_a, slow_lines = restarting(cluster, a, started=started)
+    assert slow.finish(job_a, cluster.group)
     assert cluster.marker("done-run", "DONE") is not None
     assert cluster.desired_capacity() == 0
     assert not any("did not report done" in line for line in slow_lines)
+
+
+def test_a_done_marker_of_an_earlier_attempt_does_not_count_in_the_barrier(make_cluster: Any) -> None:
+    """A wrote its done marker, then a peer lost before its final sync made the job train again. In that next
+    attempt A's old marker must not tell B that A finished: B would write DONE while A may still upload."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("again-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = restarting(cluster, b, started=time.time() + 1)
+    agent.put_marker(job, f"nodes/{a}/done", {})  # before this attempt's trainer started
+    agent.barrier_s = 0.5
+    assert agent.finish(job, cluster.group)
+    assert cluster.marker("again-run", "DONE") is None
+    assert any(line.startswith(f"peers {a} did not report done within") for line in lines), lines
 
 
 def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any, list[str]]:
@@ -67,6 +82,49 @@ def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any
     agent, job, lines = restarting(cluster, b, started=time.time())
     agent.attempt = lambda *args: (0, False)
     return cluster, a, agent, job, lines
+
+
+@pytest.mark.parametrize(
+    "synced, done",
+    [
+        (None, False),  # reclaimed before it reported its final sync
+        ({"pending": "checkpoint 7 (model.pt)"}, False),  # its final upload failed
+        ({"pending": None}, True),  # its final checkpoint is durable: it just did not get to its done marker
+    ],
+)
+def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_train_again(
+    make_cluster: Any, synced: Any, done: bool
+) -> None:
+    """A (rank 0, say) is reclaimed during the final sync of a training that ended well. Before, B's done barrier
+    stopped waiting for a peer that left the group and wrote DONE: a finished job without its final checkpoint.
+    Now B trains again from the newest durable checkpoint (and the group replaces A), unless A's final sync was
+    reported durable."""
+    cluster, a, agent, job, lines = trained_well(make_cluster, "final-run")
+    attempts: list[int] = []
+
+    def attempt(*_: Any) -> tuple[int, bool]:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            return 0, False
+        raise node_agent.LeavingBeforeTraining("the test ends here")  # bounded: the next attempt never trains
+
+    agent.attempt = attempt
+    if synced is not None:
+        agent.put_marker(job, f"nodes/{a}/synced", dict(synced, attempt=0))
+    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
+    if done:
+        assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+        assert cluster.marker("final-run", "DONE") is not None and cluster.desired_capacity() == 0
+        assert f"peers {a} left the group after their final sync; not waiting for them" in lines
+        return
+    with pytest.raises(node_agent.LeavingBeforeTraining, match="the test ends here"):
+        agent.attempts(job, cluster.group, "/tmp", store_of(agent, job))
+    assert attempts == [0, 1]
+    assert cluster.marker("final-run", "DONE") is None and cluster.desired_capacity() == 2
+    assert (
+        f"peer(s) {a} left the group before their final checkpoint was durable: the job is not DONE; training "
+        "again from the newest durable checkpoint to make the final one again"
+    ) in lines
 
 
 def test_an_s3_outage_in_the_done_barrier_does_not_mark_a_finished_job_failed(

@@ -223,7 +223,7 @@ def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluste
     events: list[str] = []
 
     def restart() -> None:
-        agent.wait_for_leaving_peers(job)
+        agent.wait_for_final_syncs(job)
         events.append("restoring")
 
     waiter = threading.Thread(target=restart)
@@ -232,13 +232,13 @@ def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluste
         if any("waiting for the final checkpoint sync" in line for line in lines):
             break
         time.sleep(0.05)
-    assert f"waiting for the final checkpoint sync of leaving peer(s) {leaver}" in lines
+    assert f"waiting for the final checkpoint sync of peer(s) {leaver}" in lines
     assert events == []  # still waiting: the leaving peer has not synced
     events.append("peer synced")
     peer.put_marker(job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None})
     waiter.join(timeout=20)
     assert events == ["peer synced", "restoring"]
-    assert f"leaving peer(s) {leaver} synced their final checkpoints" in lines
+    assert f"peer(s) {leaver} synced their final checkpoints" in lines
 
 
 def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make_cluster: Any) -> None:
@@ -253,14 +253,51 @@ def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make
         Key=f"{job.job_prefix}nodes/{leaver}/synced",
         Body=json.dumps(dict(old, time=agent.trainer_started - 60)).encode(),
     )
-    agent.wait_for_leaving_peers(job)
-    assert lines[-1] == f"no final sync from leaving peer(s) {leaver} within 1 s; restarting from what S3 holds"
+    agent.wait_for_final_syncs(job)
+    assert lines[-1] == f"no final sync from peer(s) {leaver} within 1 s; restarting from what S3 holds"
 
 
-def test_a_restart_without_leaving_peers_does_not_wait(cluster: Cluster) -> None:
-    agent, job, lines = restarting(cluster, started=time.time())
-    agent.wait_for_leaving_peers(job)  # the peer is unsynced, but not leaving: a crash, nothing to wait for
+def test_a_restart_does_not_wait_for_a_peer_that_left_the_group(cluster: Cluster) -> None:
+    (survivor, _), (gone, _) = cluster.instances()
+    agent, job, lines = restarting(cluster, survivor, started=time.time())
+    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
+    agent.wait_for_final_syncs(job)  # unsynced, but gone: a hard kill, it has nothing more to give
     assert lines == []
+
+
+def test_a_restart_judges_progress_after_the_final_sync_of_a_peer_that_stays(make_cluster: Any, tmp_path: Path) -> None:
+    """B's trainer failed; A (rank 0, no notice, staying) still uploads the checkpoint its trainer saved in this
+    attempt. Before, only peers leaving on a notice were waited for: B listed S3 before A's upload landed, saw no
+    new checkpoint and, with max_restarts 0, wrote FAILED over a job that had made progress."""
+    cluster: Cluster = make_cluster(nodes=2, max_restarts=0, interruption_grace_s=30)
+    cluster.submit("sync-run", {"train.py": ""}, "python train.py")
+    (a, _), (b, _) = cluster.instances()
+    agent, job, lines = restarting(cluster, b, started=time.time() - 5)
+    store = store_of(agent, job)
+    (tmp_path / "model.bin").write_text("state 1")
+    store.upload(1, {"model.bin": str(tmp_path / "model.bin")}, "flat")
+    calls: list[int] = []
+
+    def attempt(*_: Any) -> tuple[int, bool]:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            agent.newest_before = 1  # what the attempt's restore found
+            return 1, False
+        raise node_agent.LeavingBeforeTraining("the test ends here")  # bounded: the second attempt never trains
+
+    def a_uploads_then_syncs() -> None:
+        time.sleep(1.0)
+        (tmp_path / "model.bin").write_text("state 2")
+        store.upload(2, {"model.bin": str(tmp_path / "model.bin")}, "flat")
+        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+
+    agent.attempt = attempt
+    threading.Thread(target=a_uploads_then_syncs, daemon=True).start()
+    with pytest.raises(node_agent.LeavingBeforeTraining, match="the test ends here"):
+        agent.attempts(job, cluster.group, "/tmp", store)
+    assert f"waiting for the final checkpoint sync of peer(s) {a}" in lines
+    assert "trainer exited with code 1; progress was made; restarts without progress: 0/0" in lines
+    assert cluster.marker("sync-run", "FAILED") is None
 
 
 def test_an_s3_brownout_of_several_seconds_does_not_end_the_agent(
@@ -355,7 +392,7 @@ def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluste
     agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
     agent.imds = Imds(NOTICE)
     with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart") as e:
-        agent.wait_for_leaving_peers(job)
+        agent.wait_for_final_syncs(job)
     assert agent.leave_before_training(job, cluster.group, str(e.value)) == 0
     assert not [line for line in lines if "within the grace" in line], lines  # the bug waited 30 s and said so
     assert f"left {cluster.group}: the group launches a replacement" in lines
