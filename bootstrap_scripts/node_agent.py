@@ -965,6 +965,8 @@ class Agent:
         self.syncer: Optional[Syncer] = None  # of the last attempt
         self.trainer_started = 0.0  # time.time() the last attempt's trainer started
         self.save_requests_seen: Optional[Dict[str, str]] = None  # peers' save-request markers (ETags) seen
+        self.training_seen: Dict[str, Tuple[str, Dict[str, Any]]] = {}  # training markers read: id -> (ETag, body)
+        self.world_file = os.path.join(self.work_dir, "rendezvous-world.json")  # see add_joined_peers
         self.notice_newest: Optional[int] = None
         self.newest_before: Optional[int] = None  # the newest durable checkpoint as the last attempt's trainer started
         self.notice_at = 0.0
@@ -1019,16 +1021,19 @@ class Agent:
             raise AgentError(f"instance {self.instance_id} is not in an Auto Scaling group")
         return str(found[0]["AutoScalingGroupName"])
 
-    def leaving_nodes(self, job: Job) -> Set[str]:
-        """Instances of this job that announced they are going (``nodes/<id>/leaving``)."""
+    def node_markers(self, job: Job) -> Dict[str, Dict[str, str]]:
+        """The job's per-node markers: {instance id: {marker name: ETag}} (``nodes/<id>/<name>``), one listing."""
         prefix = job.job_prefix + "nodes/"
-        found = set()
+        found: Dict[str, Dict[str, str]] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
                 instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
-                if name == "leaving":
-                    found.add(instance_id)
+                found.setdefault(instance_id, {})[name] = obj["ETag"]
         return found
+
+    def leaving_nodes(self, job: Job) -> Set[str]:
+        """Instances of this job that announced they are going (``nodes/<id>/leaving``)."""
+        return {i for i, names in self.node_markers(job).items() if "leaving" in names}
 
     def leave_group(self, group: str, for_good: bool = False) -> None:
         """Hand the instance back now instead of idling until the reclaim: the group launches a replacement, or
@@ -1179,6 +1184,7 @@ class Agent:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
         env["SPOT_TRAINING_STORE_BIND_ADDRESS"] = local  # see spot_training/launch.py
+        env["SPOT_TRAINING_WORLD_FILE"] = self.world_file
         env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(int(job.grace_s))
         if ipaddress.ip_address(local).is_loopback:  # emulation: keep gloo/NCCL/tensorpipe on loopback
             for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
@@ -1262,7 +1268,9 @@ class Agent:
                         # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
                         self.put_marker(job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()})
                     else:
-                        self.relay_save_requests(job)
+                        markers = self.node_markers(job)
+                        self.relay_save_requests(job, markers)
+                        self.add_joined_peers(job, markers)
                         peer_lost = self.lost_peer(job)
                 except AWS_ERRORS as exc:  # an API hiccup: next poll
                     self.log(f"job poll failed: {exc}")
@@ -1370,17 +1378,12 @@ class Agent:
         os.makedirs(os.path.join(job.checkpoint_dir, STATE_DIR), exist_ok=True)
         open(os.path.join(job.checkpoint_dir, STATE_DIR, "save-request"), "w").close()
 
-    def relay_save_requests(self, job: Job) -> None:
+    def relay_save_requests(self, job: Job, markers: Dict[str, Dict[str, str]]) -> None:
         """A peer's rebalance recommendation (``nodes/<id>/save-request``) becomes a save request here too.
 
         Requests that existed when this agent first looked are history, not news."""
-        prefix = job.job_prefix + "nodes/"
-        found: Dict[str, str] = {}
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
-                if name == "save-request" and instance_id != self.instance_id:
-                    found[instance_id] = obj["ETag"]
+        found = {i: names["save-request"] for i, names in markers.items() if "save-request" in names}
+        found.pop(self.instance_id, None)
         if self.save_requests_seen is None:
             self.save_requests_seen = found
             return
@@ -1389,6 +1392,40 @@ class Agent:
                 self.log(f"peer {instance_id} got a rebalance recommendation: asking the trainer for a checkpoint")
                 self.request_checkpoint(job)
         self.save_requests_seen = found
+
+    def add_joined_peers(self, job: Job, markers: Dict[str, Dict[str, str]]) -> None:
+        """Add to the attempt's peers the nodes that joined the training after it started. With ``min_nodes <
+        max_nodes`` a node that boots later joins our rendezvous (torchrun restarts the workers with it) and may
+        then hold rank 0. Unknown, its loss would not restart our trainer, and the done barrier, a stop or a restart
+        would not wait for its final sync: the group could go to 0 under its final upload.
+
+        torchrun writes each round's node addresses to ``world_file`` (``spot_training.launch``); an address this
+        agent does not know is matched to an instance by the newest ``nodes/<id>/training`` marker giving it. A
+        node whose trainer started but never joined a round (the training ended first) is not a peer."""
+        try:
+            with open(self.world_file) as f:
+                world = set(json.load(f)["addresses"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # no round recorded yet (or a torch whose rendezvous state could not be read)
+        address_map = load_address_map()
+        unknown = world - {address_map.get(ip, ip) for _, ip in self.peers}
+        if not unknown:
+            return
+        known = {i for i, _ in self.peers}
+        newest: Dict[str, Tuple[float, str, str]] = {}  # address -> (time, instance id, private IP)
+        for instance_id, names in sorted(markers.items()):
+            etag = names.get("training")
+            if instance_id in known or etag is None:
+                continue
+            if self.training_seen.get(instance_id, ("", {}))[0] != etag:  # read each marker once
+                self.training_seen[instance_id] = (etag, self.marker(job, f"nodes/{instance_id}/training") or {})
+            body = self.training_seen[instance_id][1]
+            address, when = str(body.get("address", "")), float(body.get("time", 0))
+            if address in unknown and when > newest.get(address, (-1.0, "", ""))[0]:
+                newest[address] = (when, instance_id, str(body.get("private_ip", address)))
+        for _, instance_id, private_ip in newest.values():
+            self.peers.append((instance_id, private_ip))
+            self.log(f"peer {instance_id} joined the training")
 
     def lost_peer(self, job: Job) -> Optional[Tuple[str, str]]:
         """A peer of the running trainer that left the group and will not stop ours by leaving, (id, how), or None:
@@ -1448,6 +1485,20 @@ class Agent:
             }
         )
         self.check_notice("peer discovery")
+        if os.path.exists(self.world_file):
+            os.remove(self.world_file)  # the last attempt's rounds
+        try:  # for the peers already training: this node joins them (see add_joined_peers)
+            self.put_marker(
+                job,
+                f"nodes/{self.instance_id}/training",
+                {
+                    "attempt": attempt,
+                    "address": env["SPOT_TRAINING_STORE_BIND_ADDRESS"],
+                    "private_ip": dict(self.peers)[self.instance_id],
+                },
+            )
+        except AWS_ERRORS as exc:
+            self.log(f"could not report that this node starts training ({exc}); peers that started before may miss it")
         with Timed(self.log, f"training attempt {attempt}"):
             rc, interrupted = self.run_trainer(job, code_dir, cmd, env, syncer)
         with Timed(self.log, "final checkpoint sync"):

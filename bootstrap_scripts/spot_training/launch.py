@@ -7,10 +7,14 @@ binds one to ``SPOT_TRAINING_STORE_BIND_ADDRESS`` (the node's own, possibly mapp
 agent) and hands it over. On a real node that keeps the stores on the VPC address; in single-machine emulation
 on a loopback address (127.0.0.x). Without the variable, or on a torch without ``master_listen_fd``, this is
 plain torchrun. Gloo/NCCL data sockets are kept on loopback separately (GLOO_SOCKET_IFNAME=lo, set by the agent).
+
+With ``SPOT_TRAINING_WORLD_FILE`` (set by the agent) it also records each rendezvous round's nodes there
+(``record_worlds``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -54,7 +58,69 @@ def install(address: str) -> bool:
     return True
 
 
+def share_store_every_round() -> None:
+    """Make a node that joins a running training (a later rendezvous round) find the shared worker store.
+
+    torch 2.13's c10d handler shares its TCP store with the workers: rank 0 writes the store's address into each
+    round's keys (``MASTER_ADDR``, ``MASTER_PORT``) only the first time it builds that information, and a node
+    that has it already reuses its own. In a round a node joins later, the new node waits for keys rank 0 never
+    writes (``wait timeout after 60000ms, keys: /torch.rendezvous.<job>.1/MASTER_ADDR``), or, when the new node
+    takes rank 0, the others keep the old store. After every round rank 0 now writes the keys and every other
+    node reads them."""
+    from torch.distributed.elastic.rendezvous import api, dynamic_rendezvous
+
+    handler = dynamic_rendezvous.DynamicRendezvousHandler
+    next_round = handler.next_rendezvous
+
+    def sharing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        info = next_round(self, *args, **kwargs)
+        shared = getattr(info, "_bootstrap_store_info", None)
+        if shared is None or os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1":
+            return info
+        keys = api.RendezvousStoreInfo
+        if info.rank == 0:
+            info.store.set(keys.MASTER_ADDR_KEY, shared.master_addr)
+            info.store.set(keys.MASTER_PORT_KEY, str(shared.master_port))
+        else:
+            current = keys(
+                master_addr=info.store.get(keys.MASTER_ADDR_KEY).decode(),
+                master_port=int(info.store.get(keys.MASTER_PORT_KEY).decode()),
+            )
+            info._bootstrap_store_info = self._bootstrap_store_info = current
+        return info
+
+    handler.next_rendezvous = sharing  # type: ignore[method-assign]
+
+
+def record_worlds(path: str) -> None:
+    """After each rendezvous round, write its nodes' addresses (``--local-addr``) to ``path`` as JSON
+    (``{"addresses": [...]}``, replaced atomically): the node agent learns from it which nodes joined the training
+    after it started (torchrun restarts the workers when a node joins). Reads the c10d handler's round state,
+    which torch does not make public: if that fails, torchrun runs on and the agent knows only its first peers."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    handler = dynamic_rendezvous.DynamicRendezvousHandler
+    next_round = handler.next_rendezvous
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        info = next_round(self, *args, **kwargs)
+        try:
+            addresses = sorted({node.addr for node in self._state_holder.state.participants})
+            with open(path + ".tmp", "w") as f:
+                json.dump({"addresses": addresses}, f)
+            os.replace(path + ".tmp", path)
+        except (AttributeError, OSError, TypeError) as exc:
+            print(f"spot_training.launch: could not record the rendezvous round ({exc!r})", file=sys.stderr)
+        return info
+
+    handler.next_rendezvous = recording  # type: ignore[method-assign]
+
+
 def main() -> None:
+    share_store_every_round()
+    world_file = os.environ.get("SPOT_TRAINING_WORLD_FILE", "")
+    if world_file:
+        record_worlds(world_file)
     address = os.environ.get("SPOT_TRAINING_STORE_BIND_ADDRESS", "")
     if address and not install(address):
         print(

@@ -381,6 +381,71 @@ def test_a_peer_that_left_before_its_trainer_ran_restarts_ours(
     assert agent.lost_peer(job) == ((peer, expected) if expected else None)
 
 
+def joined_later(cluster: Cluster, tmp_path: Path) -> tuple[Any, Any, list[str], Any, str, str]:
+    """A's agent, which found no peer at its start (min_nodes < max_nodes), with its job and lines; B's agent, id
+    and address. A's torchrun records its rounds in ``tmp_path / "world.json"``."""
+    (a, a_ip), (b, b_ip) = cluster.instances()
+    agent, job, lines = restarting(cluster, a, started=time.time() - 5)
+    agent.peers = [(a, a_ip)]
+    agent.world_file = str(tmp_path / "world.json")
+    joiner, _, _ = agent_for(cluster, b)
+    return agent, job, lines, joiner, b, b_ip
+
+
+def new_round(agent: Any, *addresses: str) -> None:
+    """What spot_training.launch writes after a rendezvous round."""
+    Path(agent.world_file).write_text(json.dumps({"addresses": sorted(addresses)}))
+
+
+def test_a_peer_that_joins_the_training_later_is_watched_like_the_first_ones(cluster: Cluster, tmp_path: Path) -> None:
+    """A trained alone; B booted later and joined A's rendezvous (torchrun restarts the workers with it). Before,
+    A's agent knew only the peers it found at its start: B's hard kill went unnoticed until the collective timed
+    out. Now the round's addresses and B's training marker make B a peer of A's attempt."""
+    agent, job, lines, joiner, b, b_ip = joined_later(cluster, tmp_path)
+    a_ip = agent.peers[0][1]
+    joiner.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
+    ready = tmp_path / "saved.ready"
+
+    def b_joins_then_vanishes() -> None:
+        for _ in range(200):  # bounded: 10 s
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        new_round(agent, a_ip, b_ip)
+        for _ in range(200):
+            if f"peer {b} joined the training" in lines:
+                break
+            time.sleep(0.05)
+        agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=b, ShouldDecrementDesiredCapacity=False)
+
+    threading.Thread(target=b_joins_then_vanishes, daemon=True).start()
+    rc, interrupted, saved = run(agent, job, tmp_path, seconds=30)
+    assert (rc, interrupted, saved.read_text()) == (143, False, "saved")  # restarted at once, not after 30 s
+    assert (b, b_ip) in agent.peers
+    assert f"peer {b} left the group without a notice: restarting with the current peers" in lines
+
+
+@pytest.mark.parametrize("in_round", [True, False])
+def test_the_done_barrier_waits_for_a_peer_that_joined_the_training_later(
+    cluster: Cluster, tmp_path: Path, in_round: bool
+) -> None:
+    """B joined A's training: A's barrier waits for B's done marker (B may hold rank 0 and still upload the final
+    checkpoint). B's trainer started but never made it into a round (the training ended first): not a peer, A
+    writes DONE at once."""
+    agent, job, lines, joiner, b, b_ip = joined_later(cluster, tmp_path)
+    joiner.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
+    new_round(agent, agent.peers[0][1], *([b_ip] if in_round else []))
+    agent.add_joined_peers(job, agent.node_markers(job))
+    agent.barrier_s = 0.5
+    assert agent.finish(job, cluster.group)
+    if in_round:
+        assert cluster.marker(job.job_id, "DONE") is None
+        assert any(line.startswith(f"peers {b} did not report done within") for line in lines), lines
+        assert [i for i, _ in cluster.instances()] == [b]
+    else:
+        assert cluster.marker(job.job_id, "DONE") is not None and cluster.desired_capacity() == 0
+
+
 def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluster, tmp_path: Path) -> None:
     """A restart waits up to the grace for a leaving peer's final sync; a notice to this node meanwhile ends the
     wait, and the node leaves without waiting for that peer at all (no trainer ran here since: nothing of the

@@ -170,3 +170,29 @@ def test_repeated_failure_writes_failed_and_scales_to_zero(make_cluster: Any, ma
     assert failed["reason"] == "trainer exited with code 1 after 1 restart(s) without a new checkpoint"
     assert node.text.count("training attempt") == 2
     assert cluster.desired_capacity() == 0
+
+
+def test_a_node_that_boots_later_joins_the_running_training_and_its_peer_knows_it(
+    make_cluster: Any, make_nodes: Any
+) -> None:
+    """min_nodes 1, max_nodes 2 (the team file's default min_nodes is 1): A trains alone, then the group grows and
+    B joins A's rendezvous (torchrun restarts the workers with both). A's agent learns of B from B's training
+    marker, so B's loss or final upload is not missed; both train to the end: DONE, capacity 0."""
+    cluster: Cluster = make_cluster(nodes=1, max_nodes=2, checkpoint_interval_s=1)
+    cluster.submit("join-run", TRAIN, "python train.py --epochs 2 --seed 3 --step-sleep-s 0.3")
+    (a,) = make_nodes(cluster)
+    a.start(address_map([a]))
+    for line in a.lines():  # bounded by the run itself
+        if "durable in s3://" in line:  # A trains alone
+            break
+    cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
+    (b,) = [n for n in make_nodes(cluster) if n.instance_id != a.instance_id]
+    b.start(address_map([a, b]))
+    (a.dir / "address-map.json").write_text(json.dumps(address_map([a, b])))  # the emulator maps B for A too
+    assert [b.wait(), a.wait()] == [0, 0], a.text + "\n\n" + b.text
+    assert f"peer {b.instance_id} joined the training" in a.text
+    assert "world size 2" in a.text + b.text
+    # torch 2.13 alone: B waited 60 s for the round's shared-store keys, then both trainers failed and restarted
+    assert "training attempt 1" not in a.text + b.text and "wait timeout" not in b.text
+    assert cluster.marker("join-run", "DONE") is not None
+    assert cluster.desired_capacity() == 0
