@@ -92,11 +92,15 @@ def _describe(error: Any) -> str:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML keeps the last of two equal keys in a mapping; a team file with ``clusters:`` twice would silently
-    drop the first list (and, deployed, delete those clusters). This loader refuses the second key instead."""
+    drop the first list (and, deployed, delete those clusters). This loader refuses the second key instead.
+    A merge key (``<<: *defaults``) is not a key of the mapping: the keys written next to it override the merged
+    ones, as YAML intends."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
             if key in seen:

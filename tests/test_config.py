@@ -257,6 +257,26 @@ def test_a_bad_zone_list_is_not_also_reported_as_an_az_count_never_written(tmp_p
     assert "az_count" not in message
 
 
+def test_a_yaml_merge_key_shares_settings_between_clusters(tmp_path: Path) -> None:
+    """``<<: *base`` was refused as "not valid YAML" (the duplicate-key check built the merge key as a key)."""
+    doc = (
+        "x-base: &base\n  instance_types: [g5.xlarge, g5.2xlarge]\n  max_nodes: 4\n"
+        "clusters:\n  - <<: *base\n    name: a\n  - <<: *base\n    name: b\n    max_nodes: 2\n"
+    )
+    with pytest.raises(ConfigError, match=r"x-base"):  # an unknown top-level key is still refused, by name
+        load_team(write(tmp_path, doc))
+    doc = doc.replace("x-base: &base\n  instance_types: [g5.xlarge, g5.2xlarge]\n  max_nodes: 4\n", "")
+    doc = "clusters:\n  - &base\n    name: a\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 4\n" + (
+        "  - <<: *base\n    name: b\n    max_nodes: 2\n"
+    )
+    team = load_team(write(tmp_path, doc))
+    a, b = team.config.clusters
+    assert (a.name, a.max_nodes, b.name, b.max_nodes) == ("a", 4, "b", 2)
+    assert b.instance_types == a.instance_types == ["g5.xlarge", "g5.2xlarge"]
+    doc += "    name: c\n"  # an explicit key written twice next to a merge is still refused
+    assert error_for(tmp_path, doc).endswith("key 'name' appears twice in one mapping (first at line 7); keep one")
+
+
 @pytest.mark.parametrize(
     ("doc", "expected"),
     [
