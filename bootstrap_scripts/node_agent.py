@@ -1407,7 +1407,11 @@ class Agent:
                 world = set(json.load(f)["addresses"])
         except (OSError, ValueError, KeyError, TypeError):
             return  # no round recorded yet (or a torch whose rendezvous state could not be read)
-        address_map = load_address_map()
+        try:
+            address_map = load_address_map()
+        except AgentError as exc:  # the emulator rewrites it as nodes boot: next poll
+            self.log(f"peer address map unreadable ({exc})")
+            return
         unknown = world - {address_map.get(ip, ip) for _, ip in self.peers}
         if not unknown:
             return
@@ -1601,9 +1605,17 @@ class Agent:
 
         False (not DONE) when a peer left the group before it reported its final sync complete (``synced`` without
         pending files): it may have held rank 0's final checkpoint, which DONE would then leave out of S3. The
-        caller trains again from the newest durable checkpoint, and that attempt makes the final one again."""
-        self.put_marker(job, f"nodes/{self.instance_id}/done", {})
+        caller trains again from the newest durable checkpoint, and that attempt makes the final one again. Also
+        False when this node's own final checkpoint is still not in S3 when the barrier's time is up."""
         deadline = time.monotonic() + self.barrier_s
+        own = self.own_pending()  # the final sync of this node failed: try again, within the barrier's time
+        while own is not None and time.monotonic() < deadline:
+            time.sleep(min(self.poll_s, 1.0))
+            own = self.own_pending()
+        if own is not None:
+            self.log(f"{own} not durable in S3 within {self.barrier_s:.0f} s: not reporting done; training again")
+            return False
+        self.put_marker(job, f"nodes/{self.instance_id}/done", {})
         waiting = [i for i, _ in self.peers if i != self.instance_id]
         while waiting:
             if self.marker(job, "DONE") is not None:  # scaled to 0 by that peer; again here, in case it could not
@@ -1778,7 +1790,8 @@ class Agent:
                 except AWS_ERRORS as exc:  # the training ended well: not a FAILED job
                     self.finish_failed(job, group, exc)
                     return 0
-                if interrupted:  # this node is being reclaimed: its peers train again without it
+                if interrupted and not self.stop_requested:  # being reclaimed: its peers train again without it
+                    self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                     self.hand_back(group)
                     return 0
             if interrupted and self.stop_requested:
@@ -1800,7 +1813,9 @@ class Agent:
                 self.log(f"could not list the checkpoints after the attempt ({exc})")
                 after = None
             progressed = after is not None and (before is None or after > before)
-            failures = 0 if progressed else failures + 1
+            # Trained to the end, but the final checkpoint was lost (finish() said so): the next attempt makes it
+            # again. Not a restart without progress, or max_restarts 0 would fail a finished job.
+            failures = 0 if progressed or rc == 0 else failures + 1
             self.log(
                 f"trainer exited with code {rc}; {'progress was made' if progressed else 'no new checkpoint'}; "
                 f"restarts without progress: {failures}/{job.max_restarts}"

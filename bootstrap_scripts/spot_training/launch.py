@@ -78,22 +78,24 @@ def share_store_every_round() -> None:
         if shared is None or os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1":
             return info
         keys = api.RendezvousStoreInfo
-        if info.rank == 0:
-            info.store.set(keys.MASTER_ADDR_KEY, shared.master_addr)
-            info.store.set(keys.MASTER_PORT_KEY, str(shared.master_port))
-        else:
+        if info.rank == 0:  # its own server: the info it kept may name the store of a rank 0 that has left
+            current = keys(master_addr=self._this_node.addr, master_port=self._shared_tcp_store_server.port)
+            info.store.set(keys.MASTER_ADDR_KEY, current.master_addr)
+            info.store.set(keys.MASTER_PORT_KEY, str(current.master_port))
+        else:  # bounded: the store's read timeout
             current = keys(
                 master_addr=info.store.get(keys.MASTER_ADDR_KEY).decode(),
                 master_port=int(info.store.get(keys.MASTER_PORT_KEY).decode()),
             )
-            info._bootstrap_store_info = self._bootstrap_store_info = current
+        info._bootstrap_store_info = self._bootstrap_store_info = current
         return info
 
     handler.next_rendezvous = sharing  # type: ignore[method-assign]
 
 
 def record_worlds(path: str) -> None:
-    """After each rendezvous round, write its nodes' addresses (``--local-addr``) to ``path`` as JSON
+    """After each rendezvous round, write the addresses (``--local-addr``) of the nodes in it and in the rounds
+    before to ``path`` as JSON
     (``{"addresses": [...]}``, replaced atomically): the node agent learns from it which nodes joined the training
     after it started (torchrun restarts the workers when a node joins). Reads the c10d handler's round state,
     which torch does not make public: if that fails, torchrun runs on and the agent knows only its first peers."""
@@ -102,12 +104,14 @@ def record_worlds(path: str) -> None:
     handler = dynamic_rendezvous.DynamicRendezvousHandler
     next_round = handler.next_rendezvous
 
+    seen: set[str] = set()  # every round of this torchrun: a node that joined and left between two agent polls
+
     def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
         info = next_round(self, *args, **kwargs)
         try:
-            addresses = sorted({node.addr for node in self._state_holder.state.participants})
+            seen.update(node.addr for node in self._state_holder.state.participants)
             with open(path + ".tmp", "w") as f:
-                json.dump({"addresses": addresses}, f)
+                json.dump({"addresses": sorted(seen)}, f)
             os.replace(path + ".tmp", path)
         except (AttributeError, OSError, TypeError) as exc:
             print(f"spot_training.launch: could not record the rendezvous round ({exc!r})", file=sys.stderr)

@@ -66,7 +66,7 @@ def test_a_done_marker_of_an_earlier_attempt_does_not_count_in_the_barrier(make_
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("again-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
-    agent, job, lines = restarting(cluster, b, started=time.time() + 1)
+    agent, job, lines = restarting(cluster, b, started=time.time() + 3600)
     agent.put_marker(job, f"nodes/{a}/done", {})  # before this attempt's trainer started
     agent.barrier_s = 0.5
     assert agent.finish(job, cluster.group)
@@ -109,6 +109,7 @@ def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_
         raise node_agent.LeavingBeforeTraining("the test ends here")  # bounded: the next attempt never trains
 
     agent.attempt = attempt
+    job.max_restarts = 0  # a retrain for a lost final checkpoint is no restart without progress
     if synced is not None:
         agent.put_marker(job, f"nodes/{a}/synced", dict(synced, attempt=0))
     agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
@@ -125,6 +126,43 @@ def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_
         f"peer(s) {a} left the group before their final checkpoint was durable: the job is not DONE; training "
         "again from the newest durable checkpoint to make the final one again"
     ) in lines
+
+
+class Pending:
+    """A syncer whose final checkpoint S3 keeps refusing."""
+
+    def sync(self, final: bool = False) -> None:
+        pass
+
+    def pending(self) -> str:
+        return "checkpoint 9 (model.pt)"
+
+
+def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_cluster: Any) -> None:
+    """Before, the node of rank 0 wrote its done marker even when its final sync had failed: a peer then wrote DONE
+    and scaled the group to 0 without the final checkpoint."""
+    cluster, _, agent, job, lines = trained_well(make_cluster, "pending-run")
+    agent.syncer = Pending()
+    agent.barrier_s = 0.3
+    assert not agent.finish(job, cluster.group)
+    assert cluster.marker("pending-run", f"nodes/{agent.instance_id}/done") is None
+    assert lines[-1] == "checkpoint 9 (model.pt) not durable in S3 within 0 s: not reporting done; training again"
+
+
+def test_a_stop_whose_final_checkpoint_was_lost_still_ends_stopped(make_cluster: Any) -> None:
+    """The trainer finished despite trainctl stop, and rank 0's node A left before its final sync: not DONE. Before,
+    this node handed its instance back as if reclaimed, and no node wrote STOPPED."""
+    cluster, a, agent, job, _ = trained_well(make_cluster, "stop-final-run")
+
+    def attempt(*_: Any) -> tuple[int, bool]:
+        agent.stop_requested, agent.notice_at = True, time.monotonic()
+        return 0, True
+
+    agent.attempt = attempt
+    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+    assert cluster.marker("stop-final-run", "STOPPED") is not None and cluster.marker("stop-final-run", "DONE") is None
+    assert cluster.desired_capacity() == 0
 
 
 def test_an_s3_outage_in_the_done_barrier_does_not_mark_a_finished_job_failed(

@@ -188,7 +188,8 @@ def test_a_node_that_boots_later_joins_the_running_training_and_its_peer_knows_i
     cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
     (b,) = [n for n in make_nodes(cluster) if n.instance_id != a.instance_id]
     b.start(address_map([a, b]))
-    (a.dir / "address-map.json").write_text(json.dumps(address_map([a, b])))  # the emulator maps B for A too
+    (a.dir / "address-map.tmp").write_text(json.dumps(address_map([a, b])))  # the emulator maps B for A too
+    (a.dir / "address-map.tmp").replace(a.dir / "address-map.json")
     assert [b.wait(), a.wait()] == [0, 0], a.text + "\n\n" + b.text
     assert f"peer {b.instance_id} joined the training" in a.text
     assert "world size 2" in a.text + b.text
