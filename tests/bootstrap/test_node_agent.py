@@ -172,12 +172,14 @@ def test_repeated_failure_writes_failed_and_scales_to_zero(make_cluster: Any, ma
     assert cluster.desired_capacity() == 0
 
 
+@pytest.mark.parametrize("joiner_rank_0", [False, True], ids=["first-node-rank-0", "joiner-rank-0"])
 def test_a_node_that_boots_later_joins_the_running_training_and_its_peer_knows_it(
-    make_cluster: Any, make_nodes: Any
+    make_cluster: Any, make_nodes: Any, joiner_rank_0: bool
 ) -> None:
     """min_nodes 1, max_nodes 2 (the team file's default min_nodes is 1): A trains alone, then the group grows and
-    B joins A's rendezvous (torchrun restarts the workers with both). A's agent learns of B from B's training
-    marker, so B's loss or final upload is not missed; both train to the end: DONE, capacity 0."""
+    B joins A's rendezvous (torchrun restarts the workers with both). torch ranks nodes by sorted address: B gets
+    rank 0 when its address sorts first, and then hosts the workers' store. A's agent learns of B from the
+    recorded round and B's training marker, so B's loss or final upload is not missed; DONE, capacity 0."""
     cluster: Cluster = make_cluster(nodes=1, max_nodes=2, checkpoint_interval_s=1)
     cluster.submit("join-run", TRAIN, "python train.py --epochs 2 --seed 3 --step-sleep-s 0.3")
     (a,) = make_nodes(cluster)
@@ -186,11 +188,15 @@ def test_a_node_that_boots_later_joins_the_running_training_and_its_peer_knows_i
         if "durable in s3://" in line:  # A trains alone
             break
     cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
-    (b,) = [n for n in make_nodes(cluster) if n.instance_id != a.instance_id]
-    b.start(address_map([a, b]))
-    (a.dir / "address-map.tmp").write_text(json.dumps(address_map([a, b])))  # the emulator maps B for A too
-    (a.dir / "address-map.tmp").replace(a.dir / "address-map.json")
-    assert [b.wait(), a.wait()] == [0, 0], a.text + "\n\n" + b.text
+    [(b_id, b_ip)] = [(i, ip) for i, ip in cluster.instances() if i != a.instance_id]
+    b = Node(cluster, b_id, b_ip, "127.0.0.2" if joiner_rank_0 else "127.0.0.99")  # "127.0.0.2" < "127.0.0.20"
+    try:
+        b.start(address_map([a, b]))
+        (a.dir / "address-map.tmp").write_text(json.dumps(address_map([a, b])))  # the emulator maps B for A too
+        (a.dir / "address-map.tmp").replace(a.dir / "address-map.json")
+        assert [b.wait(), a.wait()] == [0, 0], a.text + "\n\n" + b.text
+    finally:
+        b.stop()
     assert f"peer {b.instance_id} joined the training" in a.text
     assert "world size 2" in a.text + b.text
     # torch 2.13 alone: B waited 60 s for the round's shared-store keys, then both trainers failed and restarted
