@@ -1345,10 +1345,7 @@ class Agent:
         except AWS_ERRORS as exc:
             self.log(f"could not announce leaving: {exc}")
         try:
-            own = self.own_pending()
-            while own is not None and time.monotonic() < deadline:
-                time.sleep(min(self.poll_s, 1.0))
-                own = self.own_pending()
+            own = self.own_pending_until(deadline)
             if own is not None:
                 self.log(f"{own} not durable in S3 within the grace; the last durable one stays")
         except (OSError, *AWS_ERRORS) as exc:
@@ -1363,6 +1360,15 @@ class Agent:
         if own is not None and self.syncer is not None:
             self.syncer.sync(final=True)
             own = self.syncer.pending()
+        return own
+
+    def own_pending_until(self, deadline: float) -> Optional[str]:
+        """``own_pending`` about every second until nothing is pending or ``deadline`` (``time.monotonic()``)
+        passes; what is still pending then, or None."""
+        own = self.own_pending()
+        while own is not None and time.monotonic() < deadline:
+            time.sleep(min(self.poll_s, 1.0))
+            own = self.own_pending()
         return own
 
     def hand_back(self, group: str, for_good: bool = False) -> None:
@@ -1608,10 +1614,7 @@ class Agent:
         caller trains again from the newest durable checkpoint, and that attempt makes the final one again. Also
         False when this node's own final checkpoint is still not in S3 when the barrier's time is up."""
         deadline = time.monotonic() + self.barrier_s
-        own = self.own_pending()  # the final sync of this node failed: try again, within the barrier's time
-        while own is not None and time.monotonic() < deadline:
-            time.sleep(min(self.poll_s, 1.0))
-            own = self.own_pending()
+        own = self.own_pending_until(deadline)  # its final sync failed: try again, within the barrier's time
         if own is not None:
             self.log(f"{own} not durable in S3 within {self.barrier_s:.0f} s: not reporting done; training again")
             return False

@@ -8,8 +8,8 @@ agent) and hands it over. On a real node that keeps the stores on the VPC addres
 on a loopback address (127.0.0.x). Without the variable, or on a torch without ``master_listen_fd``, this is
 plain torchrun. Gloo/NCCL data sockets are kept on loopback separately (GLOO_SOCKET_IFNAME=lo, set by the agent).
 
-With ``SPOT_TRAINING_WORLD_FILE`` (set by the agent) it also records each rendezvous round's nodes there
-(``record_worlds``).
+After each rendezvous round it also makes every node use rank 0's store (``share_store``, a torch 2.13 bug) and,
+with ``SPOT_TRAINING_WORLD_FILE`` (set by the agent), records the round's nodes there (``record_round``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,26 @@ def install(address: str) -> bool:
     return True
 
 
-def share_store_every_round() -> None:
+def after_each_round(world_file: str) -> None:
+    """Patch torch's c10d rendezvous handler once: after each round it shares the store (:func:`share_store`)
+    and, with ``world_file``, records the round (:func:`record_round`)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    handler = dynamic_rendezvous.DynamicRendezvousHandler
+    next_round = handler.next_rendezvous
+    seen: set[str] = set()  # every round of this torchrun: a node that joined and left between two agent polls
+
+    def next_rendezvous(self: Any, *args: Any, **kwargs: Any) -> Any:
+        info = next_round(self, *args, **kwargs)
+        share_store(self, info)
+        if world_file:
+            record_round(self, world_file, seen)
+        return info
+
+    handler.next_rendezvous = next_rendezvous  # type: ignore[method-assign]
+
+
+def share_store(handler: Any, info: Any) -> None:
     """Make a node that joins a running training (a later rendezvous round) find the shared worker store.
 
     torch 2.13's c10d handler shares its TCP store with the workers: rank 0 writes the store's address into each
@@ -67,64 +86,41 @@ def share_store_every_round() -> None:
     writes (``wait timeout after 60000ms, keys: /torch.rendezvous.<job>.1/MASTER_ADDR``), or, when the new node
     takes rank 0, the others keep the old store. After every round rank 0 now writes the keys and every other
     node reads them."""
-    from torch.distributed.elastic.rendezvous import api, dynamic_rendezvous
+    from torch.distributed.elastic.rendezvous import api
 
-    handler = dynamic_rendezvous.DynamicRendezvousHandler
-    next_round = handler.next_rendezvous
-
-    def sharing(self: Any, *args: Any, **kwargs: Any) -> Any:
-        info = next_round(self, *args, **kwargs)
-        shared = getattr(info, "_bootstrap_store_info", None)
-        if shared is None or os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1":
-            return info
-        keys = api.RendezvousStoreInfo
-        if info.rank == 0:  # its own server: the info it kept may name the store of a rank 0 that has left
-            current = keys(master_addr=self._this_node.addr, master_port=self._shared_tcp_store_server.port)
-            info.store.set(keys.MASTER_ADDR_KEY, current.master_addr)
-            info.store.set(keys.MASTER_PORT_KEY, str(current.master_port))
-        else:  # bounded: the store's read timeout
-            current = keys(
-                master_addr=info.store.get(keys.MASTER_ADDR_KEY).decode(),
-                master_port=int(info.store.get(keys.MASTER_PORT_KEY).decode()),
-            )
-        info._bootstrap_store_info = self._bootstrap_store_info = current
-        return info
-
-    handler.next_rendezvous = sharing  # type: ignore[method-assign]
+    shared = getattr(info, "_bootstrap_store_info", None)
+    if shared is None or os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1":
+        return
+    keys = api.RendezvousStoreInfo
+    if info.rank == 0:  # its own server: the info it kept may name the store of a rank 0 that has left
+        current = keys(master_addr=handler._this_node.addr, master_port=handler._shared_tcp_store_server.port)
+        info.store.set(keys.MASTER_ADDR_KEY, current.master_addr)
+        info.store.set(keys.MASTER_PORT_KEY, str(current.master_port))
+    else:  # bounded: the store's read timeout
+        current = keys(
+            master_addr=info.store.get(keys.MASTER_ADDR_KEY).decode(),
+            master_port=int(info.store.get(keys.MASTER_PORT_KEY).decode()),
+        )
+    info._bootstrap_store_info = handler._bootstrap_store_info = current
 
 
-def record_worlds(path: str) -> None:
-    """After each rendezvous round, write the addresses (``--local-addr``) of the nodes in it and in the rounds
-    before to ``path`` as JSON
-    (``{"addresses": [...]}``, replaced atomically): the node agent learns from it which nodes joined the training
-    after it started (torchrun restarts the workers when a node joins). Reads the c10d handler's round state,
-    which torch does not make public: if that fails, torchrun runs on and the agent knows only its first peers."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
-
-    handler = dynamic_rendezvous.DynamicRendezvousHandler
-    next_round = handler.next_rendezvous
-
-    seen: set[str] = set()  # every round of this torchrun: a node that joined and left between two agent polls
-
-    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
-        info = next_round(self, *args, **kwargs)
-        try:
-            seen.update(node.addr for node in self._state_holder.state.participants)
-            with open(path + ".tmp", "w") as f:
-                json.dump({"addresses": sorted(seen)}, f)
-            os.replace(path + ".tmp", path)
-        except (AttributeError, OSError, TypeError) as exc:
-            print(f"spot_training.launch: could not record the rendezvous round ({exc!r})", file=sys.stderr)
-        return info
-
-    handler.next_rendezvous = recording  # type: ignore[method-assign]
+def record_round(handler: Any, path: str, seen: set[str]) -> None:
+    """Add the round's node addresses (``--local-addr``) to ``seen`` (the rounds before) and write them to ``path``
+    as JSON (``{"addresses": [...]}``, replaced atomically): the node agent learns from it which nodes joined the
+    training after it started (torchrun restarts the workers when a node joins). Reads the c10d handler's round
+    state, which torch does not make public: if that fails, torchrun runs on and the agent knows only its first
+    peers."""
+    try:
+        seen.update(node.addr for node in handler._state_holder.state.participants)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"addresses": sorted(seen)}, f)
+        os.replace(path + ".tmp", path)
+    except (AttributeError, OSError, TypeError) as exc:
+        print(f"spot_training.launch: could not record the rendezvous round ({exc!r})", file=sys.stderr)
 
 
 def main() -> None:
-    share_store_every_round()
-    world_file = os.environ.get("SPOT_TRAINING_WORLD_FILE", "")
-    if world_file:
-        record_worlds(world_file)
+    after_each_round(os.environ.get("SPOT_TRAINING_WORLD_FILE", ""))
     address = os.environ.get("SPOT_TRAINING_STORE_BIND_ADDRESS", "")
     if address and not install(address):
         print(
