@@ -1583,12 +1583,28 @@ class Agent:
             time.sleep(min(self.poll_s, 1.0))
 
     def unsynced_peers(self, job: Job) -> List[str]:
-        """Peers of the last attempt still in the group whose final sync of that attempt is not reported yet."""
+        """Peers of the last attempt still in the group that owe the final sync of a trainer (``owes_final_sync``)."""
         others = [i for i, _ in self.peers if i != self.instance_id]
         if not others:
             return []
         in_group = self.group_members()
-        return [peer for peer in others if peer in in_group and self.reported(job, peer, "synced") is None]
+        return [peer for peer in others if peer in in_group and self.owes_final_sync(job, peer)]
+
+    def owes_final_sync(self, job: Job, peer: str) -> bool:
+        """Whether ``peer`` started a trainer (``nodes/<id>/training``, written just before its torchrun) that it has
+        not reported the final sync of (``nodes/<id>/synced``) since the last attempt's trainer started here.
+
+        A peer that started no trainer after its last report (still restoring a checkpoint, or looking for peers,
+        when our trainer ended) has nothing of the attempt to give: waiting for it would hold a restart for the
+        whole grace. Both markers' times are the peer's own clock."""
+        training = self.marker(job, f"nodes/{peer}/training")
+        if training is None:
+            return False
+        synced = self.marker(job, f"nodes/{peer}/synced")
+        if synced is None:
+            return True
+        synced_at = float(synced.get("time", 0))
+        return synced_at < self.trainer_started and float(training.get("time", 0)) > synced_at
 
     def group_members(self) -> Set[str]:
         """The instances in this node's group, in any lifecycle state."""

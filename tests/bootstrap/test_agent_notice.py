@@ -98,11 +98,20 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
 
 
 def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: float) -> tuple[Any, Any, list[str]]:
-    """``agent_for``, after an attempt with every instance of the cluster whose trainer started at ``started``."""
+    """``agent_for``, after an attempt with every instance of the cluster whose trainer started at ``started``
+    (each wrote its ``training`` marker then)."""
     agent, job, lines = agent_for(cluster, instance_id)
     agent.peers = cluster.instances()
     agent.trainer_started = started
+    for peer, ip in agent.peers:
+        put_old_marker(agent, job, f"nodes/{peer}/training", {"attempt": 0, "address": ip, "private_ip": ip}, started)
     return agent, job, lines
+
+
+def put_old_marker(agent: Any, job: Any, name: str, body: dict[str, Any], written_at: float) -> None:
+    """A marker as a peer's agent wrote it at ``written_at`` (``put_marker`` stamps the current time)."""
+    body = dict(body, job_id=job.job_id, time=written_at)
+    agent.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}{name}", Body=json.dumps(body).encode())
 
 
 def raising(operation: str) -> Any:
@@ -247,12 +256,8 @@ def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make
     (survivor, _), (leaver, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
     agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
-    old = {"attempt": 0, "pending": None}
-    agent.s3.put_object(  # a final sync from before this attempt's trainer started does not count
-        Bucket=job.bucket,
-        Key=f"{job.job_prefix}nodes/{leaver}/synced",
-        Body=json.dumps(dict(old, time=agent.trainer_started - 60)).encode(),
-    )
+    # a final sync from before this attempt's trainer started does not count
+    put_old_marker(agent, job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None}, agent.trainer_started - 60)
     agent.wait_for_final_syncs(job)
     assert lines[-1] == f"no final sync from peer(s) {leaver} within 1 s; restarting from what S3 holds"
 
@@ -262,6 +267,28 @@ def test_a_restart_does_not_wait_for_a_peer_that_left_the_group(cluster: Cluster
     agent, job, lines = restarting(cluster, survivor, started=time.time())
     agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
     agent.wait_for_final_syncs(job)  # unsynced, but gone: a hard kill, it has nothing more to give
+    assert lines == []
+
+
+@pytest.mark.parametrize("last_trainer", ["synced before this attempt", "none (still restoring)"])
+def test_a_restart_does_not_wait_for_a_peer_that_started_no_trainer_since_its_last_sync(
+    make_cluster: Any, last_trainer: str
+) -> None:
+    """A peer found at the attempt's start (InService) that had not started its trainer when ours ended: a
+    replacement still restoring a checkpoint, or a peer still in its own restart. It owes no final sync. Before,
+    the restart waited the whole grace for one (``no final sync from peer(s) ...``)."""
+    cluster = make_cluster(nodes=2, interruption_grace_s=1)
+    cluster.submit("job-r", {"train.py": ""}, "python train.py")
+    (survivor, _), (peer, peer_ip) = cluster.instances()
+    agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
+    agent.s3.delete_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/{peer}/training")
+    if last_trainer == "synced before this attempt":
+        earlier = agent.trainer_started - 60
+        training = {"attempt": 0, "address": peer_ip, "private_ip": peer_ip}
+        put_old_marker(agent, job, f"nodes/{peer}/training", training, earlier)
+        put_old_marker(agent, job, f"nodes/{peer}/synced", {"attempt": 0, "pending": None}, earlier + 30)
+    agent.wait_for_final_syncs(job)
+    assert agent.unsynced_peers(job) == []
     assert lines == []
 
 
