@@ -1084,6 +1084,7 @@ class Agent:
                     availability_zone=self.args.availability_zone,
                     tag_key=job.warm_pool["tag_key"],
                     pool=pool,
+                    volume_ids=job.warm_pool["volumes"],
                     device=device,
                     poll_s=min(self.poll_s, 1.0),
                 )

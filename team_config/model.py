@@ -350,7 +350,25 @@ class ClusterConfig(Strict):
                 f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "
                 "set size to at least max_nodes so every node finds a warm volume"
             )
+        pool_ami = self.warm_pool.ami_id if self.warm_pool is not None else None
+        if pool_ami is not None and self.ami.ssm_parameter is not None:
+            raise ValueError(
+                f"warm_pool.ami_id {pool_ami} is a copy of one AMI, but ami.ssm_parameter picks the AMI again at every "
+                f"deploy: nodes would mount one AMI's environment over another's; remove ami.ssm_parameter (the nodes "
+                f"then boot {pool_ami})"
+            )
+        if pool_ami is not None and self.ami.image_id not in (None, pool_ami):
+            raise ValueError(
+                f"ami.image_id {self.ami.image_id} differs from warm_pool.ami_id {pool_ami}: nodes would mount one "
+                f"AMI's environment over another's; set both to the same AMI (or remove ami.image_id: it defaults to "
+                "warm_pool.ami_id)"
+            )
         return self
+
+    @property
+    def image_id(self) -> Optional[str]:
+        """The fixed AMI the nodes boot: ``ami.image_id``, else the warm pool's AMI; None: the SSM parameter."""
+        return self.ami.image_id or (self.warm_pool.ami_id if self.warm_pool is not None else None)
 
     @property
     def architecture(self) -> str:

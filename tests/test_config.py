@@ -33,6 +33,10 @@ def error_for(tmp_path: Path, doc: object, name: str = "team-a.yaml") -> str:
     return message
 
 
+# A warm pool that copies an AMI's root, resolved (resolve_snapshots wrote its snapshot_id).
+RESOLVED_POOL = {"size": 2, "ami_id": "ami-0123456789abcdef0", "snapshot_id": "snap-0123456789abcdef0"}
+
+
 def cluster(**overrides: object) -> dict:
     return {"clusters": [{**GOOD_CLUSTER, **overrides}]}
 
@@ -330,6 +334,20 @@ def test_a_yaml_merge_key_shares_settings_between_clusters(tmp_path: Path) -> No
             cluster(job={"python": "/opt/../usr/bin/python3"}),
             "clusters[0].job.python: '/opt/../usr/bin/python3' climbs out with '..'; give the absolute path",
             id="python-with-dotdot",
+        ),
+        pytest.param(
+            cluster(ami={"ssm_parameter": "/my/ami"}, warm_pool={**RESOLVED_POOL}),
+            "clusters[0]: warm_pool.ami_id ami-0123456789abcdef0 is a copy of one AMI, but ami.ssm_parameter picks "
+            "the AMI again at every deploy: nodes would mount one AMI's environment over another's; remove "
+            "ami.ssm_parameter (the nodes then boot ami-0123456789abcdef0)",
+            id="warm-pool-ami-vs-ssm-parameter",
+        ),
+        pytest.param(
+            cluster(ami={"image_id": "ami-0fedcba9876543210"}, warm_pool={**RESOLVED_POOL}),
+            "clusters[0]: ami.image_id ami-0fedcba9876543210 differs from warm_pool.ami_id ami-0123456789abcdef0: "
+            "nodes would mount one AMI's environment over another's; set both to the same AMI (or remove "
+            "ami.image_id: it defaults to warm_pool.ami_id)",
+            id="warm-pool-ami-vs-image-id",
         ),
     ],
 )

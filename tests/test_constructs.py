@@ -502,6 +502,46 @@ def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
     }
 
 
+def test_the_job_spec_lists_the_pools_volumes_for_the_claim(variant: Template) -> None:
+    """The agent claims only these (a retained volume of an earlier pool keeps the tag, but IAM refuses it)."""
+    specs = [p for p in resources(variant, "AWS::SSM::Parameter") if p["Properties"]["Name"].endswith("/big/job-spec")]
+    value = joined(specs[0]["Properties"]["Value"])
+    assert '\\"volumes\\":[\\"' in value
+    assert {ref for ref in set(variant.find_resources("AWS::EC2::Volume")) if f'{{"Ref": "{ref}"}}' in value} == set(
+        variant.find_resources("AWS::EC2::Volume")
+    )
+
+
+def test_nodes_boot_the_ami_their_warm_pool_copies() -> None:
+    """The pool is a copy of one AMI's root: nodes booting the DLAMI's latest (the default SSM parameter, looked up
+    again at every deploy) would bind that copy's environment over a newer AMI's."""
+    pool = {**WARM_POOL, "ami_id": "ami-0fedcba9876543210"}
+    template = synth(team_config(clusters=[{**CLUSTER, "warm_pool": pool}]))[1]
+    [launch_template] = resources(template, "AWS::EC2::LaunchTemplate")
+    assert launch_template["Properties"]["LaunchTemplateData"]["ImageId"] == "ami-0fedcba9876543210"
+    assert "Parameters" not in template.to_json() or not any(
+        "ami" in name.lower() for name in template.to_json()["Parameters"]
+    )
+
+
+def pool_volumes(**warm_pool: Any) -> set[str]:
+    """The logical ids of the warm pool's volumes for WARM_POOL with ``warm_pool`` changed."""
+    config = team_config(
+        network={"existing_vpc": EXISTING_VPC}, clusters=[{**CLUSTER, "warm_pool": {**WARM_POOL, **warm_pool}}]
+    )
+    return set(synth(config)[1].find_resources("AWS::EC2::Volume"))
+
+
+def test_a_new_snapshot_or_initialization_rate_makes_new_volumes_a_size_change_does_not() -> None:
+    """CloudFormation cannot update a volume's SnapshotId, AZ or VolumeInitializationRate: the stack update fails
+    ("Volume properties other than AutoEnableIO, type, size, and IOPS cannot be updated"). New volumes (new logical
+    ids) are created instead; size, IOPS and throughput stay in-place updates of the same volumes."""
+    before = pool_volumes()
+    assert pool_volumes(snapshot_id="snap-0fedcba9876543210").isdisjoint(before)
+    assert pool_volumes(initialization_rate_mibps=200).isdisjoint(before)
+    assert pool_volumes(volume_size_gib=400, iops=8000) == before
+
+
 @pytest.fixture(scope="module")
 def drill() -> Template:
     cluster = dict(CLUSTER, interruption_drill={"percent": 50, "notice_minutes": 3})

@@ -128,6 +128,13 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
      {"P": policy("s3:PutObject", "arn:aws:s3:::b/main/*"), "Role": ROLE}),
     ("ST9", "P", {"P": policy("ec2:AttachVolume", "*"), "Role": ROLE}, ["Resource '*' for ec2:AttachVolume"],
      {"P": policy("ec2:DescribeVolumes", "*"), "Role": ROLE}),
+    # reads on "*" used to pass as read-only: they read every team's checkpoints and parameters
+    ("ST9", "P", {"P": policy("s3:GetObject", "*"), "Role": ROLE}, ["Resource '*' for s3:GetObject"],
+     {"P": policy("autoscaling:DescribeAutoScalingGroups", "*"), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("ssm:GetParameters", "*"), "Role": ROLE}, ["Resource '*' for ssm:GetParameters"],
+     {"P": policy("ssm:UpdateInstanceInformation", "*"), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("s3:ListBucket", "*"), "Role": ROLE}, ["Resource '*' for s3:ListBucket"],
+     {"P": policy("s3:ListBucket", "arn:aws:s3:::b"), "Role": ROLE}),
     ("ST10", "SG", {"SG": sg("0.0.0.0/0")}, ["ingress from 0.0.0.0/0"], {"SG": sg("10.0.0.0/16")}),
 ]  # fmt: skip
 

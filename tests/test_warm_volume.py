@@ -85,13 +85,14 @@ def cloud(endpoint: str) -> dict[str, list[str]]:
     return {"pool": pool, "decoys": decoys, "instances": instances}
 
 
-def claim(endpoint: str, instance_id: str, seed: int) -> str | None:
+def claim(endpoint: str, volume_ids: list[str], instance_id: str, seed: int) -> str | None:
     return warm_volume.claim_volume(
         client(endpoint),
         instance_id=instance_id,
         availability_zone=AZ,
         tag_key=TAG,
         pool=POOL,
+        volume_ids=volume_ids,
         device=DEVICE,
         timeout_s=10,
         poll_s=0.05,
@@ -123,13 +124,13 @@ def test_emulator_refuses_a_second_attachment_like_ec2(endpoint: str, cloud: dic
 
 
 def test_eight_nodes_racing_for_eight_volumes_never_share_one(endpoint: str, cloud: dict[str, list[str]]) -> None:
-    nodes = cloud["instances"][:NODES]
+    nodes, volume_ids = cloud["instances"][:NODES], cloud["pool"] + cloud["decoys"]
     ec2 = client(endpoint)
     for round_ in range(ROUNDS):
         # Every node starts from the same shuffled order in odd rounds: the worst case, all collide.
         seeds = [round_] * NODES if round_ % 2 else list(range(round_ * NODES, (round_ + 1) * NODES))
         with ThreadPoolExecutor(max_workers=NODES) as pool:
-            results = list(pool.map(lambda args: claim(endpoint, *args), zip(nodes, seeds, strict=True)))
+            results = list(pool.map(lambda args: claim(endpoint, volume_ids, *args), zip(nodes, seeds, strict=True)))
         assert None not in results, f"round {round_}: a node found no volume although the pool had one per node"
         claimed = [v for v in results if v is not None]
         assert sorted(claimed) == sorted(cloud["pool"]), f"round {round_}: volumes shared or taken from outside"
@@ -144,21 +145,41 @@ def test_ninth_node_falls_back_and_a_released_volume_is_claimable_again(
     endpoint: str, cloud: dict[str, list[str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     nodes, ninth = cloud["instances"][:NODES], cloud["instances"][NODES]
-    claims = {node: claim(endpoint, node, seed) for seed, node in enumerate(nodes)}
+    claims = {node: claim(endpoint, cloud["pool"], node, seed) for seed, node in enumerate(nodes)}
     assert None not in claims.values()
     with caplog.at_level(logging.WARNING, logger="spot_training.warm_volume"):
-        assert claim(endpoint, ninth, 99) is None
+        assert claim(endpoint, cloud["pool"], ninth, 99) is None
     assert f"no free warm volume in pool {POOL} in {AZ} (0 tried); booting from the root volume" in caplog.text
 
     leaver = nodes[3]
     freed = claims.pop(leaver)
     assert freed is not None
     release_all(endpoint, {leaver: freed})
-    assert claim(endpoint, ninth, 99) == freed
+    assert claim(endpoint, cloud["pool"], ninth, 99) == freed
     release_all(endpoint, {**claims, ninth: freed})  # type: ignore[dict-item]
-    assert set(warm_volume.free_volumes(client(endpoint), tag_key=TAG, pool=POOL, availability_zone=AZ)) == set(
-        cloud["pool"]
+    free = warm_volume.free_volumes(
+        client(endpoint), tag_key=TAG, pool=POOL, availability_zone=AZ, volume_ids=cloud["pool"] + cloud["decoys"]
     )
+    assert set(free) == set(cloud["pool"])
+
+
+def test_a_claim_never_takes_a_volume_the_stack_no_longer_lists(endpoint: str, cloud: dict[str, list[str]]) -> None:
+    """A volume of an earlier pool (the snapshot changed, or the stack was destroyed and deployed again) that
+    CloudFormation retained: same tag, same AZ, available. Not in the job spec's list, so never claimed (IAM, which
+    lists the current volumes by ARN, would refuse the attachment; before, the claim then gave up on the pool)."""
+    ec2 = client(endpoint)
+    tags = [{"ResourceType": "volume", "Tags": [{"Key": TAG, "Value": POOL}]}]
+    retained = [ec2.create_volume(AvailabilityZone=AZ, Size=10, TagSpecifications=tags)["VolumeId"] for _ in range(3)]
+    current, node = cloud["pool"][:1], cloud["instances"][0]
+    try:
+        for seed in range(8):
+            got = claim(endpoint, current, node, seed)
+            assert got == current[0], f"seed {seed}: claimed {got}"
+            release_all(endpoint, {node: got})
+        assert claim(endpoint, [], node, 0) is None
+    finally:
+        for volume_id in retained:
+            ec2.delete_volume(VolumeId=volume_id)
 
 
 def test_mount_commands_bind_the_environment_and_handle_xfs_uuid_clash() -> None:

@@ -245,19 +245,25 @@ def check_warm_volume(_: str, resource: Resource, template: Template) -> Optiona
 
 
 DATA_PREFIXES = ("s3:", "autoscaling:")
-VOLUME_ACTIONS = ("ec2:attachvolume", "ec2:detachvolume", "ec2:createvolume", "ec2:deletevolume", "ec2:modifyvolume")
-READ_ONLY = ("describe", "list", "get")
+# prefixes: ssm:GetParameter covers GetParameters and GetParametersByPath; ec2:ModifyVolume, ModifyVolumeAttribute
+SCOPED_ACTIONS = (
+    "ec2:attachvolume", "ec2:detachvolume", "ec2:createvolume", "ec2:deletevolume", "ec2:modifyvolume",
+    "ssm:getparameter", "ssm:putparameter", "ssm:deleteparameter", "ssm:labelparameterversion",
+)  # fmt: skip
 
 
 def _risky_action(action: str) -> bool:
+    """Whether ``action`` on Resource "*" would reach other teams' data: S3 and Auto Scaling actions (reads
+    included: another team's checkpoints), SSM parameter reads and writes, EC2 volume writes. Describe calls are
+    exempt: EC2's, Auto Scaling's and SSM's take Resource "*" only."""
     a = action.lower()
-    if a == "*" or a in ("s3:*", "autoscaling:*", "ec2:*"):
+    service, _, name = a.partition(":")
+    if a == "*" or (name == "*" and service in ("s3", "autoscaling", "ec2", "ssm")):
         return True
-    name = a.partition(":")[2]
-    if name.startswith(READ_ONLY) and "*" not in name:
-        return False  # read-only calls without resource-level permissions need Resource "*"
+    if name.startswith("describe") and "*" not in name:
+        return False
     return a.startswith(DATA_PREFIXES) or any(
-        a == v or (a.endswith("*") and v.startswith(a[:-1])) for v in VOLUME_ACTIONS
+        a.startswith(v) or (a.endswith("*") and v.startswith(a[:-1])) for v in SCOPED_ACTIONS
     )
 
 
@@ -340,8 +346,9 @@ RULES: tuple[Rule, ...] = (
          "A volume in another AZ can never be attached to the cluster's nodes; it only costs.",
          check_warm_volume),
     Rule("ST9", ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role"),
-         "Instance role must not allow S3, EC2 volume or Auto Scaling write actions on Resource '*': "
-         "scope them to the cluster's bucket prefix, pool volumes and group.",
+         "Instance role must not allow S3 or SSM parameter actions (reads included), or EC2 volume or Auto Scaling "
+         "write actions, on Resource '*': scope them to the cluster's bucket prefix, parameters, pool volumes and "
+         "group.",
          "A wildcard lets one team's node touch every team's checkpoints, volumes and groups.",
          check_instance_role_policy),
     Rule("ST10", ("AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress"),

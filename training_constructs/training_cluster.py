@@ -98,7 +98,12 @@ class TrainingCluster(Construct):
             "interruption_grace_s": job.interruption_grace_s,
             "rendezvous_port": job.rendezvous_port,
             "warm_pool": (
-                {"tag_key": POOL_TAG, "pool": self.warm_pool.pool_name, "device_name": spec.warm_pool.device_name}
+                {
+                    "tag_key": POOL_TAG,
+                    "pool": self.warm_pool.pool_name,
+                    "device_name": spec.warm_pool.device_name,
+                    "volumes": [v.volume_id for v in self.warm_pool.volumes],
+                }
                 if self.warm_pool is not None and spec.warm_pool is not None
                 else None
             ),
@@ -129,8 +134,8 @@ class TrainingCluster(Construct):
 
         ami = spec.ami
         machine_image = (
-            FixedImage(ami.image_id)
-            if ami.image_id
+            FixedImage(spec.image_id)
+            if spec.image_id
             else ec2.MachineImage.from_ssm_parameter(
                 ami.ssm_parameter or DEFAULT_AMI_PARAMETER[spec.architecture], os=ec2.OperatingSystemType.LINUX
             )

@@ -21,6 +21,10 @@ class WarmVolumePool(Construct):
     snapshot's lazy loading on first read. ``initialization_rate_mibps`` (100-300) makes EBS
     initialise each volume at that rate when it is created. Only instances of this cluster may
     attach or detach the pool's volumes (see ``claim_policy``).
+
+    CloudFormation cannot update a volume's snapshot, AZ or initialization rate (the update fails), so the
+    volumes sit under a scope named after them: a change creates new volumes with new logical ids and
+    removes the old ones (retained or deleted by ``removal_policy``).
     """
 
     def __init__(
@@ -43,9 +47,18 @@ class WarmVolumePool(Construct):
             raise ValueError("WarmVolumePool: size must be at least 1")
         self.pool_name = pool_name
         self.volumes: list[ec2.Volume] = []
+        literal_az = not Token.is_unresolved(availability_zone)
+        generation = Construct(
+            self,
+            "-".join(
+                [snapshot_id]
+                + ([availability_zone] if literal_az else [])
+                + ([f"init{initialization_rate_mibps}"] if initialization_rate_mibps else [])
+            ),
+        )
         for i in range(size):
             volume = ec2.Volume(
-                self,
+                generation,
                 f"Volume{i}",
                 availability_zone=availability_zone,
                 snapshot_id=snapshot_id,
@@ -60,11 +73,12 @@ class WarmVolumePool(Construct):
                 removal_policy=removal_policy,
             )
             Tags.of(volume).add(POOL_TAG, pool_name)
-            if not Token.is_unresolved(availability_zone):
+            if literal_az:
                 acknowledge(
                     volume,
                     "CloudFormation-Validate::W3010",
-                    "The AZ is the one of the imported subnet the cluster launches into, given in the team file.",
+                    "The AZ is the one the team file names for the cluster (its imported subnet's, or its new "
+                    "VPC's availability_zones): the pool must be where the nodes launch.",
                 )
             self.volumes.append(volume)
 

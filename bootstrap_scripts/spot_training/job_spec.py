@@ -155,6 +155,11 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     _number(merged, "mean_time_between_interruptions_s")
     _number(merged, "interruption_grace_s", below=SPOT_NOTICE_S)
     warm = merged.get("warm_pool")
-    if warm is not None and not (isinstance(warm, dict) and {"tag_key", "pool", "device_name"} <= set(warm)):
-        raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name}}, got {warm!r}")
+    if warm is not None and not (
+        isinstance(warm, dict)
+        and {"tag_key", "pool", "device_name", "volumes"} <= set(warm)
+        and isinstance(warm["volumes"], list)
+        and all(isinstance(v, str) for v in warm["volumes"])
+    ):
+        raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name, volumes: [ids]}}, got {warm!r}")
     return merged

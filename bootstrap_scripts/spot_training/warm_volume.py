@@ -1,7 +1,9 @@
 """Claim a pre-warmed EBS volume from the cluster's pool at boot; give it back on the way out.
 
 Runs on the instance: Python 3.8+, stdlib + boto3 only. Nodes race for volumes: each lists the
-pool's *available* volumes in its AZ (in its own shuffled order, to spread the herd) and tries
+pool's *available* volumes in its AZ, of those the stack lists in the job spec (a volume the stack no
+longer has, retained by CloudFormation with the pool's tag, is never claimed: IAM would refuse it
+anyway), in its own shuffled order to spread the herd, and tries
 ``attach-volume``; EC2 lets exactly one attachment of a volume succeed and answers the losers
 ``VolumeInUse``/``IncorrectState``, so a loser moves on to the next volume. With no volume left
 the node boots from its root volume and says so (slower first reads, never stuck).
@@ -26,9 +28,12 @@ log = logging.getLogger("spot_training.warm_volume")
 LOST_RACE = {"VolumeInUse", "IncorrectState", "InvalidVolume.ZoneMismatch", "InvalidVolume.NotFound"}
 
 
-def free_volumes(ec2, *, tag_key: str, pool: str, availability_zone: str) -> List[str]:
+def free_volumes(ec2, *, tag_key: str, pool: str, availability_zone: str, volume_ids: Sequence[str]) -> List[str]:
+    if not volume_ids:
+        return []
     pages = ec2.get_paginator("describe_volumes").paginate(
         Filters=[
+            {"Name": "volume-id", "Values": list(volume_ids)},
             {"Name": f"tag:{tag_key}", "Values": [pool]},
             {"Name": "availability-zone", "Values": [availability_zone]},
             {"Name": "status", "Values": ["available"]},
@@ -64,13 +69,16 @@ def claim_volume(
     availability_zone: str,
     tag_key: str,
     pool: str,
+    volume_ids: Sequence[str],
     device: str,
     timeout_s: float = 120.0,
     poll_s: float = 1.0,
     rng: Optional[random.Random] = None,
 ) -> Optional[str]:
-    """Attach one free volume of ``pool`` to this instance; the volume id, or None if none is free."""
-    candidates = free_volumes(ec2, tag_key=tag_key, pool=pool, availability_zone=availability_zone)
+    """Attach one free volume of ``pool`` (one of ``volume_ids``) to this instance; its id, or None if none is free."""
+    candidates = free_volumes(
+        ec2, tag_key=tag_key, pool=pool, availability_zone=availability_zone, volume_ids=volume_ids
+    )
     (rng or random.Random(instance_id)).shuffle(candidates)  # noqa: S311 - spreading load, not secrecy
     for volume_id in candidates:
         try:

@@ -22,13 +22,20 @@ JOB = {"ok.py": "print('trained')\n"}
 
 def _cluster(make_cluster: Any) -> tuple[Cluster, str]:
     pool = f"pool-{uuid.uuid4().hex[:8]}"
-    cluster: Cluster = make_cluster(nodes=1, warm_pool={"tag_key": POOL_TAG, "pool": pool, "device_name": "/dev/sdf"})
+    warm_pool = {"tag_key": POOL_TAG, "pool": pool, "device_name": "/dev/sdf", "volumes": []}
+    cluster: Cluster = make_cluster(nodes=1, warm_pool=warm_pool)
     return cluster, pool
 
 
-def _volume(cluster: Cluster, pool: str, az: str = "us-east-1a") -> str:
+def _volume(cluster: Cluster, pool: str, az: str = "us-east-1a", listed: bool = True) -> str:
+    """A volume tagged with the pool; ``listed``: one of the pool's volumes in the job spec, as the stack lists them
+    (else one the stack no longer has, retained by CloudFormation)."""
     tags = [{"ResourceType": "volume", "Tags": [{"Key": POOL_TAG, "Value": pool}]}]
-    return str(cluster.aws.ec2.create_volume(AvailabilityZone=az, Size=8, TagSpecifications=tags)["VolumeId"])
+    volume = str(cluster.aws.ec2.create_volume(AvailabilityZone=az, Size=8, TagSpecifications=tags)["VolumeId"])
+    if listed:
+        cluster.spec["warm_pool"]["volumes"].append(volume)
+        cluster.put_spec()
+    return volume
 
 
 def _mounting(
@@ -48,13 +55,14 @@ def _mounting(
 def test_node_claims_a_pool_volume_and_releases_it(make_cluster: Any, make_nodes: Any) -> None:
     cluster, pool = _cluster(make_cluster)
     other_az = _volume(cluster, pool, az="us-east-1b")  # the node's AZ is us-east-1a: never claimed
+    retained = [_volume(cluster, pool, listed=False) for _ in range(3)]  # not the stack's any more: never claimed
     volume = _volume(cluster, pool)
     cluster.submit("warm-run", JOB, "python ok.py")
     (node,) = make_nodes(cluster)
     assert node.start(address_map([node]), SPOT_TRAINING_WARM_VOLUME_MOUNT="0").wait() == 0, node.text
     assert f"claimed warm volume {volume} from pool {pool} as /dev/sdf" in node.text
     assert f"released warm volume {volume}" in node.text
-    assert other_az not in node.text
+    assert other_az not in node.text and not any(v in node.text for v in retained)
     states = cluster.aws.ec2.describe_volumes(VolumeIds=[volume, other_az])["Volumes"]
     assert {v["State"] for v in states} == {"available"}  # claimable again by the next node
     assert cluster.marker("warm-run", "DONE") is not None
