@@ -481,8 +481,13 @@ class CheckpointStore:
         steps = self.complete_steps()
         return steps[0] if steps else None
 
-    def upload(self, step: int, files: Dict[str, str], layout: str) -> float:
-        """Upload ``files`` ({relative name: local path}) in parallel (multipart when large), then the manifest."""
+    def upload(
+        self, step: int, files: Dict[str, str], layout: str, unchanged: Callable[[], bool] = lambda: True
+    ) -> float:
+        """Upload ``files`` ({relative name: local path}) in parallel (multipart when large), then the manifest.
+
+        ``unchanged`` is asked after the objects are in and before the manifest: False (the trainer rewrote a file
+        while it was read, so the objects and hashes may mix two versions) raises OSError and writes no manifest."""
         start = time.monotonic()
         base = f"{self.prefix}{step}/"
         if step in self.unreadable:  # saved again over a bad one: no manifest until all the new objects are in
@@ -502,6 +507,10 @@ class CheckpointStore:
                 "(SPOT_TRAINING_TEST_UPLOAD_DELAY_S)"
             )
             time.sleep(self.test_upload_delay_s)
+        if not unchanged():
+            raise OSError(
+                f"checkpoint {step} changed on disk while it was uploaded; no manifest, the next round retries"
+            )
         manifest = {
             "version": 1,
             "job_id": self.job_id,
@@ -727,6 +736,15 @@ class CheckpointStore:
                 self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
 
 
+def remove_partial_writes(checkpoint_dir: str) -> None:
+    """Delete what a killed trainer's checkpoint writer (``.tmp-<step>-<pid>``) or an interrupted restore
+    (``.restore-<step>-*``) left half-written; no trainer runs now. Each attempt's writer has a new pid, so across
+    restarts they would fill the disk."""
+    for name in os.listdir(checkpoint_dir):
+        if name.startswith((".tmp-", ".restore-")):
+            shutil.rmtree(os.path.join(checkpoint_dir, name), ignore_errors=True)
+
+
 def local_steps(checkpoint_dir: str) -> List[int]:
     """The step directories (``<dir>/<step>/``) in a checkpoint directory, oldest first."""
     try:
@@ -776,9 +794,9 @@ class Syncer:
             rel_root = os.path.relpath(root, self.dir)
             dirs[:] = [d for d in dirs if not d.startswith(".") and not (rel_root == "." and d.isdigit())]
             for name in names:
-                if not name.startswith("."):
-                    rel = os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")
-                    files[rel] = os.path.join(root, name)
+                path = os.path.join(root, name)
+                if not name.startswith(".") and os.path.exists(path):  # not a dangling link (last.pt -> rotated)
+                    files[os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")] = path
         return files
 
     def pending(self) -> Optional[str]:
@@ -795,7 +813,14 @@ class Syncer:
     def flat_fingerprint(self, files: Optional[Dict[str, str]] = None) -> List[Tuple[str, int, int]]:
         """(name, size, mtime) of the flat checkpoint files: what tells a changed checkpoint from the last one."""
         files = self._flat_files() if files is None else files
-        return sorted((rel, os.stat(p).st_size, os.stat(p).st_mtime_ns) for rel, p in files.items())
+        found = []
+        for rel, path in files.items():
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:  # a dangling link, or a file the trainer removed since the listing
+                continue
+            found.append((rel, stat.st_size, stat.st_mtime_ns))
+        return sorted(found)
 
     def restored_flat(self) -> None:
         """The flat files in the directory are the checkpoint just restored from S3: not a new one to upload (a
@@ -851,7 +876,10 @@ class Syncer:
         due = final or time.monotonic() >= self.flat_due
         if stable and due and fingerprint != self.flat_uploaded:
             step = (self.newest or 0) + 1
-            self._record(step, self.store.upload(step, files, "flat"))
+            # The trainer may rewrite a file while it uploads (s3transfer and the hashing each read it by name).
+            self._record(
+                step, self.store.upload(step, files, "flat", lambda: self.flat_fingerprint(files) == fingerprint)
+            )
             self.flat_uploaded = fingerprint
             interval = self.job.checkpoint_interval_s or young_daly_s(self.last_upload_s, self.job.mtbi_s)
             self.flat_due = time.monotonic() + interval
@@ -964,6 +992,8 @@ class Agent:
         self.group = ""
         self.syncer: Optional[Syncer] = None  # of the last attempt
         self.trainer_started = 0.0  # time.time() the last attempt's trainer started
+        self.trainer_ended = 0.0  # and ended
+        self.not_done = ""  # why the last finish() did not make the job DONE
         self.save_requests_seen: Optional[Dict[str, str]] = None  # peers' save-request markers (ETags) seen
         self.training_seen: Dict[str, Tuple[str, Dict[str, Any]]] = {}  # training markers read: id -> (ETag, body)
         self.world_file = os.path.join(self.work_dir, "rendezvous-world.json")  # see add_joined_peers
@@ -1088,7 +1118,7 @@ class Agent:
                     device=device,
                     poll_s=min(self.poll_s, 1.0),
                 )
-            except (ClientError, TimeoutError) as exc:
+            except (*AWS_ERRORS, TimeoutError) as exc:  # best effort: a warm volume never costs the job
                 self.log(f"claiming a warm volume of pool {pool} failed ({exc}); booting from the root volume")
                 return
         if volume is None:
@@ -1129,7 +1159,7 @@ class Agent:
                     device=device,
                     poll_s=min(self.poll_s, 1.0),
                 )
-        except (ClientError, TimeoutError, OSError, subprocess.CalledProcessError) as exc:
+        except (*AWS_ERRORS, TimeoutError, OSError, subprocess.CalledProcessError) as exc:
             self.log(f"could not release warm volume {volume} ({exc}); it frees when the instance terminates")
 
     # -- peers and torchrun
@@ -1300,6 +1330,7 @@ class Agent:
                 syncer.trainer_killed = True
                 kill_all(process_tree(proc.pid))
             proc.wait()
+            self.trainer_ended = time.time()
             watcher.join(timeout=self.poll_s + 10)
             reader.join(timeout=10)
         return proc.returncode, notice is not None
@@ -1462,6 +1493,7 @@ class Agent:
         store.interrupt = lambda: self.check_notice("checkpoint restore")  # between parts: GBs outlast a notice
         with Timed(self.log, "restore checkpoint"):
             os.makedirs(job.checkpoint_dir, exist_ok=True)
+            remove_partial_writes(job.checkpoint_dir)
             restored = store.restore_newest(job.checkpoint_dir)
         local = local_steps(job.checkpoint_dir)
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
@@ -1592,20 +1624,26 @@ class Agent:
         return [peer for peer in others if peer in in_group and self.owes_final_sync(job, peer)]
 
     def owes_final_sync(self, job: Job, peer: str) -> bool:
-        """Whether ``peer`` started a trainer (``nodes/<id>/training``, written just before its torchrun) that it has
-        not reported the final sync of (``nodes/<id>/synced``) since the last attempt's trainer started here.
+        """Whether ``peer``'s newest trainer (``nodes/<id>/training``, written just before its torchrun) started
+        before ours ended and has no final sync reported (``nodes/<id>/synced`` written after it).
 
         A peer that started no trainer after its last report (still restoring a checkpoint, or looking for peers,
         when our trainer ended) has nothing of the attempt to give: waiting for it would hold a restart for the
-        whole grace. Both markers' times are the peer's own clock."""
+        whole grace. One whose newest trainer started after ours ended synced the one before it first. A peer's
+        two markers are compared on its own clock, not against our trainer's start: a ``synced`` of its previous
+        trainer written after ours started is not the sync of the trainer it ran with ours."""
         training = self.marker(job, f"nodes/{peer}/training")
-        if training is None:
+        if training is None or float(training.get("time", 0)) > self.trainer_ended:
             return False
         synced = self.marker(job, f"nodes/{peer}/synced")
-        if synced is None:
-            return True
-        synced_at = float(synced.get("time", 0))
-        return synced_at < self.trainer_started and float(training.get("time", 0)) > synced_at
+        return synced is None or float(synced.get("time", 0)) < float(training.get("time", 0))
+
+    def restarted(self, job: Job, peer: str) -> bool:
+        """Whether ``peer`` started a trainer again after the final sync it reported for this attempt: its trainer
+        failed where ours finished, and it trains again (from the final checkpoint) waiting for its peers."""
+        synced = self.reported(job, peer, "synced")
+        training = self.marker(job, f"nodes/{peer}/training")
+        return synced is not None and training is not None and float(training.get("time", 0)) > float(synced["time"])
 
     def group_members(self) -> Set[str]:
         """The instances in this node's group, in any lifecycle state."""
@@ -1615,7 +1653,7 @@ class Agent:
     def synced_durably(self, job: Job, peer: str) -> bool:
         """Whether ``peer`` reported the final sync of the last attempt with nothing left pending."""
         synced = self.reported(job, peer, "synced")
-        return synced is not None and synced.get("pending") is None
+        return synced is not None and synced.get("pending") is None and not self.owes_final_sync(job, peer)
 
     def reported(self, job: Job, peer: str, name: str) -> Optional[Dict[str, Any]]:
         """``peer``'s marker ``nodes/<peer>/<name>`` (``synced``, ``done``) if written since the last attempt's trainer
@@ -1629,10 +1667,13 @@ class Agent:
         False (not DONE) when a peer left the group before it reported its final sync complete (``synced`` without
         pending files): it may have held rank 0's final checkpoint, which DONE would then leave out of S3. The
         caller trains again from the newest durable checkpoint, and that attempt makes the final one again. Also
-        False when this node's own final checkpoint is still not in S3 when the barrier's time is up."""
+        False when this node's own final checkpoint is still not in S3 when the barrier's time is up, and when a
+        peer started a trainer again after its final sync (``restarted``): it waits for this node at its
+        rendezvous. ``not_done`` says why."""
         deadline = time.monotonic() + self.barrier_s
         own = self.own_pending_until(deadline)  # its final sync failed: try again, within the barrier's time
         if own is not None:
+            self.not_done = f"{own} of this node not durable in S3 within {self.barrier_s:.0f} s"
             self.log(f"{own} not durable in S3 within {self.barrier_s:.0f} s: not reporting done; training again")
             return False
         self.put_marker(job, f"nodes/{self.instance_id}/done", {})
@@ -1656,6 +1697,7 @@ class Agent:
                 gone = [i for i in waiting if i not in in_group]
                 lost = [i for i in gone if not self.synced_durably(job, i)]
                 if lost:
+                    self.not_done = f"peer(s) {', '.join(lost)} left before their final checkpoint was durable"
                     self.log(
                         f"peer(s) {', '.join(lost)} left the group before their final checkpoint was durable: the job "
                         "is not DONE; training again from the newest durable checkpoint to make the final one again"
@@ -1664,6 +1706,14 @@ class Agent:
                 if gone:
                     self.log(f"peers {', '.join(gone)} left the group after their final sync; not waiting for them")
                     waiting = [i for i in waiting if i in in_group]
+                again = [i for i in waiting if self.restarted(job, i)]
+                if again:  # it waits for this node at its rendezvous: leaving would leave it short of min_nodes
+                    self.not_done = f"peer(s) {', '.join(again)} started training again instead of finishing"
+                    self.log(
+                        f"peer(s) {', '.join(again)} started training again after their final sync (their trainer "
+                        "failed where this one finished): training again with them from the final checkpoint"
+                    )
+                    return False
             if waiting:
                 time.sleep(min(self.poll_s, 1.0))
         self.put_marker(job, "DONE", {"peers": [i for i, _ in self.peers]})
@@ -1689,11 +1739,18 @@ class Agent:
         self.leave_group(group, for_good=True)
 
     def stopped(self, job: Job, group: str, store: CheckpointStore) -> int:
-        """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0."""
-        if self.marker(job, "STOPPED") is None:
-            self.put_marker(job, "STOPPED", {"last_checkpoint": store.newest_complete()})
-        self.log(f"job {job.job_id} STOPPED on request")
-        self.scale_to_zero(group)
+        """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0. A stop
+        is no failure: when S3 or Auto Scaling fails here, this node leaves the group (one fewer), and a peer that
+        reaches this point writes STOPPED and scales to 0."""
+        try:
+            if self.marker(job, "STOPPED") is None:
+                self.put_marker(job, "STOPPED", {"last_checkpoint": store.newest_complete()})
+            self.log(f"job {job.job_id} STOPPED on request")
+            self.scale_to_zero(group)
+        except AWS_ERRORS as exc:
+            self.log(f"the stop failed to finish ({exc}); leaving {group}")
+            self.release_warm_volume()
+            self.leave_group(group, for_good=True)
         return 0
 
     def fail(self, job: Job, group: str, reason: str) -> int:
@@ -1797,7 +1854,7 @@ class Agent:
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
-        failures, attempt = 0, 0
+        failures, attempt, unfinished = 0, 0, 0
         while True:
             rc, interrupted = self.attempt(job, group, code_dir, store, attempt)
             before = self.newest_before
@@ -1814,6 +1871,13 @@ class Agent:
                     self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                     self.hand_back(group)
                     return 0
+                unfinished += 1  # bounded: an S3 that keeps refusing the final checkpoint would loop forever
+                if not interrupted and unfinished > job.max_restarts + 1:
+                    return self.fail(
+                        job,
+                        group,
+                        f"the training finished {unfinished} times without the job becoming DONE: {self.not_done}",
+                    )
             if interrupted and self.stop_requested:
                 self.wait_durable(job, store, self.notice_newest, self.notice_at + job.grace_s)
                 return self.stopped(job, group, store)

@@ -318,10 +318,10 @@ class Checkpointer:
 
     def _write(self, step: int, snapshot: Dict[str, Any], copy_s: float) -> None:
         start = time.monotonic()
+        tmp = os.path.join(self.directory, f".tmp-{step}-{os.getpid()}")
         try:
             os.makedirs(self.directory, exist_ok=True)
             final = os.path.join(self.directory, str(step))
-            tmp = os.path.join(self.directory, f".tmp-{step}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
             path = os.path.join(tmp, STATE_FILE)
@@ -335,6 +335,7 @@ class Checkpointer:
             self.saved_step = step
             self.last_cost_s = copy_s + time.monotonic() - start
         except BaseException as exc:  # surfaced by wait()
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk must not stay full of this half checkpoint
             self._write_error = exc
 
     def wait(self) -> None:

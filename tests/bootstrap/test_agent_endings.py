@@ -8,6 +8,7 @@ was uploaded again as a new step, so a crash-looping trainer "made progress" for
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -147,6 +148,66 @@ def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_
     assert not agent.finish(job, cluster.group)
     assert cluster.marker("pending-run", f"nodes/{agent.instance_id}/done") is None
     assert lines[-1] == "checkpoint 9 (model.pt) not durable in S3 within 0 s: not reporting done; training again"
+
+
+def test_the_done_barrier_trains_again_with_a_peer_that_restarted_instead_of_finishing(make_cluster: Any) -> None:
+    """A's trainer failed where B's finished (say at teardown): A synced, then started a trainer again, which waits
+    for B at its rendezvous. Before, B waited the barrier out and left the group (one fewer): A, short of
+    min_nodes, then waited for peers until it wrote FAILED over a finished training."""
+    cluster, a, agent, job, lines = trained_well(make_cluster, "again-run")
+    agent.barrier_s = 2
+    peer, _, _ = agent_for(cluster, a)
+    peer.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+    time.sleep(0.01)
+    peer.put_marker(job, f"nodes/{a}/training", {"attempt": 1, "address": "127.0.0.1", "private_ip": "10.0.0.1"})
+    assert not agent.finish(job, cluster.group)
+    assert lines[-1] == (
+        f"peer(s) {a} started training again after their final sync (their trainer failed where this one "
+        "finished): training again with them from the final checkpoint"
+    )
+    assert len(cluster.instances()) == 2 and cluster.desired_capacity() == 2
+    assert cluster.marker("again-run", "DONE") is None
+
+
+def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrains(make_cluster: Any) -> None:
+    """Each training ends well, but S3 keeps refusing the final checkpoint (a bucket policy, a KMS grant): the
+    node trains again, and a training that finished is no restart without progress. Before, it looped forever, the
+    instance billed, no FAILED."""
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("refused-run", {"train.py": ""}, "python train.py")
+    agent, job, _ = restarting(cluster, started=time.time())
+    agent.syncer, agent.barrier_s = Pending(), 0.05
+    runs: list[int] = []
+
+    def attempt(*_: Any) -> tuple[int, bool]:
+        runs.append(len(runs))
+        if len(runs) > 6:
+            raise node_agent.LeavingBeforeTraining("bounded: the test ends here")
+        return 0, False
+
+    agent.attempt = attempt
+    job.max_restarts = 1
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == node_agent.EXIT_FAILED
+    assert len(runs) == 3  # max_restarts + 1 retrains after the first finish
+    failed = cluster.marker("refused-run", "FAILED")
+    assert failed is not None
+    assert failed["reason"] == (
+        "the training finished 3 times without the job becoming DONE: checkpoint 9 (model.pt) of this node not "
+        "durable in S3 within 0 s"
+    )
+    assert cluster.desired_capacity() == 0
+
+
+def test_a_stop_that_s3_refuses_to_mark_leaves_the_group_instead_of_failing_the_job(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the S3 error escaped to the agent's catch-all, which wrote FAILED (or tried to) over a stopped job and
+    set the group to 0 under peers still making their final checkpoint durable."""
+    cluster, a, agent, job, lines = trained_well(make_cluster, "stop-refused-run")
+    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
+    assert agent.stopped(job, cluster.group, store_of(agent, job)) == 0
+    assert any(line.startswith("the stop failed to finish (") and "SlowDown" in line for line in lines), lines
+    assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # this node left
 
 
 def test_a_stop_whose_final_checkpoint_was_lost_still_ends_stopped(make_cluster: Any) -> None:
@@ -372,6 +433,65 @@ def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unch
     syncer.sync()  # a poll sees it, and the next one sees it unchanged: a complete file
     assert syncer.sync(final=True) == 1
     assert store.complete_steps() == [1]
+
+
+def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_uploads_whole(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer saves model.bin again while the agent uploads it (s3transfer and the hashing each open it by
+    name): the object and the manifest's hashes may then be of two versions. Before, that step was recorded
+    durable, and pruning deleted the older good checkpoints for it."""
+    import uuid
+
+    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
+    aws.s3.create_bucket(Bucket=bucket)
+    log: list[str] = []
+    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": 0.01, "mtbi_s": 3600.0})
+    syncer = node_agent.Syncer(store, job, log.append, 2)
+    model = tmp_path / "model.bin"
+    model.write_text("state at step 10")
+    upload_file = aws.s3.upload_file
+    saves = ["state at step 20, a longer one"]
+
+    def rewritten_meanwhile(path: str, *args: Any, **kwargs: Any) -> Any:
+        upload_file(path, *args, **kwargs)
+        if saves:
+            model.write_text(saves.pop())
+
+    monkeypatch.setattr(aws.s3, "upload_file", rewritten_meanwhile)
+    syncer.sync()  # seen once
+    syncer.sync()  # unchanged since: uploads, and the trainer saves again meanwhile
+    assert store.complete_steps() == []
+    assert any("changed on disk while it was uploaded" in line for line in log), log
+    assert syncer.pending() == "the checkpoint directory"
+    syncer.sync()  # seen unchanged again
+    assert syncer.sync(final=True) == 1
+    out = tmp_path / "restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (1, "flat")
+    assert (out / "model.bin").read_text() == "state at step 20, a longer one"
+
+
+def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tmp_path: Path) -> None:
+    """A script keeps ``last.pt`` pointing at a file it has rotated away. Before, every sync round failed on it (no
+    flat checkpoint uploaded for the rest of the attempt) and ``pending()`` raised, failing a finished job."""
+    import uuid
+
+    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
+    aws.s3.create_bucket(Bucket=bucket)
+    log: list[str] = []
+    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": 3600, "mtbi_s": 3600.0})
+    syncer = node_agent.Syncer(store, job, log.append, 2)
+    (tmp_path / "model-20.bin").write_text("state at step 20")
+    (tmp_path / "last.bin").symlink_to(tmp_path / "model-10.bin")  # rotated away
+    assert syncer.pending() == "the checkpoint directory"
+    assert syncer.sync(final=True) == 1
+    assert syncer.pending() is None
+    assert not [line for line in log if "sync failed" in line], log
+    manifest = aws.s3.get_object(Bucket=bucket, Key=f"c/j/ckpt/1/{node_agent.MANIFEST}")["Body"].read()
+    assert json.loads(manifest)["files"].keys() == {"model-20.bin"}
 
 
 @pytest.mark.parametrize("failed_writable", [True, False])

@@ -99,10 +99,10 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
 
 def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: float) -> tuple[Any, Any, list[str]]:
     """``agent_for``, after an attempt with every instance of the cluster whose trainer started at ``started``
-    (each wrote its ``training`` marker then)."""
+    (each wrote its ``training`` marker then) and ended (here) now."""
     agent, job, lines = agent_for(cluster, instance_id)
     agent.peers = cluster.instances()
-    agent.trainer_started = started
+    agent.trainer_started, agent.trainer_ended = started, time.time()
     for peer, ip in agent.peers:
         put_old_marker(agent, job, f"nodes/{peer}/training", {"attempt": 0, "address": ip, "private_ip": ip}, started)
     return agent, job, lines
@@ -268,6 +268,24 @@ def test_a_restart_does_not_wait_for_a_peer_that_left_the_group(cluster: Cluster
     agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
     agent.wait_for_final_syncs(job)  # unsynced, but gone: a hard kill, it has nothing more to give
     assert lines == []
+
+
+def test_a_peers_late_sync_of_its_previous_trainer_is_not_the_sync_of_the_one_it_ran_with_ours(
+    cluster: Cluster,
+) -> None:
+    """B (rank 0) synced the previous attempt after the grace: A had restarted without it, and B reported that
+    sync after A's trainer started, then joined A's trainer. Before, that late ``synced`` counted for this attempt:
+    A restarted without waiting for B's emergency checkpoint, and with B hard-killed, A's done barrier counted B's
+    final checkpoint durable (DONE without it)."""
+    (a, _), (b, b_ip) = cluster.instances()
+    agent, job, _ = restarting(cluster, a, started=time.time() - 10)
+    late = agent.trainer_started + 2
+    put_old_marker(agent, job, f"nodes/{b}/synced", {"attempt": 0, "pending": None}, late)
+    put_old_marker(agent, job, f"nodes/{b}/training", {"attempt": 1, "address": b_ip, "private_ip": b_ip}, late + 2)
+    assert agent.unsynced_peers(job) == [b]
+    assert not agent.synced_durably(job, b)
+    agent.put_marker(job, f"nodes/{b}/synced", {"attempt": 1, "pending": None})  # B's final sync of this one
+    assert agent.unsynced_peers(job) == [] and agent.synced_durably(job, b)
 
 
 @pytest.mark.parametrize("last_trainer", ["synced before this attempt", "none (still restoring)"])

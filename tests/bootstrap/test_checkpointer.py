@@ -270,3 +270,33 @@ def test_with_wait_for_upload_a_notice_on_another_rank_ends_the_wait_and_stops_b
     rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "notice"))
     assert rank0["stopped"] is not None and rank1["stopped"] == rank0["stopped"]
     assert rank0["saved"] == [rank0["stopped"]]
+
+
+def test_a_failed_checkpoint_write_leaves_no_half_written_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk) kept its ``.tmp-<step>-<pid>``: the next save then found the disk fuller."""
+
+    def disk_full(obj: Any, f: Any) -> None:
+        f.write(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    helper = checkpointer(tmp_path, wait=False)
+    helper.save(1)
+    with pytest.raises(RuntimeError, match=r"writing the checkpoint failed: .*No space left on device"):
+        helper.wait()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != STATE_DIR) == []
+
+
+def test_the_agent_removes_what_killed_writers_and_restores_left_before_an_attempt(tmp_path: Path) -> None:
+    """A trainer SIGKILLed mid-write (after the grace, or on a lost peer) leaves ``.tmp-<step>-<pid>``, a new pid
+    each attempt: across restarts they filled the disk. Checkpoints and the trainer's own files stay."""
+    import node_agent
+
+    for name in (".tmp-7-4242", ".tmp-8-4343", ".restore-6-x1y2", "6", ".spot-training"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "state.pt").write_bytes(b"x")
+    (tmp_path / "model.bin").write_bytes(b"flat")
+    node_agent.remove_partial_writes(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".spot-training", "6", "model.bin"]
