@@ -5,8 +5,10 @@ Usage: ``python -m team_config.resolve_snapshots teams/<team>.yaml [--region REG
 Synth never calls AWS: this one-off helper does (with your credentials, in the region the team
 deploys to), and the result is committed with the team file, so reviewers see the snapshot id
 in the diff. Comments and layout of the file are kept: a ``snapshot_id:`` line is inserted under
-each ``ami_id:`` line that lacks one. Exit 0 when the file is resolved, 2 with a one-line reason
-otherwise.
+each block-style ``ami_id:`` line (the value quoted or not) that lacks one. A pool written otherwise
+(flow style, ``warm_pool: {size: 2, ami_id: ...}``) is not rewritten: one line per such cluster says
+how to write it, or which ``snapshot_id`` to add by hand. Exit 0 when the file is resolved, 2 with a
+one-line reason per problem otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from typing import Any
 
 import yaml
 
-AMI_LINE = re.compile(r"^(?P<indent>\s*)ami_id:\s*(?P<ami>ami-[0-9a-f]+)\s*(#.*)?$")
+AMI_LINE = re.compile(r"""^(?P<indent>\s*)ami_id:\s*(?P<q>["']?)(?P<ami>ami-[0-9a-f]+)(?P=q)\s*(#.*)?$""")
+
+
+class TeamFileError(Exception):
+    """The team file is not shaped like one (a list at the top, ``clusters:`` not a list, ...): one line."""
 
 
 def root_snapshot(ec2: Any, ami_id: str) -> str:
@@ -33,15 +39,24 @@ def root_snapshot(ec2: Any, ami_id: str) -> str:
     raise LookupError(f"AMI {ami_id} has no EBS root snapshot (instance-store AMI?)")
 
 
-def pools_to_resolve(text: str) -> list[str]:
-    """AMI ids of warm pools that have an ami_id and no snapshot_id."""
+def pools_to_resolve(text: str) -> list[tuple[str, str]]:
+    """(cluster, AMI id) of every warm pool that has an ami_id and no snapshot_id; cluster: ``clusters[i] (name)``."""
     doc = yaml.safe_load(text) or {}
-    amis = []
-    for cluster in doc.get("clusters", []) or []:
-        pool = (cluster or {}).get("warm_pool") or {}
+    if not isinstance(doc, dict):
+        raise TeamFileError(f"expected a mapping of keys (clusters:, network:, ...), got {type(doc).__name__}")
+    clusters = doc.get("clusters") or []
+    if not isinstance(clusters, list):
+        raise TeamFileError(f"clusters: expected a list of clusters (- name: ...), got {type(clusters).__name__}")
+    found = []
+    for i, cluster in enumerate(clusters):
+        if not isinstance(cluster, dict):
+            raise TeamFileError(f"clusters[{i}]: expected a mapping (name:, instance_types:, ...), got {cluster!r}")
+        pool = cluster.get("warm_pool") or {}
+        if not isinstance(pool, dict):
+            raise TeamFileError(f"clusters[{i}].warm_pool: expected a mapping (size:, ami_id:, ...), got {pool!r}")
         if pool.get("ami_id") and not pool.get("snapshot_id"):
-            amis.append(pool["ami_id"])
-    return amis
+            found.append((f"clusters[{i}] ({cluster.get('name')})", str(pool["ami_id"])))
+    return found
 
 
 def _indent(line: str) -> str:
@@ -79,20 +94,38 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         text = args.team_file.read_text(encoding="utf-8")
-        amis = sorted(set(pools_to_resolve(text)))
-        if not amis:
+        pools = pools_to_resolve(text)
+        if not pools:
             print(f"{args.team_file}: nothing to resolve (every warm pool has a snapshot_id)")
             return 0
         ec2 = boto3.client("ec2", region_name=args.region)
         region = ec2.meta.region_name
-        snapshots = {ami: root_snapshot(ec2, ami) for ami in amis}
-    except (OSError, yaml.YAMLError, LookupError, BotoCoreError, ClientError) as exc:
+        snapshots = {ami: root_snapshot(ec2, ami) for ami in sorted({ami for _, ami in pools})}
+    except UnicodeDecodeError as exc:
+        where = f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+        print(f"error: {args.team_file}: not UTF-8 text ({where}); save it as UTF-8", file=sys.stderr)
+        return 2
+    except (OSError, yaml.YAMLError, TeamFileError, LookupError, BotoCoreError, ClientError) as exc:
         print(f"error: {args.team_file}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    args.team_file.write_text(resolve_text(text, snapshots, f"resolved in {region}"), encoding="utf-8")
-    for ami, snap in snapshots.items():
-        print(f"{args.team_file}: {ami} -> {snap} ({region})")
-    return 0
+    resolved = resolve_text(text, snapshots, f"resolved in {region}")
+    try:  # what the rewrite reached, read back as YAML: only the block-style lines AMI_LINE knows
+        left = pools_to_resolve(resolved)
+    except (yaml.YAMLError, TeamFileError):
+        resolved, left = text, pools  # never write a file the rewrite broke
+    if resolved != text:
+        args.team_file.write_text(resolved, encoding="utf-8")
+    for cluster, ami in pools:
+        if (cluster, ami) not in left:
+            print(f"{args.team_file}: {cluster}: {ami} -> {snapshots[ami]} ({region})")
+    for cluster, ami in left:
+        print(
+            f"error: {args.team_file}: {cluster}: warm_pool.ami_id {ami} is not written as a line `ami_id: {ami}` "
+            f"under `warm_pool:` (block style), so no snapshot_id was added; write it so and run this again, or add "
+            f"`snapshot_id: {snapshots[ami]}` to the warm_pool by hand",
+            file=sys.stderr,
+        )
+    return 2 if left else 0
 
 
 if __name__ == "__main__":

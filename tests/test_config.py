@@ -461,3 +461,57 @@ def test_the_instance_type_list_is_the_pinned_botocores() -> None:
     version, types = botocore_instance_types()
     assert sorted(known_instance_types()) == types, f"run python -m team_config.instance_types (botocore {version})"
     assert {"g5.xlarge", "g6e.xlarge", "p5.48xlarge", "g5g.xlarge"} <= known_instance_types()
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("? [a, b]\n: 1\n", "line 1: a key is a list, not a name; write a plain key such as max_nodes:"),
+        (
+            "clusters: []\n? {a: 1}\n: 1\n",
+            "line 2: a key is a mapping, not a name; write a plain key such as max_nodes:",
+        ),
+    ],
+)
+def test_a_key_that_is_a_list_or_a_mapping_is_one_line(tmp_path: Path, doc: str, expected: str) -> None:
+    """YAML allows complex keys (``? [a, b]``); the duplicate-key check used to fail on them (unhashable type)."""
+    assert error_for(tmp_path, doc) == f"{tmp_path / 'team-a.yaml'}: {expected}"
+
+
+SUBNET = {"subnet_id": "subnet-0123456789abcdef0", "availability_zone": "us-east-1a", "route_table_id": "rtb-01234567"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "value", "use"),
+    [
+        pytest.param(
+            cluster(name="Main"),
+            "clusters[0].name",
+            "Main",
+            "lowercase letters, digits and '-' (a letter first, no '-' last, at most 32), such as gpu-a",
+            id="name",
+        ),
+        pytest.param(
+            cluster(ami={"image_id": "ami-12"}), "clusters[0].ami.image_id", "ami-12", "an AMI id such as "
+            "ami-0123456789abcdef0", id="ami"
+        ),
+        pytest.param(
+            {**cluster(), "network": {"existing_vpc": {"vpc_id": "vpc-0123456789abcdef0",
+                                                       "subnets": [{**SUBNET, "subnet_id": "sn-1"}]}}},
+            "network.existing_vpc.subnets[0].subnet_id", "sn-1", "a subnet id such as subnet-0123456789abcdef0",
+            id="subnet",
+        ),
+        pytest.param(
+            {**cluster(), "network": {"existing_vpc": {"vpc_id": "vpc-0123456789abcdef0",
+                                                       "subnets": [{**SUBNET, "availability_zone": "us-east1a"}]}}},
+            "network.existing_vpc.subnets[0].availability_zone", "us-east1a", "a zone name such as us-east-1a",
+            id="zone",
+        ),
+    ],
+)  # fmt: skip
+def test_a_value_of_the_wrong_form_says_what_a_valid_one_looks_like(
+    tmp_path: Path, doc: object, field: str, value: str, use: str
+) -> None:
+    message = error_for(tmp_path, doc)
+    assert message.startswith(f"{tmp_path / 'team-a.yaml'}: {field}: {value!r} does not match the required form ^")
+    assert message.endswith(f"$; use {use}")

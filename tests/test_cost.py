@@ -93,3 +93,60 @@ def test_a_restart_logged_by_every_node_is_counted_once() -> None:
     redone = redone_work(events, nodes, load_prices())
     assert redone.steps == 50 - 30
     assert redone.node_hours == pytest.approx(2 * 20.0 / 3600)  # i-a and i-b ran steps 31..50 (t=30..50)
+
+
+def _run(steps: range, start: float, stream: str = "job/i-a") -> list[tuple[float, str, str]]:
+    """A trainer run's step lines, one per step, 1 s apart from ``start``."""
+    return [(start + k, stream, f"step {step} epoch 0 loss 0.5") for k, step in enumerate(steps)]
+
+
+def _restart(at: float, step: int) -> list[tuple[float, str, str]]:
+    """The same restart as both nodes' agents log it."""
+    return [(at, "job/i-a", f"resume step: {step}"), (at + 0.5, "job/i-b", f"resume step: {step}")]
+
+
+@pytest.mark.parametrize(
+    ("second_resume", "steps", "seconds"),
+    [
+        # run 2 (81..90, t=200..209) resumes from 85 (t=204): 100-80 + 90-85 redone; it used to count 100-85
+        pytest.param(85, 20 + 5, 20 + 5, id="from-a-checkpoint-of-run-2"),
+        # run 2 resumes from 80 again: 100-80 + 90-80; the second restart used to be dropped as the first one
+        pytest.param(80, 20 + 10, 20 + 9, id="from-the-same-checkpoint-again"),
+    ],
+)
+def test_each_restart_is_measured_against_the_run_before_it(second_resume: int, steps: int, seconds: float) -> None:
+    # run 1: steps 1..100 at t=100..199, resumed from 80; run 2: steps 81..90 at t=200..209; run 3: 1 step
+    events = _run(range(1, 101), 100.0) + _restart(199.5, 80) + _run(range(81, 91), 200.0)
+    events += _restart(209.5, second_resume) + _run(range(second_resume + 1, second_resume + 2), 210.0)
+    nodes = [_node("i-a", 0.0, 300.0, 0.4), _node("i-b", 0.0, 300.0, 0.4)]
+    redone = redone_work(events, nodes, load_prices())
+    assert redone.steps == steps
+    # restart 1: steps 81..100 ran from step 80's line (t=179) to step 100's (t=199); restart 2: run 2's own lines
+    # (from step 85's line at t=204, or from its first line at t=200 when it resumed from before it) to t=209
+    assert redone.node_hours == pytest.approx(2 * seconds / 3600)
+    assert redone.usd == pytest.approx(2 * seconds / 3600 * 0.4)
+
+
+def test_a_restart_from_scratch_redoes_every_step_of_the_run_before() -> None:
+    """No checkpoint yet: the agent logs ``resume step: none (fresh start)`` and the new run starts over."""
+    events = [*_run(range(1, 11), 100.0), (111.0, "job/i-a", "resume step: none (fresh start)")]
+    events += _run(range(1, 4), 120.0)
+    redone = redone_work(events, [_node("i-a", 0.0, 200.0, 0.4)], load_prices())
+    assert (redone.steps, redone.node_hours) == (10, pytest.approx(9.0 / 3600))  # steps 1..10 ran t=100..109
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"g5.xlarge: .nan\n", "g5.xlarge: price must be a finite number of USD per hour, got nan"),
+        (b"g5.xlarge: .inf\n", "g5.xlarge: price must be a finite number of USD per hour, got inf"),
+        (b"# caf\xe9\ng5.xlarge: 1.0\n", "not UTF-8 text (byte 0xe9 at offset 5); save it as UTF-8"),
+    ],
+)
+def test_a_price_that_is_not_a_number_or_a_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    (tmp_path / "prices.yaml").write_bytes(content)
+    with pytest.raises(PriceError) as bad:
+        load_prices(tmp_path / "prices.yaml")
+    assert str(bad.value) == f"{tmp_path}/prices.yaml: {message}"

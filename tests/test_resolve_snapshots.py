@@ -98,3 +98,66 @@ def test_unknown_ami_is_one_line_and_the_file_is_untouched(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {path}: ") and "\n" not in err and "ami-00000000000000000" in err
     assert path.read_text() == before
+
+
+def _ami_and_root_snapshot() -> tuple[str, str]:
+    ec2 = boto3.client("ec2")
+    base = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=base, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ami = ec2.create_image(InstanceId=instance, Name=f"training-ami-{instance}")["ImageId"]
+    [image] = ec2.describe_images(ImageIds=[ami])["Images"]
+    return ami, next(
+        m["Ebs"]["SnapshotId"] for m in image["BlockDeviceMappings"] if m["DeviceName"] == image["RootDeviceName"]
+    )
+
+
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_quoted_ami_id_is_resolved_too(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], quote: str
+) -> None:
+    ami, snapshot = _ami_and_root_snapshot()
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami=f"{quote}{ami}{quote}"))
+    assert main([str(path)]) == 0
+    assert load_team(path).config.clusters[0].warm_pool.snapshot_id == snapshot  # type: ignore[union-attr]
+    assert capsys.readouterr().out == f"{path}: clusters[0] (main): {ami} -> {snapshot} (us-east-1)\n"
+
+
+def test_a_pool_the_helper_cannot_rewrite_is_an_error_naming_the_cluster_and_the_snapshot(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flow-style pool was reported resolved (exit 0) and left as it was: synth kept asking for the helper."""
+    ami, snapshot = _ami_and_root_snapshot()
+    path = tmp_path / "research.yaml"
+    flow = TEAM.format(ami=ami).replace(
+        f"    warm_pool:\n      size: 2\n      ami_id: {ami}     # our training AMI\n      volume_size_gib: 100\n",
+        f"    warm_pool: {{size: 2, ami_id: {ami}}}\n",
+    )
+    path.write_text(flow)
+    assert main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, path.read_text()) == ("", flow)  # no success line, nothing written
+    assert err == (
+        f"error: {path}: clusters[0] (main): warm_pool.ami_id {ami} is not written as a line `ami_id: {ami}` under "
+        f"`warm_pool:` (block style), so no snapshot_id was added; write it so and run this again, or add "
+        f"`snapshot_id: {snapshot}` to the warm_pool by hand\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"- name: main\n", "expected a mapping of keys (clusters:, network:, ...), got list"),
+        (b"clusters: main\n", "clusters: expected a list of clusters (- name: ...), got str"),
+        (b"clusters:\n  - main\n", "clusters[0]: expected a mapping (name:, instance_types:, ...), got 'main'"),
+        (b"# caf\xe9\nclusters: []\n", "not UTF-8 text (byte 0xe9 at offset 5); save it as UTF-8"),
+    ],
+)
+def test_a_file_not_shaped_like_a_team_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    path = tmp_path / "research.yaml"
+    path.write_bytes(content)
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err == f"error: {path}: {message}\n"
+    assert path.read_bytes() == content

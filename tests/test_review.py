@@ -137,3 +137,47 @@ def test_the_cli_analytics_resource_is_not_a_deletion() -> None:
     assert review.replaced(base, review.Stack("S", {"Resources": {"B": renamed}}, [])) == [
         ("B", "AWS::S3::Bucket", "replaced: BucketName changes")
     ]
+
+
+def _group_stack(types: list[str], max_nodes: int) -> review.Stack:
+    group = {
+        "Type": "AWS::AutoScaling::AutoScalingGroup",
+        "Properties": {
+            "MaxSize": str(max_nodes),
+            "Tags": [
+                {"Key": "spot-training:team", "Value": "alpha"},
+                {"Key": "spot-training:cluster", "Value": "main"},
+            ],
+            "MixedInstancesPolicy": {"LaunchTemplate": {"Overrides": [{"InstanceType": t} for t in types]}},
+        },
+    }
+    return review.Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
+
+
+def test_the_worst_case_at_spot_takes_the_dearest_spot_price_not_the_dearest_on_demand_types() -> None:
+    """g5.2xlarge is dearer on demand, g5.xlarge at spot: 2 nodes at 0.5 is the worst case, not 2 at 0.3."""
+    stack = _group_stack(TYPES, 2)
+    prices = load_prices()
+    worst = f"{2 * prices.on_demand_price('g5.2xlarge'):.2f}"
+    text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.5, "g5.2xlarge": 0.3})
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {worst} | 1.00 |" in text
+    text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.5})  # the types that have a spot price
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {worst} | 1.00 |" in text
+
+
+def test_a_broken_assembly_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "manifest.json").write_text('{"artifacts": {')
+    code, out, err = _trainctl(capsys, "review", "--assembly", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"trainctl: error: {tmp_path}/manifest.json: cannot read it as JSON (Expecting property name enclosed in "
+        "double quotes: line 1 column 16 (char 15)); synthesize the assembly again\n"
+    )
+    artifact = {"type": "aws:cloudformation:stack", "properties": {"templateFile": "S.template.json"}}
+    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {"S": artifact}}))
+    code, out, err = _trainctl(capsys, "review", "--assembly", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"trainctl: error: {tmp_path}/S.template.json: missing from the assembly; synthesize it again "
+        "(`npx cdk synth`)\n"
+    )

@@ -7,6 +7,7 @@ idle (and billed). AWS is moto in-process here: no server, no network.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,117 @@ def test_unreadable_code_and_a_missing_review_folder_are_one_line(
         2,
         f"trainctl: error: --out {tmp_path / 'missing' / 'review.md'}: folder {tmp_path / 'missing'} does not exist\n",
     )
+
+
+def set_spec(**values: int) -> None:
+    """Change the cluster's job spec (as a redeploy of another team file would)."""
+    ssm, name = boto3.client("ssm"), f"{parameter_path(TEAM, CLUSTER)}/job-spec"
+    spec = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+    ssm.put_parameter(Name=name, Value=json.dumps({**spec, **values}), Type="String", Overwrite=True)
+
+
+def current_job() -> dict[str, Any]:
+    return dict(json.loads(boto3.client("ssm").get_parameter(Name=CURRENT)["Parameter"]["Value"]))
+
+
+def test_without_nodes_a_job_asks_for_the_clusters_desired_nodes(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    set_spec(desired_nodes=2)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    rc = trainctl_main(["submit", "--team", TEAM, "--cluster", CLUSTER, "--code", str(tmp_path), "--job-id", "run-1"])
+    assert (rc, capsys.readouterr().err) == (0, "")
+    assert state()["desired"] == 2
+    assert (current_job()["nodes"], current_job()["min_nodes"]) == (2, 1)
+
+
+def test_nodes_below_the_clusters_min_nodes_lower_the_jobs_min_nodes_and_say_so(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    set_spec(min_nodes=2, desired_nodes=2)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    argv = ["submit", "--team", TEAM, "--cluster", CLUSTER, "--code", str(tmp_path), "--job-id", "run-1", "--nodes"]
+    rc = trainctl_main([*argv, "1"])
+    assert (rc, capsys.readouterr().err) == (0, "job run-1: min_nodes lowered from the cluster's 2 to 1 (--nodes 1)\n")
+    assert (state()["desired"], current_job()["nodes"], current_job()["min_nodes"]) == (1, 1, 1)
+
+
+def test_status_of_an_earlier_job_does_not_show_the_current_jobs_nodes(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
+    boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
+    assert submit(capsys, tmp_path, "--job-id", "run-2") == (0, "")  # the group now runs run-2 on 2 nodes
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    rc, out, err = trainctl(capsys, "status", "run-1")
+    assert (rc, err) == (0, "") and "\ndesired_capacity: -\n" in out
+    assert out.endswith("\n\nno nodes: the group belongs to the current job run-2\n")
+    rc = trainctl_main(["--json", "status", "--team", TEAM, "--cluster", CLUSTER, "run-1"])
+    info = json.loads(capsys.readouterr().out)
+    assert (rc, info["desired_capacity"], info["nodes"], info["group_job"]) == (0, None, [], "run-2")
+    rc, out, _ = trainctl(capsys, "status", "run-2")
+    assert rc == 0 and "\ndesired_capacity: 2\n" in out and len(out.split("\n\n")[1].splitlines()) == 1 + 2
+
+
+LOG_GROUP = "/spot-training/default/main"
+
+
+def ship(stream: str, *lines: tuple[int, str]) -> None:
+    """Lines (milliseconds, message) as a node's agent ships them to its stream ``run-1/<instance>``."""
+    logs = boto3.client("logs")
+    if not logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"run-1/{stream}")["logStreams"]:
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"run-1/{stream}")
+    events = [{"timestamp": ms, "message": message} for ms, message in lines]
+    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=f"run-1/{stream}", logEvents=events)
+
+
+def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_twice(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    t0 = int(time.time() * 1000) - 600_000  # ms; CloudWatch refuses lines older than 14 days
+    ship("i-a", (t0 + 1000, "a: step 1"), (t0 + 3000, "a: step 3"))
+    ship("i-b", (t0 + 2000, "b: step 2"))
+    polls: list[str] = []
+
+    def between_polls(_: float) -> None:  # i-b ships a line of an earlier time than i-a's last, i-a one more
+        polls.append("slept")
+        ship("i-b", (t0 + 2500, "b: step 2.5"))
+        ship("i-a", (t0 + 4000, "a: step 4"))
+
+    monkeypatch.setattr("trainctl.cli.time.sleep", between_polls)
+    states = iter(["RUNNING", "DONE"])
+    monkeypatch.setattr("trainctl.cli.job_state", lambda *_: next(states))
+    rc, out, err = trainctl(capsys, "logs", "run-1", "--follow")
+    assert (rc, err, polls) == (0, "", ["slept"])
+    printed = [line.split(" ", 1)[1] for line in out.splitlines()]  # without the time of day
+    assert printed == [
+        "i-a a: step 1", "i-b b: step 2", "i-a a: step 3",  # first poll
+        "i-b b: step 2.5", "i-a a: step 4",  # second poll: only the new lines
+    ]  # fmt: skip
+
+
+def test_every_log_stream_is_read_past_the_first_page(aws: None) -> None:
+    """DescribeLogStreams answers 50 streams a page: the others are on later pages."""
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    t0 = int(time.time() * 1000) - 600_000  # ms; CloudWatch refuses lines older than 14 days
+    for n in range(60):
+        ship(f"i-{n:03d}", (t0 + n, f"line of node {n}"))
+    client = client_factory("us-east-1")
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    assert sorted(message for _, _, message in jobs.log_events(client, ref, "run-1")) == sorted(
+        f"line of node {n}" for n in range(60)
+    )
+
+
+def test_the_newest_plan_line_is_read_past_the_first_page(aws: None) -> None:
+    """FilterLogEvents answers up to 10,000 events a page: the newest plan line is on the second."""
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    client = client_factory("us-east-1")
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    t0 = int(time.time() * 1000) - 600_000  # ms
+    plans = [(t0 + k, "plan: 100 steps") for k in range(10_000)] + [(t0 + 20_000, "plan: 250 steps")]
+    ship("i-000", *plans[:5000])
+    ship("i-000", *plans[5000:])
+    assert jobs.planned_steps(client, ref, "run-1") == 250  # the newest plan, on the second page

@@ -1,6 +1,6 @@
 """``trainctl``: submit, watch and stop training jobs on a deployed cluster (real AWS or the emulated cloud).
 
-    trainctl submit --team T --cluster C --code DIR --nodes N [--command "python train.py ..."] [--resume-from JOB]
+    trainctl submit --team T --cluster C --code DIR [--nodes N] [--command "python train.py ..."] [--resume-from JOB]
     trainctl status --team T --cluster C [JOB]
     trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
     trainctl stop   --team T --cluster C JOB
@@ -83,7 +83,10 @@ def known_job(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> 
 
 
 def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dict[str, Any]:
-    group = jobs.group(client, ref)
+    """The job's state and progress; the group's capacity and nodes only for the cluster's current job (``group_job``):
+    the group belongs to it, an earlier job has no node."""
+    group_job = jobs.current_job_id(client, ref)
+    group = jobs.group(client, ref) if group_job == job_id else {"DesiredCapacity": None, "Instances": []}
     members = group["Instances"]
     details: dict[str, dict[str, Any]] = {}
     if members:
@@ -115,6 +118,7 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
         "cluster": ref.cluster,
         "state": state,
         "group": ref.group,
+        "group_job": group_job,
         "desired_capacity": group["DesiredCapacity"],
         "nodes": nodes,
         "last_checkpoint_step": last.step if last else None,
@@ -131,8 +135,10 @@ def format_status(info: dict[str, Any]) -> str:
     if info["budget"]:
         b = info["budget"]
         shown["budget"] = f"spent {b['spent_usd']:.2f} of {b['limit_usd']:.2f} USD this month ({b['name']})"
-    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k != "nodes")
+    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))
     nodes = table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
+    if info["group_job"] not in (None, info["job_id"]):
+        nodes = f"no nodes: the group belongs to the current job {info['group_job']}"
     return f"{head}\n\n{nodes}"
 
 
@@ -171,13 +177,24 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
 def print_logs(
     client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, node: Optional[str], follow: bool
 ) -> None:
-    seen = 0
+    printed: dict[str, int] = {}  # per stream, how many of its lines are printed (a node ships its lines in order)
     deadline = time.monotonic() + FOLLOW_LIMIT_S
     while True:
-        events = [e for e in jobs.log_events(client, ref, job_id) if node is None or e[1].endswith("/" + node)]
-        for ts, stream, message in events[seen:]:
+        streams = jobs.stream_events(client, ref, job_id)
+        # only the lines not printed yet: one another node ships late is printed when it comes, though lines of a
+        # later time were printed before it (sorted by time only: a stream's lines of one time stay in its order)
+        new = sorted(
+            (
+                (ts, name, message)
+                for name, lines in streams.items()
+                if node is None or name.endswith("/" + node)
+                for ts, message in lines[printed.get(name, 0) :]
+            ),
+            key=lambda e: e[0],
+        )
+        for ts, stream, message in new:
             print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
-        seen = len(events)
+        printed = {name: len(lines) for name, lines in streams.items()}
         if not follow or job_state(client, ref, job_id) in jobs.NOT_RUNNING or time.monotonic() > deadline:
             return
         time.sleep(2.0)
@@ -226,7 +243,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("submit", help="pack and upload code, write the job, scale the group")
     cluster_args(s)
     s.add_argument("--code", type=Path, required=True, help="directory to pack (.gitignore respected)")
-    s.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    s.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's desired_nodes)")
     s.add_argument("--command", dest="entry_command", help="entry command (default: the cluster's job.command)")
     s.add_argument("--job-id", help="job id (default: job-<time>-<random>)")
     s.add_argument(
@@ -308,7 +325,8 @@ def run(args: argparse.Namespace) -> int:
         overrides = {k: v for k, v in given.items() if v is not None}
         try:
             job_id = jobs.submit(
-                client, ref, args.code, command=args.entry_command or str(ref.spec["command"]), nodes=args.nodes,
+                client, ref, args.code, command=args.entry_command or str(ref.spec["command"]),
+                nodes=int(ref.spec["desired_nodes"]) if args.nodes is None else args.nodes,
                 job_id=args.job_id, resume_from=args.resume_from, report=lambda line: print(line, file=sys.stderr),
                 **overrides,
             )  # fmt: skip

@@ -6,9 +6,10 @@ on-demand, AZ) and the job's log streams. How long each ran: the Auto Scaling gr
 boot); when the group no longer reports an instance (EC2 Auto Scaling keeps six weeks), from the boot marker to
 the node's last log line. Prices: spot instances at the time-weighted spot price of their type and AZ from EC2's
 spot price history; on-demand instances and the on-demand comparison from :mod:`trainctl.prices`.
-Redone work: from the log lines, the steps between the checkpoint a restart resumed from (the agent's
-``resume step: N``, logged before it launches the trainer) and the furthest step the trainer logged before
-it, timed by when those steps first ran, times the nodes that ran them.
+Redone work: from the log lines, for each restart the steps between the checkpoint it resumed from (the agent's
+``resume step: N``, logged before it launches the trainer; ``none``: from scratch) and the furthest step the
+trainer run before it logged (the run since the restart before, not the whole job), timed by when that run
+logged them, times the nodes that ran them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from trainctl.prices import PriceError, PriceTable, average_price, spot_history
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
 _STEP = re.compile(r"\bstep (\d+) epoch \d+ loss|interrupted: checkpoint (\d+) saved")
 # The agent's line before it launches a (re)started trainer: no step of that trainer can be logged before it.
-_RESUMED = re.compile(r"resume step: (\d+)")
+_RESUMED = re.compile(r"resume step: (\d+|none)")
 ACTIVITY_PAGES = 50  # bounded: 50 pages of 100 activities
 
 
@@ -155,37 +156,33 @@ def _dt(ts: float) -> datetime:
 
 
 def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost], prices: PriceTable) -> Redone:
-    """Work done twice: for each restart, the steps from the checkpoint it resumed from to the furthest step before."""
-    first_seen: dict[int, float] = {}
-    furthest = 0
+    """Work done twice: for each restart, the steps from the checkpoint it resumed from to the furthest step of the
+    trainer run before it (the steps logged since the restart before), timed by when that run logged them."""
+    run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
     steps, node_s, gpu_s, usd = 0, 0.0, 0.0, 0.0
     gpus_known = True
-    events = list(events)
-    counted: set[tuple[int, int]] = set()  # every node's agent logs the same restart: count it once
     for ts, _, message in events:
         if m := _STEP.search(message):
-            step = int(m.group(1) or m.group(2))
-            first_seen.setdefault(step, ts)
-            furthest = max(furthest, step)
-        elif (
-            (m := _RESUMED.search(message))
-            and int(m.group(1)) < furthest
-            and (int(m.group(1)), furthest) not in counted
-        ):
-            resumed = int(m.group(1))
-            counted.add((resumed, furthest))
-            steps += furthest - resumed
-            # the redone steps first ran after the step resumed from (or the last one logged before it) was done
-            began = first_seen[max((s for s in first_seen if s <= resumed), default=min(first_seen))]
-            ended = first_seen[furthest]
-            for node in nodes:  # the nodes that were running while those steps first ran
-                overlap = min(node.end, ended) - max(node.start, began)
-                if overlap > 0:
-                    node_s += overlap
-                    usd += overlap / 3600.0 * node.usd_per_hour
-                    gpus = prices.gpus.get(node.type)
-                    gpus_known = gpus_known and gpus is not None
-                    gpu_s += overlap * (gpus or 0)
+            run.setdefault(int(m.group(1) or m.group(2)), ts)
+            continue
+        if not (m := _RESUMED.search(message)) or not run:
+            continue  # every node's agent logs the same restart: the first line ends the run, the others find none
+        resumed = 0 if m.group(1) == "none" else int(m.group(1))
+        furthest = max(run)
+        # the redone steps ran after this run logged the step resumed from (or, if it did not, from its first line)
+        began, ended = run[max((s for s in run if s <= resumed), default=min(run))], run[furthest]
+        run = {}  # the next run is measured against its own furthest step
+        if resumed >= furthest:
+            continue
+        steps += furthest - resumed
+        for node in nodes:  # the nodes that were running while this run ran those steps
+            overlap = min(node.end, ended) - max(node.start, began)
+            if overlap > 0:
+                node_s += overlap
+                usd += overlap / 3600.0 * node.usd_per_hour
+                gpus = prices.gpus.get(node.type)
+                gpus_known = gpus_known and gpus is not None
+                gpu_s += overlap * (gpus or 0)
     return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
 
 

@@ -34,6 +34,8 @@ ENDED = ("DONE", "FAILED", "STOPPED")
 NOT_RUNNING = (*ENDED, "UNFINISHED")  # job_state: no node runs it, none will
 COPIED_CHECKPOINTS = 2  # as many as the node agent keeps in S3 by default (SPOT_TRAINING_KEEP_CHECKPOINTS)
 _PLAN = re.compile(r"\bplan: (\d+) steps\b")
+STREAM_PAGES = 200  # bounded: 200 pages of up to 50 log streams (one per node of a job)
+FILTER_PAGES = 1000  # bounded: 1000 pages of FilterLogEvents (a page may be empty while CloudWatch searches)
 ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
 
 
@@ -180,7 +182,8 @@ def submit(
     checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
     ``resume_from``: an earlier job of the cluster (nothing writes to it any more: the group is idle, see
     :func:`check_idle`); its newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so
-    the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from.
+    the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from,
+    and one when ``nodes`` is below the cluster's min_nodes: the job's min_nodes is lowered to ``nodes``.
     Nothing is left of a submit that fails halfway (:func:`take_back`).
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
@@ -194,7 +197,9 @@ def submit(
     job_id = job_id or new_job_id()
     code_key = f"{ref.code_prefix}{job_id}.tar.gz"
     job = {"job_id": job_id, "code_key": code_key, "command": command, "nodes": nodes, **overrides}
-    job.setdefault("min_nodes", min(int(ref.spec["min_nodes"]), nodes))
+    cluster_min = int(ref.spec["min_nodes"])
+    lowered = "min_nodes" not in job and nodes < cluster_min  # else the job could never start: made visible below
+    job.setdefault("min_nodes", min(cluster_min, nodes))
     try:  # the agent's own checks: a job it would refuse must not start (and bill) any node
         check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))
     except JobSpecError as exc:
@@ -222,6 +227,8 @@ def submit(
     except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
         take_back(client, ref, previous, written, report)
         raise
+    if lowered:
+        report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
     if steps:
         report(
             f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
@@ -454,29 +461,48 @@ def desired_capacity(client: ClientFactory, ref: ClusterRef) -> int:
 
 def planned_steps(client: ClientFactory, ref: ClusterRef, job_id: str) -> Optional[int]:
     """The trainer's newest ``plan: N steps`` line (how many steps the job trains in all), if it prints one."""
-    found = client("logs").filter_log_events(
-        logGroupName=str(ref.spec["log_group"]), logStreamNamePrefix=f"{job_id}/", filterPattern='"plan:"'
+    pages = (
+        client("logs")
+        .get_paginator("filter_log_events")
+        .paginate(logGroupName=str(ref.spec["log_group"]), logStreamNamePrefix=f"{job_id}/", filterPattern='"plan:"')
     )
-    plans = [m for e in sorted(found["events"], key=lambda e: e["timestamp"]) if (m := _PLAN.search(e["message"]))]
+    found: list[dict[str, Any]] = []
+    for page_no, page in enumerate(pages):
+        found += page["events"]
+        if page_no + 1 >= FILTER_PAGES:
+            break
+    plans = [m for e in sorted(found, key=lambda e: e["timestamp"]) if (m := _PLAN.search(e["message"]))]
     return int(plans[-1].group(1)) if plans else None
+
+
+def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, list[tuple[float, str]]]:
+    """Every shipped log line of the job per stream (``<job>/<instance>``): (timestamp s, message), in the
+    stream's own order (a node's agent ships its lines in order)."""
+    logs = client("logs")
+    group = str(ref.spec["log_group"])
+    out: dict[str, list[tuple[float, str]]] = {}
+    pages = logs.get_paginator("describe_log_streams").paginate(logGroupName=group, logStreamNamePrefix=f"{job_id}/")
+    for page_no, streams in enumerate(pages):
+        for stream in streams["logStreams"]:
+            name = stream["logStreamName"]
+            lines = out.setdefault(name, [])
+            token: Optional[str] = None
+            for _ in range(1000):  # bounded: 1000 pages of up to 10,000 events
+                kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": name, "startFromHead": True}
+                if token:
+                    kwargs["nextToken"] = token
+                page = logs.get_log_events(**kwargs)
+                lines += [(e["timestamp"] / 1000.0, e["message"]) for e in page["events"]]
+                if not page["events"] or page.get("nextForwardToken") == token:
+                    break
+                token = page.get("nextForwardToken")
+        if page_no + 1 >= STREAM_PAGES:
+            break
+    return out
 
 
 def log_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[tuple[float, str, str]]:
     """Every shipped log line of the job: (timestamp s, stream, message), in time order."""
-    logs = client("logs")
-    group = str(ref.spec["log_group"])
-    out: list[tuple[float, str, str]] = []
-    streams = logs.describe_log_streams(logGroupName=group, logStreamNamePrefix=f"{job_id}/")["logStreams"]
-    for stream in streams:
-        name = stream["logStreamName"]
-        token: Optional[str] = None
-        for _ in range(1000):  # bounded: 1000 pages of up to 10,000 events
-            kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": name, "startFromHead": True}
-            if token:
-                kwargs["nextToken"] = token
-            page = logs.get_log_events(**kwargs)
-            out += [(e["timestamp"] / 1000.0, name, e["message"]) for e in page["events"]]
-            if not page["events"] or page.get("nextForwardToken") == token:
-                break
-            token = page.get("nextForwardToken")
-    return sorted(out)
+    return sorted(
+        (ts, name, message) for name, lines in stream_events(client, ref, job_id).items() for ts, message in lines
+    )

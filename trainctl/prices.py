@@ -10,6 +10,7 @@ never from this table: they come from EC2's spot price history for the instance'
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,7 +58,11 @@ class PriceTable:
 def read_price_file(path: Path) -> dict[str, float]:
     """A YAML/JSON mapping of instance type to USD per hour, checked."""
     try:
-        data: Any = yaml.safe_load(path.read_text())
+        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PriceError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
     except (OSError, yaml.YAMLError) as exc:
         raise PriceError(f"{path}: cannot read prices ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
@@ -65,6 +70,8 @@ def read_price_file(path: Path) -> dict[str, float]:
     for key, value in data.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise PriceError(f"{path}: {key}: price must be a positive number of USD per hour, got {value!r}")
+        if not math.isfinite(value):  # YAML reads .nan and .inf as floats
+            raise PriceError(f"{path}: {key}: price must be a finite number of USD per hour, got {value!r}")
     return {str(k): float(v) for k, v in data.items()}
 
 

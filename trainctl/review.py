@@ -1,7 +1,8 @@
 """``trainctl review``: a Markdown summary of what the synthesized app deploys, for a pull request to carry.
 
 Per team and cluster: instance types, max nodes, on-demand base, worst-case hourly cost (max nodes at the dearest
-type's on-demand price) and the same at a spot price when one is given; team budgets; the IAM statements
+type's on-demand price) and the same at spot when spot prices are given (the spot nodes at the dearest given spot
+price of the cluster's types, which need not be the type dearest on demand); team budgets; the IAM statements
 (added and removed ones when a base assembly is given); the cdk-nag acknowledgements with their reasons; and,
 against a base, the resources CloudFormation would replace or delete. Replacement is decided with cfn-lint's copy
 of the CloudFormation resource schemas (``createOnlyProperties``: changing one replaces the resource).
@@ -65,28 +66,44 @@ def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
     return outdir
 
 
+def _read_json(path: Path) -> Any:
+    """A JSON file of the assembly; a missing or unreadable one is a one-line :class:`ReviewError` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReviewError(f"{path}: missing from the assembly; synthesize it again (`npx cdk synth`)") from None
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0]
+        raise ReviewError(f"{path}: cannot read it as JSON ({why}); synthesize the assembly again") from None
+
+
 def load_assembly(directory: Path) -> dict[str, Stack]:
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
         raise ReviewError(f"{directory} is not a cloud assembly (no manifest.json); run `npx cdk synth` first")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = _read_json(manifest_path)
     stacks = {}
-    for name, artifact in sorted(manifest.get("artifacts", {}).items()):
-        if artifact.get("type") != "aws:cloudformation:stack":
-            continue
-        template = json.loads((directory / artifact["properties"]["templateFile"]).read_text())
-        metadata = dict(artifact.get("metadata", {}))
-        extra = artifact.get("additionalMetadataFile")
-        if extra and (directory / extra).is_file():
-            metadata.update(json.loads((directory / extra).read_text()))
-        acknowledged = [
-            (path, finding, reason)
-            for path, entries in sorted(metadata.items())
-            for entry in entries
-            if entry.get("type") == "aws:cdk:acknowledged-rules"
-            for finding, reason in sorted(entry["data"].items())
-        ]
-        stacks[name] = Stack(name, template, acknowledged)
+    try:
+        for name, artifact in sorted(manifest.get("artifacts", {}).items()):
+            if artifact.get("type") != "aws:cloudformation:stack":
+                continue
+            template = _read_json(directory / artifact["properties"]["templateFile"])
+            metadata = dict(artifact.get("metadata", {}))
+            extra = artifact.get("additionalMetadataFile")
+            if extra and (directory / extra).is_file():
+                metadata.update(_read_json(directory / extra))
+            acknowledged = [
+                (path, finding, reason)
+                for path, entries in sorted(metadata.items())
+                for entry in entries
+                if entry.get("type") == "aws:cdk:acknowledged-rules"
+                for finding, reason in sorted(entry["data"].items())
+            ]
+            stacks[name] = Stack(name, template, acknowledged)
+    except (AttributeError, KeyError, TypeError) as exc:  # valid JSON, but not the cloud assembly schema
+        raise ReviewError(
+            f"{manifest_path}: not a cloud assembly manifest ({type(exc).__name__}: {exc}); synthesize it again"
+        ) from None
     if not stacks:
         raise ReviewError(f"{directory}: the assembly holds no CloudFormation stack")
     return stacks
@@ -206,11 +223,13 @@ def summary(
             dearest = max(c["types"], key=prices.on_demand_price)
             on_demand = c["max_nodes"] * prices.on_demand_price(dearest)
             spot_cost = "-"
-            if spot is not None and dearest in spot:
+            # spot prices do not follow the on-demand order: the dearest at spot is the dearest given spot price
+            spot_prices = [spot[t] for t in c["types"] if t in spot] if spot is not None else []
+            if spot_prices:
                 above = max(c["max_nodes"] - c["on_demand_base"], 0)
                 on_demand_nodes = c["max_nodes"] - above + math.ceil(above * c["on_demand_pct"] / 100)  # worst: up
                 spot_nodes = c["max_nodes"] - on_demand_nodes
-                spot_cost = f"{spot_nodes * spot[dearest] + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
+                spot_cost = f"{spot_nodes * max(spot_prices) + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
             rows.append(
                 [c["team"], c["cluster"], ", ".join(c["types"]), str(c["max_nodes"]),
                  f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
@@ -221,7 +240,11 @@ def summary(
     out += [
         "",
         f"Worst case: every node of the group running as its dearest listed type. On-demand prices: {prices.source}. "
-        + ("Spot prices: as given." if spot is not None else "Spot: no spot prices given (--spot-prices FILE)."),
+        + (
+            "Spot prices: as given; spot nodes at the dearest spot price given for the cluster's types."
+            if spot is not None
+            else "Spot: no spot prices given (--spot-prices FILE)."
+        ),
     ]
     budgets = [
         [stack.name, _render(r["Properties"]["Budget"]["BudgetName"]),
