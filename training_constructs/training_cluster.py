@@ -27,6 +27,29 @@ BOOTSTRAP_EXCLUDE = [".*", "__pycache__", "*.pyc"]
 INSTALL_DIR = "/opt/spot-training"
 
 
+def hand_back_unless(command: str, failure: str, *, region: str, tries: int = 3, pause_s: int = 10) -> list[str]:
+    """Shell lines: run ``command`` up to ``tries`` times; if it never succeeds, the instance leaves its group (one
+    fewer desired) and the user data exits 2. Before the bootstrap scripts are on disk no agent runs to do it, and
+    the instance would idle in the group, billed, counted as a peer."""
+    imds = "${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"
+    return [
+        f"for try in $(seq {tries}); do",
+        f"  if {command}; then break; fi",
+        f'  if [ "$try" = {tries} ]; then',
+        f"    token=$(curl -sf --max-time 5 -X PUT {imds}/latest/api/token "
+        "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300') || true",
+        f'    id=$(curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $token" {imds}/latest/meta-data/instance-id) '
+        "|| true",
+        f'    echo "user-data: error: {failure}; instance $id leaves its group (one fewer desired)" >&2',
+        f'    aws autoscaling terminate-instance-in-auto-scaling-group --region {region} --instance-id "$id" '
+        "--should-decrement-desired-capacity >/dev/null || true",
+        "    exit 2",
+        "  fi",
+        f"  sleep {pause_s}",
+        "done",
+    ]
+
+
 class TrainingCluster(Construct):
     """Spot fleet, logs, job spec, optional warm volume pool and least-privilege grants for one cluster.
 
@@ -119,7 +142,7 @@ class TrainingCluster(Construct):
 
         bootstrap = s3_assets.Asset(self, "BootstrapScripts", path=str(BOOTSTRAP_DIR), exclude=BOOTSTRAP_EXCLUDE)
         user_data = ec2.UserData.for_linux()
-        user_data.add_commands("set -euo pipefail")
+        user_data.add_commands("set -euo pipefail", "fetch_bootstrap() {")
         archive = user_data.add_s3_download_command(
             bucket=bootstrap.bucket,
             bucket_key=bootstrap.s3_object_key,
@@ -128,6 +151,8 @@ class TrainingCluster(Construct):
         )
         user_data.add_commands(
             f"python3 -m zipfile -e {archive} {INSTALL_DIR}/bootstrap",
+            "}",
+            *hand_back_unless("fetch_bootstrap", "could not fetch the bootstrap scripts (3 tries)", region=Aws.REGION),
             f"exec bash {INSTALL_DIR}/bootstrap/user_data.sh --region {Aws.REGION} --team {team} "
             f"--cluster {spec.name} --job-spec-parameter {job_spec_name}",
         )
