@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import node_agent
 import pytest
@@ -383,15 +384,21 @@ def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     assert failed is not None and "after 1 restart(s) without a new checkpoint" in failed["reason"]
 
 
-def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
-    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. Before, B's final
-    sync uploaded that copy as the same next step as A's, and whichever came last won."""
-    import uuid
-
+def flat_syncer(aws: Any, tmp_path: Path, interval_s: Optional[float]) -> tuple[Any, Any, list[str]]:
+    """A checkpoint store in a new bucket, a syncer of ``tmp_path`` (a trainer's flat checkpoint directory) with
+    a fixed interval (None: Young/Daly), and the lines they log."""
     bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
     aws.s3.create_bucket(Bucket=bucket)
     log: list[str] = []
     store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": interval_s, "mtbi_s": 3600.0})
+    return store, node_agent.Syncer(store, job, log.append, 2), log
+
+
+def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
+    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. Before, B's final
+    sync uploaded that copy as the same next step as A's, and whichever came last won."""
+    store, _, log = flat_syncer(aws, tmp_path, None)
     (tmp_path / "model.bin").write_text("state at step 4")
     store.upload(4, {"model.bin": str(tmp_path / "model.bin")}, "flat")
     syncers = {}
@@ -416,14 +423,7 @@ def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any
 def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unchanged(aws: Any, tmp_path: Path) -> None:
     """A trainer SIGKILLed after the grace may have been writing its flat file: before, the final sync uploaded
     whatever was there as the newest checkpoint, and every restore then picked the cut-off file."""
-    import uuid
-
-    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
-    aws.s3.create_bucket(Bucket=bucket)
-    log: list[str] = []
-    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
-    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": 3600, "mtbi_s": 3600.0})
-    syncer = node_agent.Syncer(store, job, log.append, 2)
+    store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model.bin").write_text("half of a sta")  # the kill struck mid-write
     syncer.trainer_killed = True
     assert syncer.sync(final=True) is None
@@ -441,14 +441,7 @@ def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_upload
     """The trainer saves model.bin again while the agent uploads it (s3transfer and the hashing each open it by
     name): the object and the manifest's hashes may then be of two versions. Before, that step was recorded
     durable, and pruning deleted the older good checkpoints for it."""
-    import uuid
-
-    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
-    aws.s3.create_bucket(Bucket=bucket)
-    log: list[str] = []
-    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
-    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": 0.01, "mtbi_s": 3600.0})
-    syncer = node_agent.Syncer(store, job, log.append, 2)
+    store, syncer, log = flat_syncer(aws, tmp_path, 0.01)
     model = tmp_path / "model.bin"
     model.write_text("state at step 10")
     upload_file = aws.s3.upload_file
@@ -476,21 +469,14 @@ def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_upload
 def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tmp_path: Path) -> None:
     """A script keeps ``last.pt`` pointing at a file it has rotated away. Before, every sync round failed on it (no
     flat checkpoint uploaded for the rest of the attempt) and ``pending()`` raised, failing a finished job."""
-    import uuid
-
-    bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
-    aws.s3.create_bucket(Bucket=bucket)
-    log: list[str] = []
-    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
-    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": 3600, "mtbi_s": 3600.0})
-    syncer = node_agent.Syncer(store, job, log.append, 2)
+    store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model-20.bin").write_text("state at step 20")
     (tmp_path / "last.bin").symlink_to(tmp_path / "model-10.bin")  # rotated away
     assert syncer.pending() == "the checkpoint directory"
     assert syncer.sync(final=True) == 1
     assert syncer.pending() is None
     assert not [line for line in log if "sync failed" in line], log
-    manifest = aws.s3.get_object(Bucket=bucket, Key=f"c/j/ckpt/1/{node_agent.MANIFEST}")["Body"].read()
+    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/1/{node_agent.MANIFEST}")["Body"].read()
     assert json.loads(manifest)["files"].keys() == {"model-20.bin"}
 
 
