@@ -1114,7 +1114,7 @@ class Agent:
                     availability_zone=self.args.availability_zone,
                     tag_key=job.warm_pool["tag_key"],
                     pool=pool,
-                    volume_ids=job.warm_pool["volumes"],
+                    volume_ids=job.warm_pool.get("volumes"),
                     device=device,
                     poll_s=min(self.poll_s, 1.0),
                 )
@@ -1550,7 +1550,8 @@ class Agent:
         # Peers leaving on a notice (or a stop) wait for this: what this node held is in S3 (or failed to get there).
         try:
             pending = syncer.pending()
-            self.put_marker(job, f"nodes/{self.instance_id}/synced", {"attempt": attempt, "pending": pending})
+            synced = {"attempt": attempt, "pending": pending, "rc": rc, "interrupted": interrupted}
+            self.put_marker(job, f"nodes/{self.instance_id}/synced", synced)
         except (OSError, *AWS_ERRORS) as exc:  # the notice, stop or restart that follows must still happen
             self.log(f"could not report this node's final sync ({exc}); peers wait for it at most the grace")
         return rc, interrupted
@@ -1638,12 +1639,19 @@ class Agent:
         synced = self.marker(job, f"nodes/{peer}/synced")
         return synced is None or float(synced.get("time", 0)) < float(training.get("time", 0))
 
-    def restarted(self, job: Job, peer: str) -> bool:
-        """Whether ``peer`` started a trainer again after the final sync it reported for this attempt: its trainer
-        failed where ours finished, and it trains again (from the final checkpoint) waiting for its peers."""
+    def restarting(self, job: Job, peer: str) -> bool:
+        """Whether ``peer`` trains again after this attempt instead of finishing: its trainer failed where ours
+        finished (its final sync reports an exit code other than 0, without a notice), and it restores, looks for
+        its peers or already runs a trainer started after ours ended. A trainer it started before ours ended (it
+        failed mid-run and rejoined our training) finishes with ours: not a restart."""
         synced = self.reported(job, peer, "synced")
+        if synced is None:
+            return False
         training = self.marker(job, f"nodes/{peer}/training")
-        return synced is not None and training is not None and float(training.get("time", 0)) > float(synced["time"])
+        started = float(training.get("time", 0)) if training is not None else 0.0
+        if started > float(synced.get("time", 0)):
+            return started > self.trainer_ended
+        return synced.get("rc", 0) != 0 and not synced.get("interrupted", False)
 
     def group_members(self) -> Set[str]:
         """The instances in this node's group, in any lifecycle state."""
@@ -1668,8 +1676,7 @@ class Agent:
         pending files): it may have held rank 0's final checkpoint, which DONE would then leave out of S3. The
         caller trains again from the newest durable checkpoint, and that attempt makes the final one again. Also
         False when this node's own final checkpoint is still not in S3 when the barrier's time is up, and when a
-        peer started a trainer again after its final sync (``restarted``): it waits for this node at its
-        rendezvous. ``not_done`` says why."""
+        peer trains again (``restarting``): it waits for this node at its rendezvous. ``not_done`` says why."""
         deadline = time.monotonic() + self.barrier_s
         own = self.own_pending_until(deadline)  # its final sync failed: try again, within the barrier's time
         if own is not None:
@@ -1706,12 +1713,12 @@ class Agent:
                 if gone:
                     self.log(f"peers {', '.join(gone)} left the group after their final sync; not waiting for them")
                     waiting = [i for i in waiting if i in in_group]
-                again = [i for i in waiting if self.restarted(job, i)]
+                again = [i for i in waiting if self.restarting(job, i)]
                 if again:  # it waits for this node at its rendezvous: leaving would leave it short of min_nodes
-                    self.not_done = f"peer(s) {', '.join(again)} started training again instead of finishing"
+                    self.not_done = f"peer(s) {', '.join(again)} trained again instead of finishing"
                     self.log(
-                        f"peer(s) {', '.join(again)} started training again after their final sync (their trainer "
-                        "failed where this one finished): training again with them from the final checkpoint"
+                        f"peer(s) {', '.join(again)} train again (their trainer failed where this one finished): "
+                        "training again with them from the final checkpoint"
                     )
                     return False
             if waiting:

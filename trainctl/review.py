@@ -223,9 +223,10 @@ def summary(
             dearest = max(c["types"], key=prices.on_demand_price)
             on_demand = c["max_nodes"] * prices.on_demand_price(dearest)
             spot_cost = "-"
-            # spot prices do not follow the on-demand order: the dearest at spot is the dearest given spot price
+            # spot prices do not follow the on-demand order: the dearest at spot is the dearest spot price, and a
+            # worst case needs every type's (a type the file leaves out may be the dearest)
             spot_prices = [spot[t] for t in c["types"] if t in spot] if spot is not None else []
-            if spot_prices:
+            if spot_prices and len(spot_prices) == len(c["types"]):
                 above = max(c["max_nodes"] - c["on_demand_base"], 0)
                 on_demand_nodes = c["max_nodes"] - above + math.ceil(above * c["on_demand_pct"] / 100)  # worst: up
                 spot_nodes = c["max_nodes"] - on_demand_nodes

@@ -155,11 +155,13 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     _number(merged, "mean_time_between_interruptions_s")
     _number(merged, "interruption_grace_s", below=SPOT_NOTICE_S)
     warm = merged.get("warm_pool")
+    # volumes: the pool's volume ids; a job spec of a stack deployed before they were listed has none (claim by tag)
+    volumes = warm.get("volumes", []) if isinstance(warm, dict) else None
     if warm is not None and not (
         isinstance(warm, dict)
-        and {"tag_key", "pool", "device_name", "volumes"} <= set(warm)
-        and isinstance(warm["volumes"], list)
-        and all(isinstance(v, str) for v in warm["volumes"])
+        and {"tag_key", "pool", "device_name"} <= set(warm)
+        and isinstance(volumes, list)
+        and all(isinstance(v, str) for v in volumes)
     ):
         raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name, volumes: [ids]}}, got {warm!r}")
     return merged

@@ -28,12 +28,17 @@ log = logging.getLogger("spot_training.warm_volume")
 LOST_RACE = {"VolumeInUse", "IncorrectState", "InvalidVolume.ZoneMismatch", "InvalidVolume.NotFound"}
 
 
-def free_volumes(ec2, *, tag_key: str, pool: str, availability_zone: str, volume_ids: Sequence[str]) -> List[str]:
-    if not volume_ids:
+def free_volumes(
+    ec2, *, tag_key: str, pool: str, availability_zone: str, volume_ids: Optional[Sequence[str]]
+) -> List[str]:
+    """The pool's available volumes in the AZ, of ``volume_ids`` (None: every volume with the pool's tag, for a job
+    spec written before the stack listed them)."""
+    if volume_ids is not None and not volume_ids:
         return []
+    by_id = [] if volume_ids is None else [{"Name": "volume-id", "Values": list(volume_ids)}]
     pages = ec2.get_paginator("describe_volumes").paginate(
         Filters=[
-            {"Name": "volume-id", "Values": list(volume_ids)},
+            *by_id,
             {"Name": f"tag:{tag_key}", "Values": [pool]},
             {"Name": "availability-zone", "Values": [availability_zone]},
             {"Name": "status", "Values": ["available"]},
@@ -69,7 +74,7 @@ def claim_volume(
     availability_zone: str,
     tag_key: str,
     pool: str,
-    volume_ids: Sequence[str],
+    volume_ids: Optional[Sequence[str]],
     device: str,
     timeout_s: float = 120.0,
     poll_s: float = 1.0,

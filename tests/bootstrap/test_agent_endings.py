@@ -151,20 +151,36 @@ def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_
     assert lines[-1] == "checkpoint 9 (model.pt) not durable in S3 within 0 s: not reporting done; training again"
 
 
-def test_the_done_barrier_trains_again_with_a_peer_that_restarted_instead_of_finishing(make_cluster: Any) -> None:
-    """A's trainer failed where B's finished (say at teardown): A synced, then started a trainer again, which waits
-    for B at its rendezvous. Before, B waited the barrier out and left the group (one fewer): A, short of
-    min_nodes, then waited for peers until it wrote FAILED over a finished training."""
+@pytest.mark.parametrize(
+    "peer",
+    ["restored and runs a trainer again", "still restores a large final checkpoint", "failed mid-run and rejoined"],
+)
+def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_finishing(
+    make_cluster: Any, peer: str
+) -> None:
+    """A's trainer failed where B's finished (say at teardown): A reports its final sync (exit code 1), restores
+    and starts a trainer again, which waits for B at its rendezvous. Before, B waited the barrier out and left the
+    group (one fewer): A, short of min_nodes, waited for peers until it wrote FAILED over a finished training. With
+    a large checkpoint A's new trainer marker comes after the barrier's 120 s: the exit code says it. A trainer A
+    started before B's ended (it failed mid-run and rejoined B's training) finishes with B: B waits for it."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "again-run")
-    agent.barrier_s = 2
-    peer, _, _ = agent_for(cluster, a)
-    peer.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+    agent.barrier_s = 1
+    other, _, _ = agent_for(cluster, a)
+    training = {"attempt": 1, "address": "127.0.0.1", "private_ip": "10.0.0.1"}
+    other.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None, "rc": 1, "interrupted": False})
     time.sleep(0.01)
-    peer.put_marker(job, f"nodes/{a}/training", {"attempt": 1, "address": "127.0.0.1", "private_ip": "10.0.0.1"})
-    assert not agent.finish(job, cluster.group)
+    if peer == "restored and runs a trainer again":
+        other.put_marker(job, f"nodes/{a}/training", training)
+    elif peer == "failed mid-run and rejoined":
+        other.put_marker(job, f"nodes/{a}/training", training)
+        agent.trainer_ended = time.time() + 0.01  # ours ended after A's new trainer started
+    assert agent.finish(job, cluster.group) is (peer == "failed mid-run and rejoined")
+    if peer == "failed mid-run and rejoined":
+        assert any(line.startswith(f"peers {a} did not report done within") for line in lines), lines
+        return
     assert lines[-1] == (
-        f"peer(s) {a} started training again after their final sync (their trainer failed where this one "
-        "finished): training again with them from the final checkpoint"
+        f"peer(s) {a} train again (their trainer failed where this one finished): training again with them from "
+        "the final checkpoint"
     )
     assert len(cluster.instances()) == 2 and cluster.desired_capacity() == 2
     assert cluster.marker("again-run", "DONE") is None

@@ -68,6 +68,20 @@ def test_node_claims_a_pool_volume_and_releases_it(make_cluster: Any, make_nodes
     assert cluster.marker("warm-run", "DONE") is not None
 
 
+def test_a_job_spec_that_does_not_list_the_volumes_claims_by_tag(make_cluster: Any, make_nodes: Any) -> None:
+    """A stack deployed before the job spec listed the pool's volumes: its nodes (new scripts, old spec, say a
+    replacement booted during the deploy) claim by tag as before, instead of refusing the job (FAILED, group at 0)."""
+    cluster, pool = _cluster(make_cluster)
+    del cluster.spec["warm_pool"]["volumes"]
+    cluster.put_spec()
+    volume = _volume(cluster, pool, listed=False)
+    cluster.submit("old-spec-run", JOB, "python ok.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node]), SPOT_TRAINING_WARM_VOLUME_MOUNT="0").wait() == 0, node.text
+    assert f"claimed warm volume {volume} from pool {pool} as /dev/sdf" in node.text
+    assert cluster.marker("old-spec-run", "DONE") is not None
+
+
 def test_no_free_volume_boots_from_the_root_volume(make_cluster: Any, make_nodes: Any) -> None:
     cluster, pool = _cluster(make_cluster)
     cluster.submit("cold-run", JOB, "python ok.py")
