@@ -259,7 +259,9 @@ def test_trainctl_status_list_and_logs_of_the_demo_job(
     assert info["state"] == "DONE"
     assert info["last_checkpoint_step"] == summary.steps_trained
     assert info["interruptions"] == 1
-    assert info["nodes"] == [] and info["desired_capacity"] == 0
+    assert info["nodes"] == []
+    # the group's capacity is shown for the cluster's current job only (the rendezvous-host test runs a later one)
+    assert info["desired_capacity"] == (0 if info["group_job"] == summary.job_id else None)
     code, out, _ = _trainctl(capsys, "list", "--cluster", "main")
     assert code == 0
     assert re.search(rf"^{summary.job_id}\s+DONE\s", out, re.MULTILINE)
