@@ -745,6 +745,11 @@ def remove_partial_writes(checkpoint_dir: str) -> None:
             shutil.rmtree(os.path.join(checkpoint_dir, name), ignore_errors=True)
 
 
+def stamp(marker: Dict[str, Any]) -> float:
+    """When a marker was written (``put_marker``'s ``time``, the writer's clock); 0 if it says not."""
+    return float(marker.get("time", 0))
+
+
 def local_steps(checkpoint_dir: str) -> List[int]:
     """The step directories (``<dir>/<step>/``) in a checkpoint directory, oldest first."""
     try:
@@ -1462,7 +1467,7 @@ class Agent:
             if self.training_seen.get(instance_id, ("", {}))[0] != etag:  # read each marker once
                 self.training_seen[instance_id] = (etag, self.marker(job, f"nodes/{instance_id}/training") or {})
             body = self.training_seen[instance_id][1]
-            address, when = str(body.get("address", "")), float(body.get("time", 0))
+            address, when = str(body.get("address", "")), stamp(body)
             if address in unknown and when > newest.get(address, (-1.0, "", ""))[0]:
                 newest[address] = (when, instance_id, str(body.get("private_ip", address)))
         for _, instance_id, private_ip in newest.values():
@@ -1624,32 +1629,39 @@ class Agent:
         in_group = self.group_members()
         return [peer for peer in others if peer in in_group and self.owes_final_sync(job, peer)]
 
+    def trainer_markers(self, job: Job, peer: str) -> Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]]]:
+        """``peer``'s newest ``nodes/<id>/training`` (written just before its torchrun) and ``nodes/<id>/synced``
+        (its report of a trainer's final sync) markers, each None if absent."""
+        return self.marker(job, f"nodes/{peer}/training"), self.marker(job, f"nodes/{peer}/synced")
+
     def owes_final_sync(self, job: Job, peer: str) -> bool:
-        """Whether ``peer``'s newest trainer (``nodes/<id>/training``, written just before its torchrun) started
-        before ours ended and has no final sync reported (``nodes/<id>/synced`` written after it).
+        """Whether ``peer``'s newest trainer started before ours ended and has no final sync reported (a ``synced``
+        written after it); see ``owes``."""
+        return self.owes(*self.trainer_markers(job, peer))
+
+    def owes(self, training: Optional[Dict[str, Any]], synced: Optional[Dict[str, Any]]) -> bool:
+        """``owes_final_sync`` of a peer's two markers.
 
         A peer that started no trainer after its last report (still restoring a checkpoint, or looking for peers,
         when our trainer ended) has nothing of the attempt to give: waiting for it would hold a restart for the
         whole grace. One whose newest trainer started after ours ended synced the one before it first. A peer's
         two markers are compared on its own clock, not against our trainer's start: a ``synced`` of its previous
         trainer written after ours started is not the sync of the trainer it ran with ours."""
-        training = self.marker(job, f"nodes/{peer}/training")
-        if training is None or float(training.get("time", 0)) > self.trainer_ended:
+        if training is None or stamp(training) > self.trainer_ended:
             return False
-        synced = self.marker(job, f"nodes/{peer}/synced")
-        return synced is None or float(synced.get("time", 0)) < float(training.get("time", 0))
+        return synced is None or stamp(synced) < stamp(training)
 
     def restarting(self, job: Job, peer: str) -> bool:
         """Whether ``peer`` trains again after this attempt instead of finishing: its trainer failed where ours
         finished (its final sync reports an exit code other than 0, without a notice), and it restores, looks for
         its peers or already runs a trainer started after ours ended. A trainer it started before ours ended (it
         failed mid-run and rejoined our training) finishes with ours: not a restart."""
-        synced = self.reported(job, peer, "synced")
+        training, synced = self.trainer_markers(job, peer)
+        synced = self.fresh(synced)
         if synced is None:
             return False
-        training = self.marker(job, f"nodes/{peer}/training")
-        started = float(training.get("time", 0)) if training is not None else 0.0
-        if started > float(synced.get("time", 0)):
+        started = stamp(training) if training is not None else 0.0
+        if started > stamp(synced):
             return started > self.trainer_ended
         return synced.get("rc", 0) != 0 and not synced.get("interrupted", False)
 
@@ -1660,14 +1672,18 @@ class Agent:
 
     def synced_durably(self, job: Job, peer: str) -> bool:
         """Whether ``peer`` reported the final sync of the last attempt with nothing left pending."""
-        synced = self.reported(job, peer, "synced")
-        return synced is not None and synced.get("pending") is None and not self.owes_final_sync(job, peer)
+        training, synced = self.trainer_markers(job, peer)
+        synced = self.fresh(synced)
+        return synced is not None and synced.get("pending") is None and not self.owes(training, synced)
 
     def reported(self, job: Job, peer: str, name: str) -> Optional[Dict[str, Any]]:
-        """``peer``'s marker ``nodes/<peer>/<name>`` (``synced``, ``done``) if written since the last attempt's trainer
-        started (one written for an earlier attempt does not count), else None."""
-        body = self.marker(job, f"nodes/{peer}/{name}")
-        return body if body is not None and float(body.get("time", 0)) >= self.trainer_started else None
+        """``peer``'s marker ``nodes/<peer>/<name>`` (``synced``, ``done``) if ``fresh``, else None."""
+        return self.fresh(self.marker(job, f"nodes/{peer}/{name}"))
+
+    def fresh(self, body: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        """A marker ``body`` if written since the last attempt's trainer started (one written for an earlier attempt
+        does not count), else None."""
+        return body if body is not None and stamp(body) >= self.trainer_started else None
 
     def finish(self, job: Job, group: str) -> bool:
         """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and scale to 0.
