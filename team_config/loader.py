@@ -11,38 +11,10 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from team_config.model import (
-    NAME_PATTERN,
-    PATTERN_EXAMPLES,
-    AmiId,
-    AzName,
-    RouteTableId,
-    SnapshotId,
-    SubnetId,
-    TeamConfig,
-    VpcId,
-)
+from team_config.model import NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
 
 DEFAULT_TEAM = "default"
 STACK_PREFIX = "TrainingStack"
-
-
-def _pattern(constrained: Any) -> str:
-    """The regex of one of the model's constrained string types (``Annotated[str, StringConstraints(...)]``)."""
-    return next(str(m.pattern) for m in constrained.__metadata__ if getattr(m, "pattern", None))
-
-
-# What a valid value looks like, said after a pattern mismatch ("; use ..."): the regex alone tells no one the fix.
-EXAMPLES = {
-    NAME_PATTERN: "lowercase letters, digits and '-' (a letter first, no '-' last, at most 32), such as gpu-a",
-    _pattern(AmiId): "an AMI id such as ami-0123456789abcdef0",
-    _pattern(SnapshotId): "a snapshot id such as snap-0123456789abcdef0",
-    _pattern(VpcId): "a VPC id such as vpc-0123456789abcdef0",
-    _pattern(SubnetId): "a subnet id such as subnet-0123456789abcdef0",
-    _pattern(RouteTableId): "a route table id such as rtb-0123456789abcdef0",
-    _pattern(AzName): "a zone name such as us-east-1a",
-    **PATTERN_EXAMPLES,
-}
 
 
 class ConfigError(Exception):
@@ -103,7 +75,7 @@ def _describe(error: Any) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "string_pattern_mismatch":
-        example = EXAMPLES.get(error["ctx"]["pattern"])
+        example = PATTERN_EXAMPLES.get(error["ctx"]["pattern"])
         return f"{error['input']!r} does not match the required form {error['ctx']['pattern']}" + (
             f"; use {example}" if example else ""
         )

@@ -23,12 +23,18 @@ Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 INSTANCE_TYPE_PATTERN = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
 InstanceType = Annotated[str, StringConstraints(pattern=INSTANCE_TYPE_PATTERN)]
 
-SnapshotId = Annotated[str, StringConstraints(pattern=r"^snap-[0-9a-f]{8,17}$")]
-AmiId = Annotated[str, StringConstraints(pattern=r"^ami-[0-9a-f]{8,17}$")]
-VpcId = Annotated[str, StringConstraints(pattern=r"^vpc-[0-9a-f]{8,17}$")]
-SubnetId = Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")]
-RouteTableId = Annotated[str, StringConstraints(pattern=r"^rtb-[0-9a-f]{8,17}$")]
-AzName = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
+SNAPSHOT_PATTERN = r"^snap-[0-9a-f]{8,17}$"
+SnapshotId = Annotated[str, StringConstraints(pattern=SNAPSHOT_PATTERN)]
+AMI_PATTERN = r"^ami-[0-9a-f]{8,17}$"
+AmiId = Annotated[str, StringConstraints(pattern=AMI_PATTERN)]
+VPC_PATTERN = r"^vpc-[0-9a-f]{8,17}$"
+VpcId = Annotated[str, StringConstraints(pattern=VPC_PATTERN)]
+SUBNET_PATTERN = r"^subnet-[0-9a-f]{8,17}$"
+SubnetId = Annotated[str, StringConstraints(pattern=SUBNET_PATTERN)]
+ROUTE_TABLE_PATTERN = r"^rtb-[0-9a-f]{8,17}$"
+RouteTableId = Annotated[str, StringConstraints(pattern=ROUTE_TABLE_PATTERN)]
+AZ_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$"
+AzName = Annotated[str, StringConstraints(pattern=AZ_PATTERN)]
 AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")]
 
 # The values CloudWatch Logs accepts for a log group's retention (days).
@@ -243,7 +249,17 @@ class WarmPoolConfig(Strict):
 
 
 EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
-PATTERN_EXAMPLES = {EMAIL_PATTERN: "an email address such as ml-leads@example.com"}
+# What a valid value looks like, said after a pattern mismatch ("; use ..."): the regex alone tells no one the fix.
+PATTERN_EXAMPLES = {
+    NAME_PATTERN: "lowercase letters, digits and '-' (a letter first, no '-' last, at most 32), such as gpu-a",
+    AMI_PATTERN: "an AMI id such as ami-0123456789abcdef0",
+    SNAPSHOT_PATTERN: "a snapshot id such as snap-0123456789abcdef0",
+    VPC_PATTERN: "a VPC id such as vpc-0123456789abcdef0",
+    SUBNET_PATTERN: "a subnet id such as subnet-0123456789abcdef0",
+    ROUTE_TABLE_PATTERN: "a route table id such as rtb-0123456789abcdef0",
+    AZ_PATTERN: "a zone name such as us-east-1a",
+    EMAIL_PATTERN: "an email address such as ml-leads@example.com",
+}
 
 
 class BudgetConfig(Strict):
