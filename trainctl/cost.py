@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, Optional
 
 from botocore.exceptions import ClientError
@@ -67,15 +68,13 @@ def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, f
     """Per instance: launch and termination times (s) from the group's scaling activities."""
     found: dict[str, dict[str, float]] = {}
     pages = client("autoscaling").get_paginator("describe_scaling_activities").paginate(AutoScalingGroupName=group)
-    for page_no, page in enumerate(pages):
+    for page in islice(pages, ACTIVITY_PAGES):
         for activity in page["Activities"]:
             m = _ACTIVITY.match(activity.get("Description", ""))
             if m and m.group(1).startswith("Launching"):
                 found.setdefault(m.group(2), {})["launch"] = activity["StartTime"].timestamp()
             elif m:
                 found.setdefault(m.group(2), {})["end"] = (activity.get("EndTime") or activity["StartTime"]).timestamp()
-        if page_no + 1 >= ACTIVITY_PAGES:
-            break
     return found
 
 

@@ -19,6 +19,7 @@ import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Optional
 
@@ -466,11 +467,7 @@ def planned_steps(client: ClientFactory, ref: ClusterRef, job_id: str) -> Option
         .get_paginator("filter_log_events")
         .paginate(logGroupName=str(ref.spec["log_group"]), logStreamNamePrefix=f"{job_id}/", filterPattern='"plan:"')
     )
-    found: list[dict[str, Any]] = []
-    for page_no, page in enumerate(pages):
-        found += page["events"]
-        if page_no + 1 >= FILTER_PAGES:
-            break
+    found = [e for page in islice(pages, FILTER_PAGES) for e in page["events"]]
     plans = [m for e in sorted(found, key=lambda e: e["timestamp"]) if (m := _PLAN.search(e["message"]))]
     return int(plans[-1].group(1)) if plans else None
 
@@ -482,7 +479,7 @@ def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[s
     group = str(ref.spec["log_group"])
     out: dict[str, list[tuple[float, str]]] = {}
     pages = logs.get_paginator("describe_log_streams").paginate(logGroupName=group, logStreamNamePrefix=f"{job_id}/")
-    for page_no, streams in enumerate(pages):
+    for streams in islice(pages, STREAM_PAGES):
         for stream in streams["logStreams"]:
             name = stream["logStreamName"]
             lines = out.setdefault(name, [])
@@ -496,8 +493,6 @@ def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[s
                 if not page["events"] or page.get("nextForwardToken") == token:
                     break
                 token = page.get("nextForwardToken")
-        if page_no + 1 >= STREAM_PAGES:
-            break
     return out
 
 

@@ -225,12 +225,12 @@ def summary(
             spot_cost = "-"
             # spot prices do not follow the on-demand order: the dearest at spot is the dearest spot price, and a
             # worst case needs every type's (a type the file leaves out may be the dearest)
-            spot_prices = [spot[t] for t in c["types"] if t in spot] if spot is not None else []
-            if spot_prices and len(spot_prices) == len(c["types"]):
+            if spot is not None and all(t in spot for t in c["types"]):
                 above = max(c["max_nodes"] - c["on_demand_base"], 0)
                 on_demand_nodes = c["max_nodes"] - above + math.ceil(above * c["on_demand_pct"] / 100)  # worst: up
                 spot_nodes = c["max_nodes"] - on_demand_nodes
-                spot_cost = f"{spot_nodes * max(spot_prices) + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
+                dearest_spot = max(spot[t] for t in c["types"])
+                spot_cost = f"{spot_nodes * dearest_spot + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
             rows.append(
                 [c["team"], c["cluster"], ", ".join(c["types"]), str(c["max_nodes"]),
                  f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
