@@ -40,7 +40,8 @@ def hand_back_unless(command: str, failure: str, *, region: str, tries: int = 3,
         "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300') || true",
         f'    id=$(curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $token" {imds}/latest/meta-data/instance-id) '
         "|| true",
-        f'    echo "user-data: error: {failure}; instance $id leaves its group (one fewer desired)" >&2',
+        f'    echo "user-data: error: {failure} ({tries} tries); instance $id leaves its group (one fewer desired)" '
+        ">&2",
         f'    aws autoscaling terminate-instance-in-auto-scaling-group --region {region} --instance-id "$id" '
         "--should-decrement-desired-capacity >/dev/null || true",
         "    exit 2",
@@ -152,7 +153,7 @@ class TrainingCluster(Construct):
         user_data.add_commands(
             f"python3 -m zipfile -e {archive} {INSTALL_DIR}/bootstrap",
             "}",
-            *hand_back_unless("fetch_bootstrap", "could not fetch the bootstrap scripts (3 tries)", region=Aws.REGION),
+            *hand_back_unless("fetch_bootstrap", "could not fetch the bootstrap scripts", region=Aws.REGION),
             f"exec bash {INSTALL_DIR}/bootstrap/user_data.sh --region {Aws.REGION} --team {team} "
             f"--cluster {spec.name} --job-spec-parameter {job_spec_name}",
         )
