@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from team_config.model import NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
+from team_config.text import not_utf8
 
 DEFAULT_TEAM = "default"
 STACK_PREFIX = "TrainingStack"
@@ -126,9 +127,7 @@ def load_team(path: Path) -> Team:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
-        ) from None
+        raise ConfigError(f"{path}: {not_utf8(exc)}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

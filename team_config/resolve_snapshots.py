@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from team_config.text import not_utf8
+
 AMI_LINE = re.compile(r"""^(?P<indent>\s*)ami_id:\s*(?P<q>["']?)(?P<ami>ami-[0-9a-f]+)(?P=q)\s*(#.*)?$""")
 
 
@@ -102,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         region = ec2.meta.region_name
         snapshots = {ami: root_snapshot(ec2, ami) for ami in sorted({ami for _, ami in pools})}
     except UnicodeDecodeError as exc:
-        where = f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
-        print(f"error: {args.team_file}: not UTF-8 text ({where}); save it as UTF-8", file=sys.stderr)
+        print(f"error: {args.team_file}: {not_utf8(exc)}", file=sys.stderr)
         return 2
     except (OSError, yaml.YAMLError, TeamFileError, LookupError, BotoCoreError, ClientError) as exc:
         print(f"error: {args.team_file}: {str(exc).splitlines()[0]}", file=sys.stderr)

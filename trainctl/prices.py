@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import yaml
 
+from team_config.text import not_utf8
+
 SOURCE = "https://aws.amazon.com/ec2/pricing/on-demand/ (Linux, us-east-1)"
 AS_OF = "2026-11-23"
 # instance type: (on-demand USD per hour, GPUs). P-family values are list prices before the June 2025 cut.
@@ -60,9 +62,7 @@ def read_price_file(path: Path) -> dict[str, float]:
     try:
         data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise PriceError(
-            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
-        ) from None
+        raise PriceError(f"{path}: {not_utf8(exc)}") from None
     except (OSError, yaml.YAMLError) as exc:
         raise PriceError(f"{path}: cannot read prices ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
