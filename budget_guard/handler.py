@@ -50,6 +50,9 @@ def _groups(autoscaling: Any, team_tag: str, team: str) -> dict[str, dict[str, A
 
 
 def guard(clients: Any, env: dict[str, str], account: str, now: float) -> dict[str, Any]:
+    """One run. Each cluster is judged on its own: a cluster that cannot be judged (an AWS error, a parameter that
+    is not JSON) does not keep the guard from the others; the run then raises at the end, naming it, so the
+    function's errors show it and EventBridge tries the run again."""
     budget = clients("budgets").describe_budget(AccountId=account, BudgetName=env["BUDGET_NAME"])["Budget"]
     limit = float(budget["BudgetLimit"]["Amount"])
     spent = float(budget.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0.0))
@@ -59,27 +62,65 @@ def guard(clients: Any, env: dict[str, str], account: str, now: float) -> dict[s
     s3, ssm, autoscaling = clients("s3"), clients("ssm"), clients("autoscaling")
     groups = _groups(autoscaling, env["TEAM_TAG"], env["TEAM"])
     force_after = float(env.get("FORCE_AFTER_S", "900"))
+    failed: list[str] = []
     for name in filter(None, env["JOB_SPEC_PARAMETERS"].split(",")):
-        spec = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
-        group = groups.get(spec["cluster"])
-        if group is None or group["DesiredCapacity"] == 0:
-            continue
         try:
-            job = json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])
-        except ssm.exceptions.ParameterNotFound:
-            job = None
-        prefix = f"{spec['prefix']}{job['job_id']}/" if job else None
-        finished = prefix is not None and any(read_marker(s3, spec["bucket"], prefix + m) for m in FINISHED)
-        stop = read_marker(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
-        if prefix and not finished and stop is None:
-            body = {"requested_at": now, "by": "budget guard", "reason": f"budget {env['BUDGET_NAME']} spent"}
-            s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())
-            report["actions"].append(f"{spec['cluster']}: asked job {job['job_id']} to stop")
-        overdue = stop is not None and now - float(stop.get("requested_at", now)) > force_after
-        if prefix is None or finished or overdue or not group["Instances"]:
-            autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
-            report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
+            _stop_cluster(s3, ssm, autoscaling, groups, name, env["BUDGET_NAME"], now, force_after, report)
+        except Exception as exc:  # one cluster must not keep the guard from the others
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+    if failed:
+        print(json.dumps(report))
+        raise RuntimeError("budget guard could not judge: " + "; ".join(failed))
     return report
+
+
+def _stop_cluster(
+    s3: Any,
+    ssm: Any,
+    autoscaling: Any,
+    groups: dict[str, dict[str, Any]],
+    spec_parameter: str,
+    budget: str,
+    now: float,
+    force_after: float,
+    report: dict[str, Any],
+) -> None:
+    spec = json.loads(ssm.get_parameter(Name=spec_parameter)["Parameter"]["Value"])
+    group = groups.get(spec["cluster"])
+    if group is None or group["DesiredCapacity"] == 0:
+        return
+    try:
+        job = json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])
+    except ssm.exceptions.ParameterNotFound:
+        job = None
+    prefix = f"{spec['prefix']}{job['job_id']}/" if job else None
+    finished = prefix is not None and any(_marker(s3, spec["bucket"], prefix + m) for m in FINISHED)
+    stop = _marker(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
+    if prefix and not finished and stop is None:
+        body = {"requested_at": now, "by": "budget guard", "reason": f"budget {budget} spent"}
+        s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())
+        report["actions"].append(f"{spec['cluster']}: asked job {job['job_id']} to stop")
+    overdue = stop is not None and now - _requested_at(stop) > force_after
+    if prefix is None or finished or overdue or not group["Instances"]:
+        autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
+        report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
+
+
+def _marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
+    """:func:`read_marker`, with a marker that is there but not a JSON object read as ``{"unreadable": True}``:
+    anyone who may write under the prefix could have written it, and it must not stop the guard."""
+    try:
+        return read_marker(s3, bucket, key)
+    except (ValueError, TypeError):  # not JSON (JSONDecodeError is a ValueError), or not an object
+        return {"unreadable": True}
+
+
+def _requested_at(stop: dict[str, Any]) -> float:
+    """When the stop was asked; a STOP without a readable time counts as asked long ago (overdue)."""
+    try:
+        return float(stop["requested_at"])
+    except (KeyError, TypeError, ValueError):
+        return float("-inf")
 
 
 def handler(event: Any, context: Any) -> dict[str, Any]:

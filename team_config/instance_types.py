@@ -1,7 +1,7 @@
 """The EC2 instance types a team file may name: botocore's list for the pinned version, kept in a text file.
 
 Read from ``ec2_instance_types.txt`` (a few milliseconds) instead of botocore's EC2 model at every synth (a
-fraction of a second). After upgrading boto3, regenerate it: ``python -m team_config.instance_types``; a test
+fraction of a second). After upgrading boto3, regenerate it: ``.venv/bin/python -m team_config.instance_types``; a test
 fails while the file and botocore disagree.
 """
 
@@ -30,7 +30,7 @@ def botocore_instance_types() -> tuple[str, list[str]]:
 
 def main() -> None:
     version, types = botocore_instance_types()
-    header = f"# EC2 instance types of botocore {version}; regenerate: python -m team_config.instance_types\n"
+    header = f"# EC2 instance types of botocore {version}; regenerate: .venv/bin/python -m team_config.instance_types\n"
     TYPES_FILE.write_text(header + "".join(f"{t}\n" for t in types))
     print(f"{TYPES_FILE}: {len(types)} instance types of botocore {version}")
 

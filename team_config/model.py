@@ -230,7 +230,7 @@ class WarmPoolConfig(Strict):
         if self.snapshot_id is None and self.ami_id is not None:
             raise ValueError(
                 f"ami_id {self.ami_id} is not resolved to its root snapshot yet; run "
-                "`python -m team_config.resolve_snapshots <team file>` to add snapshot_id"
+                "`.venv/bin/python -m team_config.resolve_snapshots <team file>` to add snapshot_id"
             )
         if self.snapshot_id is None:
             raise ValueError("snapshot_id (snap-...) or ami_id (ami-...) is required: what the warm volumes copy")
@@ -270,7 +270,12 @@ class BudgetConfig(Strict):
     notify: list[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]] = Field(
         default_factory=list, description="Email addresses AWS Budgets alerts (at warn_at_percent and 100 %)."
     )
-    check_every_minutes: int = Field(60, ge=5, le=1440, description="How often the guard reads the budget.")
+    check_every_minutes: int = Field(
+        60,
+        ge=5,
+        le=1440,
+        description="How often the guard reads the budget (every force_stop_after_minutes when that is shorter).",
+    )
     force_stop_after_minutes: int = Field(
         15, ge=5, le=120, description="Set a group to 0 if its job has not stopped this long after the request."
     )
@@ -351,7 +356,7 @@ class ClusterConfig(Strict):
                 fix = f"did you mean {close[0]}?" if close else "see aws ec2 describe-instance-types"
                 raise ValueError(
                     f"instance_types: {name} is not an EC2 instance type ({fix}; a type newer than the pinned boto3: "
-                    "upgrade it and run python -m team_config.instance_types)"
+                    "upgrade it and run .venv/bin/python -m team_config.instance_types)"
                 )
         arches = {t: instance_architecture(t) for t in self.instance_types}
         if len(set(arches.values())) > 1:

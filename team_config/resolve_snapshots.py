@@ -1,6 +1,6 @@
 """Resolve warm-pool ``ami_id`` values to their root snapshot and write ``snapshot_id`` into the team file.
 
-Usage: ``python -m team_config.resolve_snapshots teams/<team>.yaml [--region REGION]``
+Usage: ``.venv/bin/python -m team_config.resolve_snapshots teams/<team>.yaml [--region REGION]``
 
 Synth never calls AWS: this one-off helper does (with your credentials, in the region the team
 deploys to), and the result is committed with the team file, so reviewers see the snapshot id

@@ -459,7 +459,9 @@ def test_app_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path, 
 def test_the_instance_type_list_is_the_pinned_botocores() -> None:
     """team_config/ec2_instance_types.txt is what the pinned botocore knows (regenerate it after an upgrade)."""
     version, types = botocore_instance_types()
-    assert sorted(known_instance_types()) == types, f"run python -m team_config.instance_types (botocore {version})"
+    assert sorted(known_instance_types()) == types, (
+        f"run .venv/bin/python -m team_config.instance_types (botocore {version})"
+    )
     assert {"g5.xlarge", "g6e.xlarge", "p5.48xlarge", "g5g.xlarge"} <= known_instance_types()
 
 

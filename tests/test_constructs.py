@@ -637,7 +637,9 @@ def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: 
     assert (env["BUDGET_NAME"], env["TEAM"], env["FORCE_AFTER_S"]) == ("spot-training-team-a", "team-a", "900")
     assert "ReservedConcurrentExecutions" not in function["Properties"]  # fails deploys on low-quota accounts
     [rule] = resources(budgeted, "AWS::Events::Rule")
-    assert rule["Properties"]["ScheduleExpression"] == "rate(1 hour)"
+    # the defaults read the budget every 60 minutes and force a stop after 15: the guard runs every 15, or an
+    # overdue stop would wait for the next hourly run
+    assert rule["Properties"]["ScheduleExpression"] == "rate(15 minutes)"
     [function_id] = budgeted.find_resources("AWS::Lambda::Function").keys()
     assert rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
 

@@ -56,7 +56,7 @@ def test_unresolved_ami_is_a_config_error_that_names_the_helper(tmp_path: Path) 
     with pytest.raises(
         Exception,
         match=r"ami_id ami-0123456789abcdef0 is not resolved to its root snapshot yet; "
-        r"run `python -m team_config.resolve_snapshots <team file>`",
+        r"run `.venv/bin/python -m team_config.resolve_snapshots <team file>`",
     ):
         load_team(path)
 

@@ -116,7 +116,10 @@ class TeamBudget(Construct):
         self.schedule = events.Rule(
             self,
             "Schedule",
-            schedule=events.Schedule.rate(Duration.minutes(config.check_every_minutes)),
+            # a stop found overdue only at the next run: run at least every force_stop_after_minutes
+            schedule=events.Schedule.rate(
+                Duration.minutes(min(config.check_every_minutes, config.force_stop_after_minutes))
+            ),
             targets=[targets.LambdaFunction(self.guard, retry_attempts=2)],
         )
 

@@ -26,7 +26,8 @@ from trainctl.cli import main as trainctl_main
 
 pytestmark = pytest.mark.slow
 
-TEAM, LIMIT, WARN, EVERY = "capped", 50.0, 70, 30
+CLUSTERS = ("main", "stuck", "side")  # the guard judges them in this order
+TEAM, LIMIT, WARN, EVERY = "capped", 50.0, 70, 10  # EVERY under force_stop_after_minutes: the schedule's rate
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
             "notify": ["leads@example.com"],
             "check_every_minutes": EVERY,
         },
-        "clusters": [{"name": "main", "instance_types": ["g5.xlarge", "g6.xlarge"], "max_nodes": 2}],
+        "clusters": [{"name": name, "instance_types": ["g5.xlarge", "g6.xlarge"], "max_nodes": 2} for name in CLUSTERS],
     }
     (teams / f"{TEAM}.yaml").write_text(yaml.safe_dump(team))
     with EmulatedCloud(run_dir=tmp_path_factory.mktemp("budget")) as c:
@@ -79,7 +80,7 @@ def test_the_stack_creates_the_budget_its_alerts_and_a_scheduled_guard(cloud: Em
     function = _guard_function(cloud)
     env = function["Environment"]["Variables"]
     assert env["BUDGET_NAME"] == budget_name(TEAM)
-    assert env["JOB_SPEC_PARAMETERS"] == f"/spot-training/{TEAM}/main/job-spec"
+    assert env["JOB_SPEC_PARAMETERS"] == ",".join(f"/spot-training/{TEAM}/{name}/job-spec" for name in CLUSTERS)
     assert function["Runtime"].startswith("python3.")
     events = cloud.client("events")
     rules = [
@@ -144,3 +145,30 @@ def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
     report = guard(client, env, cloud.account_id, now=overdue)
     assert report["actions"] == [f"main: group {ref.group} set to 0"]
     assert jobs.desired_capacity(client, ref) == 0
+
+
+def test_a_cluster_the_guard_cannot_judge_does_not_keep_it_from_the_others(cloud: EmulatedCloud) -> None:
+    """A current-job parameter that is not JSON (cluster stuck) and a STOP that is not JSON (cluster side), both
+    writable by anyone who may write the cluster's objects or parameters: side's group is still set to 0 (a stop
+    without a readable time is overdue), and the run fails naming stuck, so the function's errors show it."""
+    client = cloud.client
+    _set_spend(cloud, 0.0)
+    try:
+        stuck, side = (jobs.find_cluster(client, TEAM, name) for name in ("stuck", "side"))
+        jobs.submit(client, stuck, EXAMPLE_DIR, command="python train.py", nodes=1)
+        side_job = jobs.submit(client, side, EXAMPLE_DIR, command="python train.py", nodes=1)
+        client("ssm").put_parameter(Name=str(stuck.spec["current_job_parameter"]), Value="{not json", Overwrite=True)
+        client("s3").put_object(Bucket=side.bucket, Key=side.job_prefix(side_job) + "STOP", Body=b"<html>")
+        _set_spend(cloud, LIMIT + 1)
+        env = _guard_function(cloud)["Environment"]["Variables"]
+
+        with pytest.raises(RuntimeError) as failed:
+            guard(client, env, cloud.account_id, now=time.time())
+        assert str(failed.value).startswith(
+            f"budget guard could not judge: /spot-training/{TEAM}/stuck/job-spec: JSONDecodeError: "
+        )
+        assert "side" not in str(failed.value)
+        assert jobs.desired_capacity(client, side) == 0
+        assert jobs.desired_capacity(client, stuck) == 1  # nothing the guard could judge, nothing it did
+    finally:
+        _set_spend(cloud, 0.0)
