@@ -281,6 +281,10 @@ class Checkpointer:
         flag, self._next_check = self._all_max([flag, proposal])
         if flag:
             self.save(step, extra, block=flag == _STOP)
+            if flag == _STOP:
+                # Every rank leaves once rank 0's emergency checkpoint is on disk: a local rank that exits first
+                # (non-zero) makes torchrun close its node's other ranks within 30 s, rank 0 mid-write included.
+                self._all_max([0, 0])
             if self.rank == 0 and os.path.exists(request):
                 os.remove(request)
             if flag == _SAVE and self.wait_for_upload:

@@ -162,17 +162,23 @@ def counted(*args, **kwargs):
     count[0] += 1
     return all_reduce(*args, **kwargs)
 dist.all_reduce = counted
+if rank == 0:  # rank 0 writes slowly: the other rank must not leave before the emergency checkpoint is on disk
+    save = torch.save
+    def slow_save(*args, **kwargs):
+        time.sleep(1.0)
+        return save(*args, **kwargs)
+    torch.save = slow_save
 ckpt = Checkpointer(torch.nn.Linear(2, 2), directory=directory, interval_s=1e9, handle_sigterm=False)
-stopped = None
+stopped, on_disk = None, None
 for step in range(1, 5001):
     time.sleep(0.002 if rank == 0 else 0.003)  # the ranks run at different speeds between agreements
     if rank == 1 and step == 300:
         ckpt.stop_requested.set()  # SIGTERM on rank 1 only
     if ckpt.step(step):
-        stopped = step
+        stopped, on_disk = step, os.path.isfile(os.path.join(directory, str(step), "state.pt"))
         break
 ckpt.close()
-print(json.dumps({"stopped": stopped, "all_reduces": count[0], "saved": ckpt.local_steps()}))
+print(json.dumps({"stopped": stopped, "all_reduces": count[0], "saved": ckpt.local_steps(), "on_disk": on_disk}))
 # As the example trainer leaves (exit_process): gloo's teardown at interpreter exit can abort or deadlock.
 dist.destroy_process_group()
 sys.stdout.flush()
@@ -184,12 +190,14 @@ def test_two_ranks_agree_every_few_steps_and_a_notice_on_one_rank_stops_both_at_
     tmp_path: Path,
 ) -> None:
     """Two gloo ranks on loopback: a SIGTERM seen by rank 1 only stops both at the same step with the emergency
-    checkpoint of that step, and they all-reduce about every CHECK_S of training, not at every step."""
+    checkpoint of that step, rank 1 leaves only once rank 0 has written it, and they all-reduce about every CHECK_S of training, not at every step."""
     outs = results(start_two_ranks(tmp_path, TWO_RANKS))
     stopped = outs[0]["stopped"]
     assert stopped is not None and outs[1]["stopped"] == stopped
     assert 300 <= stopped <= 300 + int(CHECK_S / 0.002) + 1  # within one agreement period after the notice
     assert outs[0]["saved"] == [stopped]  # rank 0 wrote the emergency checkpoint of the step both stopped at
+    # rank 1 left only once it was on disk (torchrun would close rank 0 within 30 s of rank 1's exit)
+    assert outs[1]["on_disk"] is True
     for out in outs:
         assert out["all_reduces"] * 5 <= stopped, out  # steps of >= 2 ms, agreements every ~0.1 s: far fewer
 
