@@ -816,7 +816,8 @@ class Syncer:
         return "the checkpoint directory" if new else None
 
     def flat_fingerprint(self, files: Optional[Dict[str, str]] = None) -> List[Tuple[str, int, int]]:
-        """(name, size, mtime) of the flat checkpoint files: what tells a changed checkpoint from the last one."""
+        """(name, size, mtime) of the flat checkpoint files (or of ``files``): what tells a changed checkpoint from
+        the last one, or a file rewritten while it uploaded."""
         files = self._flat_files() if files is None else files
         found = []
         for rel, path in files.items():
@@ -863,7 +864,11 @@ class Syncer:
                         path = os.path.join(dirpath, name)
                         files[os.path.relpath(path, root).replace(os.sep, "/")] = path
                 self.log(f"uploading checkpoint {newest} ({len(files)} file(s))")
-                self._record(newest, self.store.upload(newest, files, "step"))
+                # The helper rewrites a step it saves twice (the final save on the last periodic one's step).
+                seen = self.flat_fingerprint(files)
+                self._record(
+                    newest, self.store.upload(newest, files, "step", lambda: self.flat_fingerprint(files) == seen)
+                )
             for old in steps[:-1]:  # the newest local one stays for a restart on this node
                 if self.newest is not None and old < self.newest:
                     shutil.rmtree(os.path.join(self.dir, str(old)), ignore_errors=True)

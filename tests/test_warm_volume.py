@@ -182,6 +182,30 @@ def test_a_claim_never_takes_a_volume_the_stack_no_longer_lists(endpoint: str, c
             ec2.delete_volume(VolumeId=volume_id)
 
 
+def test_a_claim_whose_attachment_is_never_confirmed_gives_the_volume_back(
+    endpoint: str, cloud: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attachment is accepted but never shows as attached within the timeout: the claim fails (the agent boots
+    from the root volume) and detaches the volume. Before, it stayed attached, unused and never released, for the
+    node's life: one volume fewer in the pool."""
+    monkeypatch.setattr(warm_volume, "_is_attached", lambda *args: False)
+    node, pool = cloud["instances"][0], cloud["pool"][:1]
+    with pytest.raises(TimeoutError, match=f"timed out after 0 s waiting for {pool[0]} to attach"):
+        warm_volume.claim_volume(
+            client(endpoint),
+            instance_id=node,
+            availability_zone=AZ,
+            tag_key=TAG,
+            pool=POOL,
+            volume_ids=pool,
+            device=DEVICE,
+            timeout_s=0.2,
+            poll_s=0.05,
+        )
+    [volume] = client(endpoint).describe_volumes(VolumeIds=pool)["Volumes"]
+    assert (volume["State"], volume["Attachments"]) == ("available", [])
+
+
 def test_mount_commands_bind_the_environment_and_handle_xfs_uuid_clash() -> None:
     cmds = warm_volume.mount_commands("/dev/nvme1n1p1", "xfs", "/mnt/warm", ["/opt/conda"])
     assert cmds == [

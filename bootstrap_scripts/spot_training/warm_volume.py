@@ -94,12 +94,19 @@ def claim_volume(
                 log.info("warm volume %s not claimable (%s); trying the next", volume_id, code)
                 continue
             raise
-        wait_for(
-            functools.partial(_is_attached, ec2, volume_id, instance_id),
-            timeout_s=timeout_s,
-            poll_s=poll_s,
-            what=f"{volume_id} to attach",
-        )
+        try:
+            wait_for(
+                functools.partial(_is_attached, ec2, volume_id, instance_id),
+                timeout_s=timeout_s,
+                poll_s=poll_s,
+                what=f"{volume_id} to attach",
+            )
+        except Exception:  # the caller falls back to the root volume: give the volume back to the pool, not keep it
+            try:
+                ec2.detach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
+            except Exception as exc:  # it goes back to the pool when the instance terminates
+                log.warning("could not detach warm volume %s after a failed claim: %s", volume_id, exc)
+            raise
         log.info("claimed warm volume %s from pool %s as %s", volume_id, pool, device)
         return volume_id
     log.warning(

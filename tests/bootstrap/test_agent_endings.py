@@ -9,6 +9,7 @@ was uploaded again as a new step, so a crash-looping trainer "made progress" for
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import uuid
@@ -480,6 +481,39 @@ def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_upload
     out.mkdir()
     assert store.restore_newest(str(out)) == (1, "flat")
     assert (out / "model.bin").read_text() == "state at step 20, a longer one"
+
+
+def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_whole(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint helper saves a step a second time (the trainer's final save lands on the step of the last
+    periodic one) while the agent uploads it: the directory is replaced. Before, that step was recorded durable
+    with objects and hashes that could be of two versions, and the job's final checkpoint then failed its check."""
+    store, syncer, log = flat_syncer(aws, tmp_path, 3600)
+    step = tmp_path / "7"
+    step.mkdir()
+    (step / "state.pt").write_text("periodic save of step 7")
+    upload_file = aws.s3.upload_file
+    saves = ["final save of step 7, a longer one"]
+
+    def saved_again_meanwhile(path: str, *args: Any, **kwargs: Any) -> Any:
+        upload_file(path, *args, **kwargs)
+        if saves:  # as Checkpointer._write: a new directory renamed over the old one
+            tmp = tmp_path / ".tmp-7"
+            tmp.mkdir()
+            (tmp / "state.pt").write_text(saves.pop())
+            shutil.rmtree(step)
+            tmp.replace(step)
+
+    monkeypatch.setattr(aws.s3, "upload_file", saved_again_meanwhile)
+    assert syncer.sync() is None
+    assert store.complete_steps() == []
+    assert any("changed on disk while it was uploaded" in line for line in log), log
+    assert syncer.sync(final=True) == 7
+    out = tmp_path / "restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (7, "step")
+    assert (out / "7" / "state.pt").read_text() == "final save of step 7, a longer one"
 
 
 def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tmp_path: Path) -> None:

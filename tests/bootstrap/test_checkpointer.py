@@ -190,7 +190,8 @@ def test_two_ranks_agree_every_few_steps_and_a_notice_on_one_rank_stops_both_at_
     tmp_path: Path,
 ) -> None:
     """Two gloo ranks on loopback: a SIGTERM seen by rank 1 only stops both at the same step with the emergency
-    checkpoint of that step, rank 1 leaves only once rank 0 has written it, and they all-reduce about every CHECK_S of training, not at every step."""
+    checkpoint of that step, rank 1 leaves only once rank 0 has written it, and they all-reduce about every
+    CHECK_S of training, not at every step."""
     outs = results(start_two_ranks(tmp_path, TWO_RANKS))
     stopped = outs[0]["stopped"]
     assert stopped is not None and outs[1]["stopped"] == stopped
