@@ -192,11 +192,15 @@ class Checkpointer:
         if target < 0:
             return None
         source = found.index(target)
+        # Each rank reads its own copy when every rank has the target (the agent restores S3's newest checkpoint
+        # on every node before the trainer starts); only otherwise is it sent, as one object, from a rank that has
+        # it (through a device buffer of its size on NCCL).
+        send = self.distributed and any(step != target for step in found)
         data: Optional[bytes] = None
-        if self.rank == source:
+        if self.rank == source or not send:
             with open(os.path.join(self.directory, str(target), STATE_FILE), "rb") as f:
                 data = f.read()
-        if self.distributed:
+        if send:
             box = [data]
             dist.broadcast_object_list(box, src=source)
             data = box[0]

@@ -203,6 +203,52 @@ def test_two_ranks_agree_every_few_steps_and_a_notice_on_one_rank_stops_both_at_
         assert out["all_reduces"] * 5 <= stopped, out  # steps of >= 2 ms, agreements every ~0.1 s: far fewer
 
 
+# Restore on two ranks, each with its own checkpoint directory (argv[4]: "both" have step 5, or "rank 0" only).
+RESTORE_TWO_RANKS = """
+import datetime, json, os, shutil, sys
+import torch
+import torch.distributed as dist
+from spot_training.checkpoint import Checkpointer
+
+rank, port, directory, has = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=60))
+mine = f"{directory}-{rank}"
+if rank == 0 or has == "both":
+    shutil.copytree(os.path.join(directory, "5"), os.path.join(mine, "5"))
+sent = [0]
+broadcast = dist.broadcast_object_list
+def counted(*args, **kwargs):
+    sent[0] += 1
+    return broadcast(*args, **kwargs)
+dist.broadcast_object_list = counted
+model = torch.nn.Linear(2, 2)
+restored = Checkpointer(model, directory=mine, handle_sigterm=False).restore()
+print(json.dumps({"step": restored.step, "weight": model.weight.tolist(), "broadcasts": sent[0]}))
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("has", ["both", "rank 0"])
+def test_a_rank_that_has_the_checkpoint_reads_its_own_copy_and_only_a_rank_without_it_is_sent_one(
+    tmp_path: Path, has: str
+) -> None:
+    """Both ranks restore the same state. When every rank has the checkpoint (the agent restores it on every node),
+    nothing is broadcast: before, rank 0 sent the whole state to every rank, through a GPU buffer of its size on
+    NCCL (a large model's restore could run out of GPU memory)."""
+    model = torch.nn.Linear(2, 2)
+    torch.nn.init.constant_(model.weight, 0.25)
+    saver = Checkpointer(model, directory=str(tmp_path / "ckpt"), handle_sigterm=False)
+    saver.save(5, block=True)
+    saver.close()
+    outs = results(start_two_ranks(tmp_path, RESTORE_TWO_RANKS, has))
+    for out in outs:
+        assert (out["step"], out["weight"]) == (5, [[0.25, 0.25], [0.25, 0.25]])
+    assert [out["broadcasts"] for out in outs] == ([0, 0] if has == "both" else [1, 1])
+
+
 # wait_for_upload on two ranks with a 2 s process-group timeout. Rank 0 asks for a checkpoint at step 20 (the agent's
 # save-request). Mode "slow": the agent (a thread of rank 0) reports it durable 4 s after it is on disk, longer than
 # the timeout. Mode "notice": the agent never reports; rank 1 gets a SIGTERM 0.5 s after the checkpoint is on disk.
