@@ -92,15 +92,19 @@ def share_store(handler: Any, info: Any) -> None:
     if shared is None or os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1":
         return
     keys = api.RendezvousStoreInfo
-    if info.rank == 0:  # its own server: the info it kept may name the store of a rank 0 that has left
-        current = keys(master_addr=handler._this_node.addr, master_port=handler._shared_tcp_store_server.port)
-        info.store.set(keys.MASTER_ADDR_KEY, current.master_addr)
-        info.store.set(keys.MASTER_PORT_KEY, str(current.master_port))
-    else:  # bounded: the store's read timeout
-        current = keys(
-            master_addr=info.store.get(keys.MASTER_ADDR_KEY).decode(),
-            master_port=int(info.store.get(keys.MASTER_PORT_KEY).decode()),
-        )
+    try:
+        if info.rank == 0:  # its own server: the info it kept may name the store of a rank 0 that has left
+            current = keys(master_addr=handler._this_node.addr, master_port=handler._shared_tcp_store_server.port)
+            info.store.set(keys.MASTER_ADDR_KEY, current.master_addr)
+            info.store.set(keys.MASTER_PORT_KEY, str(current.master_port))
+        else:  # bounded: the store's read timeout
+            current = keys(
+                master_addr=info.store.get(keys.MASTER_ADDR_KEY).decode(),
+                master_port=int(info.store.get(keys.MASTER_PORT_KEY).decode()),
+            )
+    except AttributeError as exc:  # another torch's handler (these are its internals): torch's own behaviour
+        print(f"spot_training.launch: could not share the rendezvous store ({exc!r})", file=sys.stderr)
+        return
     info._bootstrap_store_info = handler._bootstrap_store_info = current
 
 
