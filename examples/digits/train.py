@@ -81,26 +81,31 @@ def main() -> int:
 
     ckpt = Checkpointer(model, optimizer, scheduler)
     restored = ckpt.restore()
-    step, start_epoch, start_batch = 0, 0, 0
+    # The data position is the samples of the epoch's order consumed: rank r trains on every world-th sample of
+    # what is left, so a resume on another number of nodes (an elastic job) neither skips nor repeats samples.
+    step, start_epoch, start_samples = 0, 0, 0
     if restored is not None:
-        step, start_epoch, start_batch = restored.step, restored.extra["epoch"], restored.extra["batch"]
+        step, start_epoch, start_samples = restored.step, restored.extra["epoch"], restored.extra["samples"]
         if rank == 0:
-            print(f"resumed from step {step} (epoch {start_epoch}, batch {start_batch})", flush=True)
+            print(f"resumed from step {step} (epoch {start_epoch}, sample {start_samples})", flush=True)
     elif rank == 0:
         print("starting fresh", flush=True)
 
     first_step = step + 1  # logged, so that the time to the first step after a (re)start can be read off the logs
-    batches = len(train_idx) // world // args.batch_size
+    per_step = world * args.batch_size  # samples of the order one step consumes
+    batches = len(train_idx) // per_step
+    left = (len(train_idx) - start_samples) // per_step + (args.epochs - start_epoch - 1) * batches
     if rank == 0:
-        print(f"plan: {args.epochs * batches} steps", flush=True)  # trainctl status estimates the time left from it
+        print(f"plan: {step + left} steps", flush=True)  # trainctl status estimates the time left from it
     loop_started, steps_at_start = time.monotonic(), step
     for epoch in range(start_epoch, args.epochs):
         order = train_idx[
             torch.randperm(len(train_idx), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
         ]
-        shard = order[rank::world]
+        done = start_samples if epoch == start_epoch else 0
+        shard = order[done:][rank::world]
         model.train()
-        for b in range(start_batch if epoch == start_epoch else 0, batches):
+        for b in range((len(train_idx) - done) // per_step):
             idx = shard[b * args.batch_size : (b + 1) * args.batch_size]
             loss = F.cross_entropy(model(x_all[idx].to(device)), y_all[idx].to(device))
             optimizer.zero_grad()
@@ -114,7 +119,7 @@ def main() -> int:
                 print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
             if args.step_sleep_s:
                 time.sleep(args.step_sleep_s)
-            if ckpt.step(step, extra={"epoch": epoch, "batch": b + 1}):
+            if ckpt.step(step, extra={"epoch": epoch, "samples": done + (b + 1) * per_step}):
                 if rank == 0:
                     print(f"interrupted: checkpoint {step} saved, exiting", flush=True)
                 return EXIT_INTERRUPTED
@@ -127,7 +132,7 @@ def main() -> int:
     loop_s = time.monotonic() - loop_started
     # The final state as a checkpoint too: the node agent makes it durable in S3 (the job's result), and a
     # restart after this point resumes past the last epoch and finishes at once.
-    ckpt.save(step, extra={"epoch": args.epochs, "batch": 0}, block=True)
+    ckpt.save(step, extra={"epoch": args.epochs, "samples": 0}, block=True)
     ckpt.close()
     if rank == 0 and args.output:
         torch.save(getattr(model, "module", model).state_dict(), args.output)
