@@ -100,7 +100,7 @@ class NewVpcConfig(Strict):
         "capacity); unset: the region's first az_count zones.",
     )
     nat_gateways: int = Field(
-        1, ge=0, le=3, description="NAT gateways for egress (0: nodes reach AWS only through endpoints)."
+        1, ge=0, le=3, description="NAT gateways for egress, 1 to az_count (the nodes reach AWS APIs through them)."
     )
 
     @model_validator(mode="before")
@@ -136,6 +136,12 @@ class NewVpcConfig(Strict):
                     f"az_count {self.az_count} but availability_zones lists {len(zones)}; drop az_count "
                     "(the list sets it)"
                 )
+        if self.nat_gateways == 0:
+            raise ValueError(
+                "nat_gateways 0 leaves the nodes no way to SSM, Auto Scaling, EC2 or CloudWatch Logs (the stack adds "
+                "only an S3 endpoint), so they could not even leave the group; use 1, or an existing_vpc with its own "
+                "endpoints"
+            )
         if self.nat_gateways > self.az_count:
             raise ValueError(
                 f"nat_gateways ({self.nat_gateways}) exceeds az_count ({self.az_count}); use at most one per AZ"

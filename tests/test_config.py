@@ -185,6 +185,13 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="drill-notice",
         ),
         pytest.param(
+            new_vpc({"nat_gateways": 0}),
+            "network.new_vpc: nat_gateways 0 leaves the nodes no way to SSM, Auto Scaling, EC2 or CloudWatch Logs "
+            "(the stack adds only an S3 endpoint), so they could not even leave the group; use 1, or an existing_vpc "
+            "with its own endpoints",
+            id="no-nat",
+        ),
+        pytest.param(
             new_vpc({"cidr": "10.0.0.0/8"}),
             "network.new_vpc: cidr '10.0.0.0/8' has prefix /8; use a /16 to /24 range",
             id="cidr",
