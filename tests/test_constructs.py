@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from budget_guard.handler import FINISHED
 from tests.synth import CLUSTER, joined, resources, synth, team_config
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
 from training_constructs.training_cluster import BOOTSTRAP_DIR
@@ -647,9 +648,12 @@ def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: 
 def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:
     statements = {s.get("Sid"): s for s in policies(budgeted)}
     assert joined(statements["ReadOwnBudget"]["Resource"]).endswith(':budget/spot-training-team-a"]]}')
-    markers = {joined(r).rsplit('"', 2)[-2] for r in statements["ReadWriteJobMarkers"]["Resource"]}
-    assert markers == {"/main/*", "/dev/*"}
-    assert statements["ReadWriteJobMarkers"]["Action"] == ["s3:GetObject", "s3:PutObject"]
+    read = {joined(r).rsplit('"', 2)[-2] for r in statements["ReadJobMarkers"]["Resource"]}
+    assert read == {f"/{c}/*/{m}" for c in ("main", "dev") for m in ("STOP", *FINISHED)}  # the guard's own list
+    assert statements["ReadJobMarkers"]["Action"] == "s3:GetObject"
+    written = {joined(r).rsplit('"', 2)[-2] for r in statements["WriteStopRequests"]["Resource"]}
+    assert written == {"/main/*/STOP", "/dev/*/STOP"}  # not checkpoints or code: STOP requests only
+    assert statements["WriteStopRequests"]["Action"] == "s3:PutObject"
     # listing, to tell a missing marker from a denied one (S3 answers 403 for a missing key without ListBucket)
     listing = statements["ListJobMarkers"]
     assert listing["Action"] == "s3:ListBucket"

@@ -31,6 +31,9 @@ from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
 GUARD_DIR = Path(__file__).resolve().parent.parent / "budget_guard"
+# The job markers the guard reads (budget_guard/handler.py: STOP and FINISHED; the Lambda package cannot import
+# this one, a test keeps the two in step); it writes STOP only.
+GUARD_READS = ("STOP", "DONE", "FAILED", "STOPPED")
 GUARD_CHECKOV_SKIPS = {
     "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
     "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
@@ -144,10 +147,19 @@ class TeamBudget(Construct):
                     },
                 ),
                 iam.PolicyStatement(
-                    sid="ReadWriteJobMarkers",
-                    actions=["s3:GetObject", "s3:PutObject"],
+                    sid="ReadJobMarkers",
+                    actions=["s3:GetObject"],
                     resources=[
-                        checkpoint_store.bucket.arn_for_objects(f"{CheckpointStore.cluster_prefix(c.name)}*")
+                        checkpoint_store.bucket.arn_for_objects(f"{CheckpointStore.cluster_prefix(c.name)}*/{marker}")
+                        for c in clusters
+                        for marker in GUARD_READS
+                    ],
+                ),
+                iam.PolicyStatement(
+                    sid="WriteStopRequests",
+                    actions=["s3:PutObject"],
+                    resources=[
+                        checkpoint_store.bucket.arn_for_objects(f"{CheckpointStore.cluster_prefix(c.name)}*/STOP")
                         for c in clusters
                     ],
                 ),
@@ -171,8 +183,10 @@ class TeamBudget(Construct):
         )
         bucket_id = stack.get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
         for cluster in clusters:
-            acknowledge(
-                policy,
-                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*]",
-                "The guard reads and writes job markers (STOP, DONE, ...) under this cluster's prefix only.",
-            )
+            for marker in GUARD_READS:
+                acknowledge(
+                    policy,
+                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*/"
+                    f"{marker}]",
+                    "The * is the job id: the guard reads (and for STOP writes) this job marker of the cluster's jobs.",
+                )
