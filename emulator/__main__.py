@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+
 from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
 
@@ -97,6 +100,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 130
     except EmulatorError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (BotoCoreError, ClientError, ResponseParserError) as e:  # an AWS API call failed: one line, no traceback
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
 
 

@@ -38,6 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Public SSM parameters the templates resolve at deploy time (AMI ids); see cfn_compat item 5.
 DEFAULT_PUBLIC_AMI_PARAMETERS = tuple(DEFAULT_AMI_PARAMETER.values())
 START_TIMEOUT_S = 60.0
+NO_DOCKER = {"lambda": {"use_docker": False}, "batch": {"use_docker": False}}  # moto's /moto-api/config
 STOP_TIMEOUT_S = 10.0
 
 SignalHandler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
@@ -96,7 +97,8 @@ class EmulatedCloud:
         if not host.startswith("127."):
             raise ValueError("the emulator only listens on loopback (127.0.0.0/8)")
         self.host = host
-        self._given_run_dir = run_dir
+        # absolute: the server, the CDK CLI and the nodes run in other working directories
+        self._given_run_dir = None if run_dir is None else run_dir.resolve()
         self.run_dir: Optional[Path] = None
         self.public_ami_parameters = public_ami_parameters
         self.iam_enforcement = iam_enforcement
@@ -212,6 +214,15 @@ class EmulatedCloud:
         self.insecure_port = int(info["insecure_port"])
         self.pid = int(info["pid"])
         self.seeded_parameters = dict(info.get("seeded", {}))
+        try:
+            # Before any Lambda function exists (moto keeps them in another backend without Docker): moto's
+            # default would run an invoked function (or a Batch job) in Docker, pulling images from the internet.
+            answer = self._moto_api("config", json.dumps(NO_DOCKER).encode(), "application/json")
+            if any(answer.get(service, {}).get("use_docker", True) for service in NO_DOCKER):
+                raise EmulatorError(f"moto did not switch Docker off: {answer}")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     @staticmethod
@@ -266,21 +277,23 @@ class EmulatedCloud:
         """
         if not self.iam_enforcement:
             raise EmulatorError("start the emulator with EmulatedCloud(iam_enforcement=True) to enforce IAM")
+        # moto's own switch: the number of requests to let through before checking; 0 = from now on.
+        # A form content type would leave moto an empty body.
+        answer = self._moto_api("reset-auth", b"0" if on else b"inf", "text/plain")
+        if answer.get("status") != "ok":
+            raise EmulatorError(f"moto did not switch IAM enforcement {'on' if on else 'off'}: {answer}")
+
+    def _moto_api(self, path: str, body: bytes, content_type: str) -> dict[str, Any]:
+        """POST ``body`` to moto's ``/moto-api/<path>``; its JSON answer."""
         import ssl
         import urllib.request
 
-        # moto's own switch: the number of requests to let through before checking; 0 = from now on.
         request = urllib.request.Request(  # noqa: S310 (our loopback endpoint, https)
-            f"{self.endpoint_url}/moto-api/reset-auth",
-            data=b"0" if on else b"inf",
-            method="POST",
-            headers={"Content-Type": "text/plain"},  # a form content type would leave moto an empty body
+            f"{self.endpoint_url}/moto-api/{path}", data=body, method="POST", headers={"Content-Type": content_type}
         )
         context = ssl.create_default_context(cafile=str(self.ca_bundle))
         with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310
-            answer = json.loads(response.read().decode())
-        if answer.get("status") != "ok":
-            raise EmulatorError(f"moto did not switch IAM enforcement {'on' if on else 'off'}: {answer}")
+            return dict(json.loads(response.read().decode()))
 
     @property
     def running(self) -> bool:

@@ -184,10 +184,15 @@ def summarize(run: JobRun) -> Summary:
         raise EmulatorError("the scenario interrupted no node")
     events = run.log_events()
     durable_at = _first_after(events, _DURABLE, first.at)[0] if first.kind == "notice" else None
-    replacement = next(n for n in launcher.nodes.values() if n.booted_at > first.at)
+    nodes = launcher.all_nodes()
+    replacement = next((n for n in nodes if n.booted_at > first.at), None)
+    if replacement is None:
+        raise EmulatorError(f"no node booted after the {first.kind} to {first.instance_id}")
     resumed_at, resumed = _first_after(events, _RESUMED, replacement.booted_at)
     first_step_at, _ = _first_after(events, _STEP, resumed_at)
-    restart = next(r for r in restarts(events) if r.at == resumed_at)
+    restart = next((r for r in restarts(events) if r.at == resumed_at), None)
+    if restart is None:
+        raise EmulatorError(f"no restart of the trainer at the 'resumed from step' line of {resumed_at:.3f}")
     accuracies = [m for _, _, msg in events if (m := _ACCURACY.search(msg))]
     if not accuracies:
         raise EmulatorError("no 'epoch N done: ... test accuracy' line in the job's logs")
@@ -196,7 +201,7 @@ def summarize(run: JobRun) -> Summary:
         job_id=job_id,
         done=jobs.marker(client, ref, job_id, "DONE") is not None,
         desired_capacity=jobs.desired_capacity(client, ref),
-        nodes_booted=len(launcher.nodes),
+        nodes_booted=len(nodes),
         nodes_running_after=len(launcher.running()),
         steps_trained=checkpoints[-1].step if checkpoints else 0,
         interrupted_at_step=restart.furthest_before,
@@ -209,7 +214,7 @@ def summarize(run: JobRun) -> Summary:
         victim=first.instance_id,
         replacement=replacement.instance_id,
         log_dir=launcher.work_dir,
-        nodes=list(launcher.nodes.values()),
+        nodes=nodes,
         events=list(run.events),
         restarts=restarts(events),
     )
@@ -321,9 +326,7 @@ class JobRun:
         """Wait for a node that booted after ``event``; returns the first such node."""
 
         def booted() -> list[Node]:
-            return sorted(
-                (n for n in self.launcher.nodes.values() if n.booted_at > event.at), key=lambda n: n.booted_at
-            )
+            return sorted((n for n in self.launcher.all_nodes() if n.booted_at > event.at), key=lambda n: n.booted_at)
 
         self.wait_for(lambda: bool(booted()), f"a replacement for {event.instance_id}")
         return booted()[0]

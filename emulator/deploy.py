@@ -7,7 +7,7 @@
 Both run ``npx --no cdk ...`` from the repository root (so ``cdk.json`` and ``app.py`` are the real
 ones) with :meth:`EmulatedCloud.client_env`: ``AWS_ENDPOINT_URL`` (the CLI uses it for every service
 and switches S3 to path-style addressing for a loopback host), fake credentials, the run's CA
-(``AWS_CA_BUNDLE``/``NODE_EXTRA_CA_CERTS``), and no notices, telemetry or version check, so nothing
+(``AWS_CA_BUNDLE``/``NODE_EXTRA_CA_CERTS``), and no notices, telemetry or version check (CDK's and npm's), so nothing
 leaves the machine. The cloud assembly goes to the run directory, not the shared ``cdk.out``.
 Everything the CLI prints goes to ``<run_dir>/cdk.log``.
 
@@ -54,6 +54,7 @@ def cdk_env(cloud: EmulatedCloud) -> dict[str, str]:
             **JSII_QUIET,
             "CDK_DISABLE_VERSION_CHECK": "1",
             "CDK_DISABLE_CLI_TELEMETRY": "true",
+            "NPM_CONFIG_UPDATE_NOTIFIER": "false",  # npx must not ask the npm registry for a newer npm
             "FORCE_COLOR": "0",
         }
     )

@@ -22,14 +22,22 @@ The launcher polls the groups (every ``poll_s``) and mirrors what EC2 would do:
 - an instance that left the group (terminated: scaled in, handed back, or :meth:`terminate`) loses its
   node: SIGTERM to the process tree (the shutdown), SIGKILL after ``SHUTDOWN_GRACE_S``
   (``terminate(id, hard=True)``: SIGKILL at once, a power cut);
-- a node that got a notice and whose process exited while its instance is still in the group is reclaimed
-  (terminated through the Auto Scaling API without decrementing), as EC2 does when the notice's time is up.
+- a node that got a notice is reclaimed (terminated through the Auto Scaling API without decrementing) once its
+  process exited while its instance is still in the group, or at the latest when the notice's time is up: then
+  its process tree is SIGKILLed first, as EC2 takes the instance whatever it is still doing.
 Terminating through the Auto Scaling API makes moto launch a replacement, which boots as a new node.
+
+Signals reach only the node's own processes: the user data's process is not reaped until its node is shut down
+(a zombie keeps its pid and process group id from being reused), and its descendants are signalled through
+pidfds taken while they were its descendants. A node whose process was reaped elsewhere gets no signal at all.
+An instance that fails to boot is reported (``on_event``, ``errors``) and not tried again; a poll round that
+fails is reported, and becomes an error after ``FAILED_ROUNDS_FATAL`` failed rounds in a row.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import json
 import os
@@ -47,11 +55,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional
 
-from bootstrap_scripts.spot_training.proctree import kill_all, process_tree
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+
+from bootstrap_scripts.spot_training.proctree import process_tree
 from emulator.cloud import EmulatedCloud, EmulatorError
 from emulator.imds import ImdsMock
 
 SHUTDOWN_GRACE_S = 10.0
+FAILED_ROUNDS_FATAL = 5  # poll rounds failing in a row before wait_for gives up (one failed round is a hiccup)
 BASH = shutil.which("bash") or "/bin/bash"
 FIRST_HOST = ipaddress.ip_address("127.0.0.10")  # plus a random 127.X.Y.0 per launcher, see NodeLauncher
 _OPT_PATH = re.compile(r"(?<![\w./-])/opt/")
@@ -72,16 +84,18 @@ class Node:
     proc: subprocess.Popen[bytes]
     booted_at: float
     notice_at: Optional[float] = None
+    notice_deadline: Optional[float] = None  # time.monotonic() when the notice's time is up: EC2 takes the instance
     rebalance_at: Optional[float] = None
     exited_at: Optional[float] = None
     exit_code: Optional[int] = None
     terminated_at: Optional[float] = None
     shut_down: bool = False  # the launcher ended the process tree (instance gone), as opposed to exiting by itself
+    cleaned_up: bool = False  # the launcher ended what was left, reaped the user data's process, stopped the IMDS
     events: list[str] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
-        return self.proc.poll() is None
+        return _exit_status(self.proc) is None
 
 
 class NodeLauncher:
@@ -99,14 +113,15 @@ class NodeLauncher:
     ) -> None:
         """``groups``: Auto Scaling group names to watch (default: all). ``node_env``: extra environment."""
         self.cloud = cloud
-        self.work_dir = work_dir
+        self.work_dir = work_dir.resolve()  # the node's script and paths must not depend on its working directory
         self.groups = groups
         self.poll_s = poll_s
         self.node_env = dict(node_env or {})
         self.on_event = on_event
         self.nodes: dict[str, Node] = {}
-        self.address_map_file = work_dir / "address-map.json"
+        self.address_map_file = self.work_dir / "address-map.json"
         self.errors: list[str] = []
+        self.failed_boots: dict[str, str] = {}  # instance id -> why it did not boot (not tried again)
         # Every node's rendezvous listens on the job's fixed port: a /24 of 127.0.0.0/8 of its own per launcher
         # keeps runs of other users (or tests) on this machine apart.
         self._next_host = FIRST_HOST + (secrets.randbelow(254 * 256) + 256) * 256
@@ -134,7 +149,12 @@ class NodeLauncher:
             self._thread = None
         with self._lock:
             for node in self.nodes.values():
-                self._shutdown(node)
+                self._shutdown(node)  # nothing for a node already shut down
+
+    def all_nodes(self) -> list[Node]:
+        """Every node booted so far (a copy: the poll thread adds nodes)."""
+        with self._lock:
+            return list(self.nodes.values())
 
     def __enter__(self) -> NodeLauncher:
         return self.start()
@@ -155,10 +175,14 @@ class NodeLauncher:
             return self.nodes[instance_id]
 
     def interrupt(self, instance_id: str, *, in_s: int = 120) -> Node:
-        """Deliver a spot interruption notice through the node's metadata (``spot/instance-action``)."""
+        """Deliver a spot interruption notice through the node's metadata (``spot/instance-action``); after
+        ``in_s`` the instance is taken (process tree SIGKILLed, instance terminated) if it is still there."""
         node = self.node(instance_id)
         node.imds.interrupt(in_s=in_s)
-        node.notice_at = time.time()
+        with self._lock:
+            node.notice_at = time.time()
+            deadline = time.monotonic() + in_s
+            node.notice_deadline = min(deadline, node.notice_deadline or deadline)
         self._event(node, f"spot interruption notice delivered (termination in {in_s} s)")
         return node
 
@@ -181,7 +205,7 @@ class NodeLauncher:
         node = self.node(instance_id)
         with self._lock:
             if hard:
-                self._kill(node)
+                self._shutdown(node, hard=True)
             self._asg.terminate_instance_in_auto_scaling_group(
                 InstanceId=instance_id, ShouldDecrementDesiredCapacity=False
             )
@@ -196,9 +220,7 @@ class NodeLauncher:
             if self.errors:
                 raise EmulatorError(f"node launcher failed: {self.errors[-1]}")
             failed = [
-                n
-                for n in self.nodes.values()
-                if n.exit_code not in (None, 0) and n.notice_at is None and not n.shut_down
+                n for n in self.all_nodes() if n.exit_code not in (None, 0) and n.notice_at is None and not n.shut_down
             ]
             if failed:
                 tail = failed[0].console.read_text(errors="replace").strip().splitlines()[-1:]
@@ -213,35 +235,62 @@ class NodeLauncher:
     # -- reconcile ---------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        failed_rounds = 0
         while not self._stop.wait(self.poll_s):
             try:
                 self.poll()
-            except Exception as exc:  # keep the message for wait_for; the loop goes on
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                failed_rounds = 0
+            except Exception as exc:  # reported; an error for wait_for only if it persists; the loop goes on
+                failed_rounds += 1
+                message = f"{type(exc).__name__}: {exc}"
+                self._report(f"poll round failed ({failed_rounds} in a row): {message}")
+                if failed_rounds == FAILED_ROUNDS_FATAL:
+                    self.errors.append(message)
 
     def poll(self) -> None:
         """One reconcile round: boot new instances, shut down gone ones, reclaim interrupted ones."""
         with self._lock:
             in_service = self._in_service()
             for instance_id, group in sorted(in_service.items()):
-                if instance_id not in self.nodes and not self._stop.is_set():
+                if instance_id in self.nodes or instance_id in self.failed_boots or self._stop.is_set():
+                    continue
+                try:
                     self._boot(instance_id, group)
+                except Exception as exc:  # this instance stays without a node (once, like a real boot)
+                    message = f"instance {instance_id} of {group} did not boot: {type(exc).__name__}: {exc}"
+                    self.failed_boots[instance_id] = message
+                    self.errors.append(message)
+                    self._report(message)
             for node in self.nodes.values():
                 if node.exit_code is None and not node.running:
-                    node.exit_code, node.exited_at = node.proc.returncode, time.time()
+                    node.exit_code, node.exited_at = _exit_status(node.proc), time.time()
                     self._event(node, f"user data exited with code {node.exit_code}")
                 if node.instance_id not in in_service:
                     if node.terminated_at is None:
                         node.terminated_at = time.time()
                         self._event(node, "instance left the group: shutting the node down")
                         self._shutdown(node)
-                elif node.exit_code is not None and node.notice_at is not None and node.terminated_at is None:
-                    node.terminated_at = time.time()
-                    self._asg.terminate_instance_in_auto_scaling_group(
-                        InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False
-                    )
-                    self._event(node, "reclaimed by EC2 after the interruption notice")
-                    self._shutdown(node)
+                elif node.notice_deadline is not None and node.terminated_at is None:
+                    if node.exit_code is None and time.monotonic() >= node.notice_deadline:
+                        self._event(node, "the interruption notice's time is up: EC2 takes the instance")
+                        self._shutdown(node, hard=True)
+                    if node.exit_code is not None:
+                        self._reclaim(node)
+                        node.terminated_at = time.time()
+                        self._event(node, "reclaimed by EC2 after the interruption notice")
+                        self._shutdown(node)
+
+    def _reclaim(self, node: Node) -> None:
+        """Terminate the instance, keeping the group's size (a replacement launches). An instance that is no
+        longer in its group (its agent handed it back after this round's snapshot) needs nothing more."""
+        try:
+            self._asg.terminate_instance_in_auto_scaling_group(
+                InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False
+            )
+        except (BotoCoreError, ClientError, ResponseParserError):  # moto answers a 500 page for an instance in no group
+            groups = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[node.group])["AutoScalingGroups"]
+            if any(i["InstanceId"] == node.instance_id for g in groups for i in g["Instances"]):
+                raise
 
     def _in_service(self) -> dict[str, str]:
         kwargs: dict[str, Any] = {"AutoScalingGroupNames": self.groups} if self.groups else {}
@@ -272,6 +321,7 @@ class NodeLauncher:
         script.write_text(_OPT_PATH.sub(f"{root}/opt/", user_data))
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
         instance_type = inst.get("InstanceType") or self._group_type.get(group, "")
+        console = node_dir / "console.log"
         imds = ImdsMock(
             host=host,
             instance_id=instance_id,
@@ -283,7 +333,19 @@ class NodeLauncher:
             lifecycle="spot" if inst.get("InstanceLifecycle") == "spot" else "on-demand",
             tags=tags,
         ).start()
-        console = node_dir / "console.log"
+        try:
+            proc = self._start_user_data(script, root, console, imds)
+        except BaseException:
+            imds.stop()
+            raise
+        node = Node(
+            instance_id, group, inst["PrivateIpAddress"], host, root, console, imds, imds.url, proc, time.time()
+        )
+        self.nodes[instance_id] = node
+        self._write_address_map()
+        self._event(node, f"booted on {host} (private {node.private_ip}, {instance_type})")
+
+    def _start_user_data(self, script: Path, root: Path, console: Path, imds: ImdsMock) -> subprocess.Popen[bytes]:
         env = self.cloud.client_env()
         env.update(
             {
@@ -298,7 +360,7 @@ class NodeLauncher:
             }
         )
         with open(console, "ab") as out:
-            proc = subprocess.Popen(  # noqa: S603 - the instance's own user data, as cloud-init runs it
+            return subprocess.Popen(  # noqa: S603 - the instance's own user data, as cloud-init runs it
                 [BASH, str(script)],
                 cwd=root,
                 env=env,
@@ -307,12 +369,6 @@ class NodeLauncher:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        node = Node(
-            instance_id, group, inst["PrivateIpAddress"], host, root, console, imds, imds.url, proc, time.time()
-        )
-        self.nodes[instance_id] = node
-        self._write_address_map()
-        self._event(node, f"booted on {host} (private {node.private_ip}, {instance_type})")
 
     def _write_address_map(self) -> None:
         mapping = {n.private_ip: n.host for n in self.nodes.values()}
@@ -320,44 +376,77 @@ class NodeLauncher:
         tmp.write_text(json.dumps(mapping, indent=1))
         os.replace(tmp, self.address_map_file)
 
-    def _shutdown(self, node: Node) -> None:
-        # torchrun starts its workers in sessions of their own: take the whole tree, not just the group,
-        # and take it before anything dies (an orphan's parent is no longer ours to follow).
-        tree = process_tree(node.proc.pid)
-        if node.running:
-            node.shut_down = True
-            _signal_group(node.proc, signal.SIGTERM)
-            try:
-                node.proc.wait(timeout=SHUTDOWN_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-        tree |= process_tree(node.proc.pid)
-        _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
-        kill_all(tree - {node.proc.pid})
-        if node.proc.poll() is None:
+    def _shutdown(self, node: Node, *, hard: bool = False) -> None:
+        """End the node's process tree (SIGTERM, SIGKILL after ``SHUTDOWN_GRACE_S``; ``hard``: SIGKILL at once, a
+        power cut), reap the user data's process and stop the metadata mock. Once per node: later calls do nothing.
+
+        While the user data's process is unreaped its pid and process group id are the node's; once reaped (by
+        someone else), they may belong to anything on the machine, so nothing is signalled."""
+        if node.cleaned_up:
+            return
+        node.cleaned_up = True
+        leader = node.proc.pid
+        if node.proc.returncode is None:
+            # torchrun starts its workers in sessions of their own: take the whole tree, not just the group,
+            # and take it before anything dies (an orphan's parent is no longer ours to follow).
+            with contextlib.ExitStack() as fds:
+                tree = _pidfds(process_tree(leader) - {leader}, fds)
+                if node.running:
+                    node.shut_down = True
+                    if not hard:
+                        _signal_group(node.proc, signal.SIGTERM)
+                        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+                        while node.running and time.monotonic() < deadline:
+                            time.sleep(0.05)
+                        tree += _pidfds(process_tree(leader) - {leader}, fds)
+                _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
+                for fd in tree:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
             node.proc.wait(timeout=SHUTDOWN_GRACE_S)
         if node.exit_code is None:
             node.exit_code, node.exited_at = node.proc.returncode, time.time()
         node.imds.stop()
 
-    def _kill(self, node: Node) -> None:
-        """SIGKILL the node's whole process tree at once (a power cut)."""
-        tree = process_tree(node.proc.pid)
-        node.shut_down = True
-        _signal_group(node.proc, signal.SIGKILL)
-        kill_all(tree - {node.proc.pid})
-        node.proc.wait(timeout=SHUTDOWN_GRACE_S)
-        if node.exit_code is None:
-            node.exit_code, node.exited_at = node.proc.returncode, time.time()
-
     def _event(self, node: Node, message: str) -> None:
-        line = f"{node.instance_id} {message}"
         node.events.append(f"{time.time():.3f} {message}")
+        self._report(f"{node.instance_id} {message}")
+
+    def _report(self, line: str) -> None:
         if self.on_event is not None:
             self.on_event(line)
 
 
+def _exit_status(proc: subprocess.Popen[bytes]) -> Optional[int]:
+    """The process's exit code (negative: the signal that ended it) once it exited, else None; without reaping it
+    (``WNOWAIT``): until the launcher reaps it, its pid and process group id cannot be reused."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped elsewhere
+        return proc.poll()
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _pidfds(pids: set[int], fds: contextlib.ExitStack) -> list[int]:
+    """pidfds of ``pids`` (closed with ``fds``): a signal through one reaches that process or none, never a
+    process that got its pid later."""
+    found = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        fds.callback(os.close, fd)
+        found.append(fd)
+    return found
+
+
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Only while ``proc`` is unreaped (see :func:`_exit_status`): its process group is then the node's."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -1,0 +1,182 @@
+"""The node launcher (emulator/nodes.py) on groups made through the APIs, with tiny user data (no CDK, no agent)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from emulator import EmulatedCloud
+from emulator.nodes import Node, NodeLauncher
+
+POLL_S = 0.1
+WAIT_S = 30.0  # upper bound of every wait below; they end as soon as their condition holds
+MANUAL = 3600.0  # poll_s of a launcher whose rounds the test runs itself (launcher.poll())
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
+    with EmulatedCloud(run_dir=tmp_path_factory.mktemp("nodes-cloud")) as c:
+        yield c
+
+
+def _group(cloud: EmulatedCloud, name: str, user_data: Optional[str], desired: int = 1) -> str:
+    """An Auto Scaling group of ``desired`` instances whose launch template has ``user_data`` (None: none)."""
+    data: dict[str, Any] = {"ImageId": next(iter(cloud.seeded_parameters.values())), "InstanceType": "t3.micro"}
+    if user_data is not None:
+        data["UserData"] = base64.b64encode(user_data.encode()).decode()
+    cloud.client("ec2").create_launch_template(LaunchTemplateName=f"{name}-template", LaunchTemplateData=data)
+    cloud.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        LaunchTemplate={"LaunchTemplateName": f"{name}-template", "Version": "$Latest"},
+        MinSize=0,
+        MaxSize=3,
+        DesiredCapacity=desired,
+        AvailabilityZones=["us-east-1a"],
+    )
+    return name
+
+
+def _instances(cloud: EmulatedCloud, group: str) -> list[str]:
+    [found] = cloud.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
+        "AutoScalingGroups"
+    ]
+    return [i["InstanceId"] for i in found["Instances"]]
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(POLL_S)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _imds_listens(node: Node) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((node.host, int(node.imds_url.rsplit(":", 1)[1]))) == 0
+
+
+def test_no_signal_reaches_a_node_whose_process_was_reaped(
+    cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the user data's process is reaped its pid may be any process's: neither the instance leaving nor stop()
+    may signal it (before, both sent SIGKILL to its process group, the second after the node was shut down)."""
+    group = _group(cloud, "reaped", "#!/bin/bash\nexit 0\n")
+    sent: list[tuple[int, int]] = []
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S) as launcher:
+        launcher.wait_for(lambda: [n.exit_code for n in launcher.all_nodes()] == [0], WAIT_S, "the user data to exit")
+        [node] = launcher.all_nodes()
+        node.proc.wait()  # reaped by someone else
+
+        def recorded(real: Callable[[int, int], None]) -> Callable[[int, int], None]:
+            def send(pid: int, sig: int) -> None:
+                if abs(pid) == node.proc.pid:
+                    sent.append((pid, sig))  # recorded, not sent: the pid may be another process's now
+                else:
+                    real(pid, sig)
+
+            return send
+
+        monkeypatch.setattr(os, "killpg", recorded(os.killpg))
+        monkeypatch.setattr(os, "kill", recorded(os.kill))
+        cloud.client("autoscaling").set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)
+        launcher.wait_for(lambda: node.terminated_at is not None, WAIT_S, "the instance to leave its group")
+    assert sent == []
+    assert not _imds_listens(node)  # what is provably the node's is still ended
+
+
+def test_what_a_node_left_running_ends_when_its_instance_leaves(cloud: EmulatedCloud, tmp_path: Path) -> None:
+    """The user data's process stays unreaped until the node is shut down, so its process group is still the node's."""
+    group = _group(cloud, "leftover", "#!/bin/bash\nsleep 300 &\necho $! > leftover.pid\n")
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S) as launcher:
+        launcher.wait_for(lambda: [n.exit_code for n in launcher.all_nodes()] == [0], WAIT_S, "the user data to exit")
+        [node] = launcher.all_nodes()
+        leftover = int((node.root / "leftover.pid").read_text())
+        assert _alive(leftover) and node.proc.returncode is None  # exited, not reaped
+        cloud.client("autoscaling").set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)
+        launcher.wait_for(lambda: node.terminated_at is not None, WAIT_S, "the instance to leave its group")
+        _until(lambda: not _alive(leftover), f"the leftover process {leftover} to end")
+    assert node.proc.returncode == 0 and not _imds_listens(node)
+
+
+def test_an_instance_is_taken_when_its_notice_time_is_up(cloud: EmulatedCloud, tmp_path: Path) -> None:
+    """User data that ignores the notice does not keep its instance: at the notice's time the node is SIGKILLed and
+    the instance reclaimed (the group launches a replacement). Before, it ran on for as long as it liked."""
+    group = _group(cloud, "deadline", "#!/bin/bash\nsleep 300\n")
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S) as launcher:
+        launcher.wait_for(lambda: len(launcher.running()) == 1, WAIT_S, "the node to boot")
+        [node] = launcher.all_nodes()
+        launcher.interrupt(node.instance_id, in_s=1)
+        launcher.wait_for(
+            lambda: node.terminated_at is not None and node.instance_id not in _instances(cloud, group),
+            WAIT_S,
+            "the instance to be taken",
+        )
+        launcher.wait_for(lambda: len(launcher.running()) == 1, WAIT_S, "the replacement to boot")
+        [replacement] = launcher.running()
+    assert node.exit_code == -signal.SIGKILL and node.shut_down
+    assert replacement.instance_id != node.instance_id
+
+
+def test_reclaiming_an_instance_its_agent_already_handed_back_is_no_error(
+    cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent hands the instance back after the round's snapshot of the group. Before, the reclaim's error
+    (moto: 500) ended the round and stayed in ``errors``, failing every later wait_for."""
+    group = _group(cloud, "handback", "#!/bin/bash\nexit 0\n")
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=MANUAL) as launcher:
+        launcher.poll()
+        [node] = launcher.all_nodes()
+        _until(lambda: not node.running, "the user data to exit")
+        launcher.interrupt(node.instance_id)
+        snapshot = launcher._in_service()
+        cloud.client("autoscaling").terminate_instance_in_auto_scaling_group(
+            InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=True
+        )
+        monkeypatch.setattr(launcher, "_in_service", lambda: snapshot)
+        launcher.poll()
+        assert node.terminated_at is not None and launcher.errors == []
+    assert _instances(cloud, group) == []
+
+
+def test_an_instance_that_cannot_boot_keeps_no_other_from_booting(cloud: EmulatedCloud, tmp_path: Path) -> None:
+    """Reported once (event and error) and not tried again. Before, its error ended every round, so no instance
+    sorted after it ever booted, and ``emulator up`` showed nothing."""
+    bad = _group(cloud, "no-user-data", None)
+    good = _group(cloud, "boots", "#!/bin/bash\nexit 0\n")
+    events: list[str] = []
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[bad, good], poll_s=MANUAL, on_event=events.append) as launcher:
+        launcher.poll()
+        launcher.poll()
+        [bad_id] = _instances(cloud, bad)
+        assert [n.group for n in launcher.all_nodes()] == [good]
+        assert list(launcher.failed_boots) == [bad_id]
+        [error] = launcher.errors
+        assert bad_id in error and "has no user data" in error
+        assert [e for e in events if "did not boot" in e] == [error]
+
+
+def test_a_relative_work_dir_works(cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the node's script path was relative while the node runs in its own root directory."""
+    group = _group(cloud, "relative", "#!/bin/bash\necho booted > booted.txt\n")
+    monkeypatch.chdir(tmp_path)
+    with NodeLauncher(cloud, Path("relative-nodes"), groups=[group], poll_s=POLL_S) as launcher:
+        launcher.wait_for(lambda: [n.exit_code for n in launcher.all_nodes()] == [0], WAIT_S, "the user data to exit")
+        [node] = launcher.all_nodes()
+    assert launcher.work_dir == (tmp_path / "relative-nodes").resolve()
+    assert (tmp_path / "relative-nodes" / node.instance_id / "root" / "booted.txt").read_text() == "booted\n"
