@@ -326,7 +326,8 @@ def test_bucket_access_is_limited_to_the_cluster_prefix(default: Template) -> No
 
 def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template) -> None:
     statements = policies(default)
-    [training_logs] = [k for k in default.find_resources("AWS::Logs::LogGroup") if "FlowLogs" not in k]
+    cluster_tag = Match.array_with([{"Key": "spot-training:cluster", "Value": "main"}])
+    [training_logs] = default.find_resources("AWS::Logs::LogGroup", {"Properties": {"Tags": cluster_tag}})
     log_writes = [s for s in statements if "logs:PutLogEvents" in s["Action"]]
     assert {"Fn::GetAtt": [training_logs, "Arn"]} in [s["Resource"] for s in log_writes]
     assert all(s["Resource"] != "*" for s in log_writes)

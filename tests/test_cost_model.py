@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from itertools import pairwise
 
 import pytest
@@ -93,9 +94,13 @@ def test_young_daly_interval_minimises_first_order_overhead() -> None:
 
 
 def test_bad_inputs_are_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape("monthly interruption rate must be in [0, 1), not 1.0")):
         mtbi_h(1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape("discount must be in [0, 1], not 1.5")):
         expected_job_cost(monthly_rate=0.1, discount=1.5, **MEASURED)
-    with pytest.raises(ValueError):  # a restart longer than the time between interruptions never finishes
+    with pytest.raises(ValueError, match=r"^work_h must be positive; checkpoint_cost_s and restart_s not negative$"):
+        expected_job_cost(monthly_rate=0.1, discount=0.5, checkpoint_cost_s=-1.0, restart_s=20.0)
+    # a restart longer than the time between interruptions never finishes
+    too_long = f"an interruption costs more than the mean time between interruptions ({mtbi_h(0.99):.2f} h)"
+    with pytest.raises(ValueError, match=re.escape(too_long)):
         expected_job_cost(monthly_rate=0.99, discount=0.5, checkpoint_cost_s=10.0, restart_s=10 * 24 * 3600.0)

@@ -4,7 +4,8 @@ Templates: every shipped team file (teams/) plus a team that switches on every o
 warm pool, interruption drill, an arm cluster without placement group). One in-process synth for the module.
 
 checkov runs from its own venv (``.venv-checkov``, installed by ``make deps`` from requirements-checkov.txt: it
-pins a boto3 that conflicts with ours). A failed check fails the test; a check may only be skipped in the
+pins a boto3 that conflicts with ours), with no update check and a guard that refuses any lookup or connection off
+loopback (``NETWORK_GUARD``). A failed check fails the test; a check may only be skipped in the
 construct, with ``training_constructs.checkov.skip_checkov`` (CloudFormation ``Metadata: checkov: skip``) and a
 reason, and only if it is listed in ``REVIEWED_SKIPS`` below, so a new skip shows up in review here too.
 
@@ -21,6 +22,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,16 +110,95 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------------------- checkov
-def run_checkov(files: list[Path]) -> list[dict[str, Any]]:
-    """checkov's JSON report (one entry per framework) for ``files``; never downloads anything."""
+# Loaded by checkov's interpreter (a sitecustomize on PYTHONPATH): refuses, and writes down, every name lookup and
+# every connection that is not on loopback, before anything leaves the machine; writes "loaded" when it is in place.
+NETWORK_GUARD = """
+import ipaddress, os, socket
+
+_log = os.environ["SPOT_TRAINING_NETWORK_LOG"]
+_getaddrinfo, _connect = socket.getaddrinfo, socket.socket.connect
+
+
+def _note(line):
+    with open(_log, "a") as f:
+        f.write(line + "\\n")
+
+
+def _loopback(host):
+    host = host.decode() if isinstance(host, bytes) else str(host)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def getaddrinfo(host, *args, **kwargs):
+    if host is not None and not _loopback(host):
+        _note(f"lookup of {host}")
+        raise socket.gaierror(socket.EAI_NONAME, f"network guard: {host} is not on loopback")
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+def connect(self, address):
+    if self.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address[0]):
+        _note(f"connect to {address[0]}:{address[1]}")
+        raise ConnectionRefusedError(f"network guard: {address[0]} is not on loopback")
+    return _connect(self, address)
+
+
+socket.getaddrinfo = getaddrinfo
+socket.socket.connect = connect
+_note("loaded")
+"""
+
+
+def checkov_env(work: Path) -> dict[str, str]:
+    """The environment checkov runs in: no platform key or settings from ours (nothing of the templates leaves the
+    machine), no update check, and the network guard, which writes to ``work / "network.log"``."""
+    (work / "guard").mkdir()
+    (work / "guard" / "sitecustomize.py").write_text(NETWORK_GUARD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_", "CKV_"))}
+    env.update(
+        {
+            # checkov asks pypi.org for a newer version at every start (checkov/common/util/banner.py)
+            "CKV_SKIP_PACKAGE_UPDATE_CHECK": "true",
+            # no run config or guideline mapping from the platform (what --skip-download also turns off)
+            "BC_SKIP_MAPPING": "TRUE",
+            # the update checker's cached answer (platformdirs) would hide a lookup from the guard
+            "XDG_CACHE_HOME": str(work / "cache"),
+            "PYTHONPATH": str(work / "guard"),
+            "SPOT_TRAINING_NETWORK_LOG": str(work / "network.log"),
+        }
+    )
+    return env
+
+
+def network_log(work: Path) -> tuple[bool, list[str]]:
+    """Whether the guard loaded (in every interpreter checkov starts), and each lookup or connection it refused."""
+    log = work / "network.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return "loaded" in lines, [line for line in lines if line != "loaded"]
+
+
+def checkov(files: list[Path], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     if not CHECKOV.exists():
         pytest.fail(f"checkov is not installed at {CHECKOV}: run `make deps` (requirements-checkov.txt)")
     args = [str(CHECKOV), "--framework", "cloudformation", "--output", "json", "--compact", "--skip-download"]
     for f in files:
         args += ["--file", str(f)]
-    # No platform API key or settings from the environment: nothing of the templates leaves the machine.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_", "CKV_"))}
-    result = subprocess.run(args, capture_output=True, text=True, timeout=CHECKOV_TIMEOUT_S, env=env)
+    return subprocess.run(args, capture_output=True, text=True, timeout=CHECKOV_TIMEOUT_S, env=env)
+
+
+def run_checkov(files: list[Path]) -> list[dict[str, Any]]:
+    """checkov's JSON report (one entry per framework) for ``files``; it reaches nothing off loopback."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        result = checkov(files, checkov_env(work))
+        loaded, attempts = network_log(work)
+    assert loaded, f"the network guard did not load in checkov: {result.stderr[-3000:]}"
+    assert attempts == [], f"checkov tried to reach the network: {attempts}"
     # Exit code 1 means "failed checks" (reported below); anything else but 0 is checkov itself failing.
     assert result.returncode in (0, 1), result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -181,6 +262,23 @@ def test_checkov_gate_can_fail_and_honours_only_skips_in_metadata(tmp_path: Path
     [skip_report] = [c for c in checks(reports, "skipped_checks") if c["check_id"] == "CKV_AWS_21"]
     assert Path(skip_report["file_path"]).name == "skipped.template.json"
     assert skip_report["check_result"]["suppress_comment"] == "a reason a reviewer can check, long enough"
+
+
+def test_the_network_guard_refuses_the_update_check_checkov_makes_without_its_setting(tmp_path: Path) -> None:
+    """Not vacuous: without CKV_SKIP_PACKAGE_UPDATE_CHECK, checkov looks up pypi.org as it starts, and the guard
+    refuses that lookup. The guard is first shown to load in checkov's interpreter, so nothing leaves the machine."""
+    env = checkov_env(tmp_path)
+    probe = subprocess.run([str(CHECKOV.parent / "python"), "-c", "pass"], env=env, capture_output=True, timeout=60)
+    assert (probe.returncode, network_log(tmp_path)) == (0, (True, [])), probe.stderr
+    (tmp_path / "network.log").unlink()
+    del env["CKV_SKIP_PACKAGE_UPDATE_CHECK"]
+    template = tmp_path / "bucket.template.json"
+    template.write_text(json.dumps({"Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {}}}}))
+    result = checkov([template], env)
+    assert result.returncode in (0, 1), result.stderr[-3000:]
+    loaded, attempts = network_log(tmp_path)
+    assert loaded and attempts, attempts
+    assert all("pypi.org" in attempt for attempt in attempts), attempts
 
 
 # ---------------------------------------------------------------------------------------------------- policy walk

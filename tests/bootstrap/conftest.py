@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,17 +255,26 @@ class Node:
             self._lines.put(line)
         self._lines.put(None)
 
-    def lines(self, timeout: float = 150) -> Iterator[str]:
-        """The node's output line by line as it comes, until it exits or ``timeout`` s pass without a line."""
-        while True:
+    def lines(self, timeout: float = 150, total: float = 300, most: int = 100_000) -> Iterator[str]:
+        """The node's output line by line as it comes, until it exits. Bounded for a caller that waits for a line
+        that never comes: fails after ``timeout`` s without a line, ``total`` s in all, or ``most`` lines."""
+        deadline = time.monotonic() + total
+        overdue = f"{self.instance_id} still running after {total} s without the line awaited"
+        for _ in range(most):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{overdue}:\n{self.text}")
             try:
-                line = self._lines.get(timeout=timeout)
+                line = self._lines.get(timeout=min(timeout, left))
             except queue.Empty:
+                if left <= timeout:
+                    raise AssertionError(f"{overdue}:\n{self.text}") from None
                 raise AssertionError(f"no output from {self.instance_id} for {timeout} s:\n{self.text}") from None
             if line is None:
                 self._lines.put(None)
                 return
             yield line
+        raise AssertionError(f"{self.instance_id} printed {most} lines without the line awaited:\n{self.text}")
 
     def wait(self, timeout: float = 150) -> int:
         assert self.proc is not None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from spot_training.peers import launch_order
 
 from trainctl.cli import main as trainctl_main
 
-from .conftest import EXAMPLE, TEAM, Cluster, Node, address_map
+from .conftest import EXAMPLE, TEAM, Clients, Cluster, Node, address_map
 
 TRAIN = {"train.py": EXAMPLE.read_text()}
 EPOCHS = 3
@@ -29,28 +31,41 @@ def weights_equal(a: Path, b: Path) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+@dataclass(frozen=True)
+class Run:
+    cluster: Cluster
+    node: Node
+    weights: Path
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Filled by test_job_runs_to_done: the uninterrupted run's final weights."""
-    return {}
-
-
-def test_job_runs_to_done(make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any]) -> None:
-    """One node trains the example to the end: DONE marker, desired capacity 0, logs shipped per job and node."""
-    cluster: Cluster = make_cluster(nodes=1)
-    out = tmp_path / "reference.pt"
+def reference(aws: Clients, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """The uninterrupted run: one node trains the example to the end. Run once for the module, by the first test
+    that needs it (whatever runs, in whatever order): the resume tests compare their final weights with it."""
+    root = tmp_path_factory.mktemp("reference")
+    cluster = Cluster(aws, root, nodes=1)
+    out = root / "reference.pt"
     cluster.submit("ref-run", TRAIN, f"python train.py --epochs {EPOCHS} --seed 7 --output {out}")
-    (node,) = make_nodes(cluster)
-    assert node.start(address_map([node])).wait() == 0, node.text
+    [(instance_id, private_ip)] = cluster.instances()
+    node = Node(cluster, instance_id, private_ip, "127.0.0.10")
+    try:
+        code = node.start(address_map([node])).wait()
+    finally:
+        node.stop()
+    assert code == 0 and out.is_file(), f"the uninterrupted reference run failed (exit code {code}):\n{node.text}"
+    yield Run(cluster, node, out)
 
+
+def test_job_runs_to_done(reference: Run) -> None:
+    """One node trains the example to the end: DONE marker, desired capacity 0, logs shipped per job and node."""
+    cluster, node = reference.cluster, reference.node
     assert cluster.marker("ref-run", "DONE") is not None
     assert cluster.marker("ref-run", "FAILED") is None
     assert cluster.desired_capacity() == 0
-    assert out.is_file()
+    assert reference.weights.is_file()
     assert re.search(rf"epoch {EPOCHS - 1} done: step \d+ test accuracy 0\.9\d+ world size 1", node.text)
     shipped = "\n".join(cluster.log_messages("ref-run", node.instance_id))
     assert "training finished" in shipped and "DONE" in shipped
-    reference["weights"] = out
 
 
 def interrupted_after_a_checkpoint(cluster: Cluster, make_nodes: Any, job_id: str, command: str) -> Any:
@@ -67,12 +82,10 @@ def interrupted_after_a_checkpoint(cluster: Cluster, make_nodes: Any, job_id: st
 
 
 def test_interruption_checkpoint_then_resume_is_bitwise_identical(
-    make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any]
+    make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: Run
 ) -> None:
     """Notice -> SIGTERM -> emergency checkpoint durable in S3 within the grace; a replacement instance resumes
     from it and ends with weights bitwise identical to the uninterrupted run."""
-    if "weights" not in reference:
-        pytest.skip("needs test_job_runs_to_done (the uninterrupted reference run)")
     cluster: Cluster = make_cluster(nodes=1, checkpoint_interval_s=1, interruption_grace_s=30)
     out = tmp_path / "resumed.pt"
     command = f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
@@ -95,17 +108,15 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
     assert f"resumed from step {step}" in second.text
     assert cluster.marker("resume-run", "DONE") is not None
     assert cluster.desired_capacity() == 0
-    assert weights_equal(out, reference["weights"])
+    assert weights_equal(out, reference.weights)
 
 
 def test_a_failed_job_goes_on_as_a_new_job_from_its_checkpoint_bitwise_identical(
-    make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    make_cluster: Any, make_nodes: Any, tmp_path: Path, reference: Run, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A job interrupted after a checkpoint, then FAILED (say S3 did not answer its replacement's restore):
     ``trainctl submit --resume-from`` starts a new job from that checkpoint, which ends with the weights of the
     uninterrupted run."""
-    if "weights" not in reference:
-        pytest.skip("needs test_job_runs_to_done (the uninterrupted reference run)")
     cluster: Cluster = make_cluster(nodes=1, checkpoint_interval_s=1, interruption_grace_s=30)
     out = tmp_path / "resumed.pt"
     command = f"python train.py --epochs {EPOCHS} --seed 7 --output {out} --step-sleep-s 0.05"
@@ -136,7 +147,7 @@ def test_a_failed_job_goes_on_as_a_new_job_from_its_checkpoint_bitwise_identical
     assert cluster.marker("next-run", "DONE") is not None
     assert cluster.marker("failed-run", "DONE") is None
     assert step in cluster.manifests("failed-run")  # the earlier job's checkpoint stays where it was
-    assert weights_equal(out, reference["weights"])
+    assert weights_equal(out, reference.weights)
 
 
 def test_two_nodes_rendezvous_over_loopback(make_cluster: Any, make_nodes: Any, tmp_path: Path) -> None:

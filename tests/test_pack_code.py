@@ -1,0 +1,85 @@
+"""``trainctl submit``'s code archive (trainctl.jobs.pack_code): what goes in, what never does, what it refuses."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from trainctl.jobs import JobError, pack_code
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def members(archive: bytes) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+SOURCES = {
+    "train.py": "print('train')\n",
+    "pkg/__init__.py": "",
+    "pkg/model.py": "MODEL = 1\n",
+    "configs/base.yaml": "lr: 0.1\n",
+}
+
+
+def test_the_archive_holds_the_regular_files_by_relative_path_and_nothing_else(tmp_path: Path) -> None:
+    write(tmp_path, SOURCES)
+    write(
+        tmp_path,
+        {  # always left out, with or without a .gitignore, at any depth
+            ".git/config": "[core]\n",
+            "pkg/.git/HEAD": "ref: refs/heads/main\n",
+            ".venv/bin/activate": "# venv\n",
+            "node_modules/left-pad/index.js": "module.exports = 1\n",
+            "pkg/__pycache__/model.cpython-311.pyc": "bytecode",
+            "stale.pyc": "bytecode",
+        },
+    )
+    (tmp_path / "link.py").symlink_to(tmp_path / "train.py")  # symlinks: neither a file link nor a folder link
+    (tmp_path / "linked-pkg").symlink_to(tmp_path / "pkg", target_is_directory=True)
+    found = members(pack_code(tmp_path))
+    assert sorted(found) == sorted(SOURCES)
+    assert all(m.isfile() for m in found.values())
+    with tarfile.open(fileobj=io.BytesIO(pack_code(tmp_path)), mode="r:gz") as tar:
+        extracted = tar.extractfile("pkg/model.py")
+        assert extracted is not None and extracted.read().decode() == SOURCES["pkg/model.py"]
+
+
+def test_gitignore_patterns_leave_out_files_and_folders(tmp_path: Path) -> None:
+    write(tmp_path, SOURCES)
+    write(
+        tmp_path,
+        {
+            ".gitignore": "# outputs\n\n*.log\n  data/  \n/build\nconfigs/secret.yaml\n",
+            "run.log": "loss 1\n",
+            "pkg/debug.log": "loss 2\n",
+            "data/train.csv": "1,2\n",
+            "pkg/data/val.csv": "3,4\n",
+            "build/out.bin": "x",
+            "configs/secret.yaml": "key: x\n",
+        },
+    )
+    assert sorted(members(pack_code(tmp_path))) == sorted([*SOURCES, ".gitignore"])
+
+
+def test_a_negated_gitignore_pattern_is_refused_with_its_line(tmp_path: Path) -> None:
+    write(tmp_path, {**SOURCES, ".gitignore": "*.log\n  !keep.log\n", "keep.log": "kept?\n"})
+    with pytest.raises(JobError) as refused:
+        pack_code(tmp_path)
+    expected = f"{tmp_path / '.gitignore'}: negated pattern '!keep.log' is not supported by the packer"
+    assert str(refused.value) == expected  # trainctl prints it after "trainctl: error: "
+
+
+def test_a_missing_code_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JobError) as refused:
+        pack_code(tmp_path / "nowhere")
+    assert str(refused.value) == f"code directory {tmp_path / 'nowhere'} does not exist"
