@@ -9,7 +9,6 @@ desired capacity. Everything the node agent writes (checkpoints, markers) is rea
 
 from __future__ import annotations
 
-import fnmatch
 import io
 import json
 import os
@@ -23,6 +22,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Optional
 
+import pathspec
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER, JobSpecError, check_job
@@ -86,23 +86,10 @@ def find_cluster(client: ClientFactory, team: str, cluster: str) -> ClusterRef:
     raise JobError(f"no Auto Scaling group tagged {TEAM_TAG}={team}, {CLUSTER_TAG}={cluster}")
 
 
-def _ignored(rel: str, patterns: list[str]) -> bool:
-    parts = rel.split("/")
-    for pattern in patterns:
-        anchored = pattern.strip("/")
-        if "/" in anchored:
-            if fnmatch.fnmatch(rel, anchored) or rel.startswith(anchored + "/"):
-                return True
-        elif any(fnmatch.fnmatch(part, anchored) for part in parts):
-            return True
-    return False
-
-
 def pack_code(directory: Path) -> bytes:
-    """A gzipped tarball of ``directory`` (relative paths, regular files only), minus ``.gitignore`` patterns.
-
-    Negated patterns (``!x``) are not supported and refused, so nothing is left out by surprise. A file that
-    cannot be read is a one-line :class:`JobError` naming it.
+    """A gzipped tarball of ``directory`` (relative paths, regular files only), minus what its ``.gitignore``
+    leaves out (git's rules, by pathspec; nested ``.gitignore`` files are not read) and ``ALWAYS_SKIPPED``. A file
+    that cannot be read is a one-line :class:`JobError` naming it.
     """
     if not directory.is_dir():
         raise JobError(f"code directory {directory} does not exist")
@@ -115,25 +102,25 @@ def pack_code(directory: Path) -> bytes:
 
 
 def _pack(directory: Path) -> bytes:
-    patterns = list(ALWAYS_SKIPPED)
+    always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_SKIPPED)  # a "!" line of the .gitignore cannot bring them back
     gitignore = directory / ".gitignore"
-    if gitignore.is_file():
-        for line in gitignore.read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if line.startswith("!"):
-                raise JobError(f"{gitignore}: negated pattern {line!r} is not supported by the packer")
-            if line and not line.startswith("#"):
-                patterns.append(line)
+    ignored = pathspec.GitIgnoreSpec.from_lines(
+        gitignore.read_text(encoding="utf-8").splitlines() if gitignore.is_file() else []
+    )
+
+    def left_out(rel: str) -> bool:
+        return always.match_file(rel) or ignored.match_file(rel)
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for root, dirs, files in os.walk(directory):
-            rel_root = os.path.relpath(root, directory)
-            dirs[:] = sorted(d for d in dirs if not _ignored(os.path.normpath(os.path.join(rel_root, d)), patterns))
+            rel_root = Path(root).relative_to(directory).as_posix()
+            prefix = "" if rel_root == "." else rel_root + "/"
+            dirs[:] = sorted(d for d in dirs if not left_out(f"{prefix}{d}/"))  # a folder's files go with it, as in git
             for name in sorted(files):
-                rel = os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")
                 path = Path(root) / name
-                if path.is_file() and not path.is_symlink() and not _ignored(rel, patterns):
-                    tar.add(path, arcname=rel, recursive=False)
+                if path.is_file() and not path.is_symlink() and not left_out(prefix + name):
+                    tar.add(path, arcname=prefix + name, recursive=False)
     return buf.getvalue()
 
 
