@@ -85,7 +85,7 @@ def cloud(endpoint: str) -> dict[str, list[str]]:
     return {"pool": pool, "decoys": decoys, "instances": instances}
 
 
-def claim(endpoint: str, volume_ids: list[str], instance_id: str, seed: int) -> str | None:
+def claim(endpoint: str, volume_ids: list[str], instance_id: str, seed: int, timeout_s: float = 10) -> str | None:
     return warm_volume.claim_volume(
         client(endpoint),
         instance_id=instance_id,
@@ -94,7 +94,7 @@ def claim(endpoint: str, volume_ids: list[str], instance_id: str, seed: int) -> 
         pool=POOL,
         volume_ids=volume_ids,
         device=DEVICE,
-        timeout_s=10,
+        timeout_s=timeout_s,
         poll_s=0.05,
         rng=random.Random(seed),
     )
@@ -191,17 +191,7 @@ def test_a_claim_whose_attachment_is_never_confirmed_gives_the_volume_back(
     monkeypatch.setattr(warm_volume, "_is_attached", lambda *args: False)
     node, pool = cloud["instances"][0], cloud["pool"][:1]
     with pytest.raises(TimeoutError, match=f"timed out after 0 s waiting for {pool[0]} to attach"):
-        warm_volume.claim_volume(
-            client(endpoint),
-            instance_id=node,
-            availability_zone=AZ,
-            tag_key=TAG,
-            pool=POOL,
-            volume_ids=pool,
-            device=DEVICE,
-            timeout_s=0.2,
-            poll_s=0.05,
-        )
+        claim(endpoint, pool, node, 0, timeout_s=0.2)
     [volume] = client(endpoint).describe_volumes(VolumeIds=pool)["Volumes"]
     assert (volume["State"], volume["Attachments"]) == ("available", [])
 
