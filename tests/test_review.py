@@ -79,6 +79,59 @@ def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> N
     assert f"| alpha | main | g5.xlarge | 4 | 1 + 50% above | {4 * on_demand:.2f} | {0.3 + 3 * on_demand:.2f} |" in text
 
 
+def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_statements() -> None:
+    """A pull request that opens a port or a bucket to someone shows it where reviewers read the IAM changes;
+    before, only identity and trust policies were listed."""
+    deny_plain_http = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:*",
+        "Resource": [{"Fn::GetAtt": ["Bucket", "Arn"]}],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    resources = {
+        "BucketPolicy": {
+            "Type": "AWS::S3::BucketPolicy",
+            "Properties": {"Bucket": {"Ref": "Bucket"}, "PolicyDocument": {"Statement": [deny_plain_http]}},
+        },
+        "Invoke": {
+            "Type": "AWS::Lambda::Permission",
+            "Properties": {
+                "Action": "lambda:InvokeFunction",
+                "FunctionName": {"Fn::GetAtt": ["Guard", "Arn"]},
+                "Principal": "events.amazonaws.com",
+                "SourceArn": {"Fn::GetAtt": ["Schedule", "Arn"]},
+            },
+        },
+        "Nodes": {
+            "Type": "AWS::EC2::SecurityGroup",
+            "Properties": {
+                "SecurityGroupEgress": [{"IpProtocol": "-1", "CidrIp": "0.0.0.0/0"}],
+                "SecurityGroupIngress": [{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "CidrIp": "0.0.0.0/0"}],
+            },
+        },
+        "NodesFromNodes": {
+            "Type": "AWS::EC2::SecurityGroupIngress",
+            "Properties": {
+                "GroupId": {"Fn::GetAtt": ["Nodes", "GroupId"]},
+                "IpProtocol": "-1",
+                "SourceSecurityGroupId": {"Fn::GetAtt": ["Nodes", "GroupId"]},
+            },
+        },
+    }
+    stack = review.Stack("TrainingStack-alpha", {"Resources": resources}, [])
+    assert review.iam_statements(stack) == {
+        'BucketPolicy: Deny {"AWS": "*"} s3:* on <Bucket.Arn> if {"Bool": {"aws:SecureTransport": "false"}}',
+        "Invoke: events.amazonaws.com may lambda:InvokeFunction <Guard.Arn> from <Schedule.Arn>",
+        "Nodes: egress all traffic to 0.0.0.0/0",
+        "Nodes: ingress tcp ports 22-22 from 0.0.0.0/0",
+        "<Nodes.GroupId>: ingress all traffic from <Nodes.GroupId>",
+    }
+    text = review.summary({stack.name: stack}, load_prices())
+    assert "### IAM, resource policies and security group rules" in text
+    assert "- `Nodes: ingress tcp ports 22-22 from 0.0.0.0/0`" in text
+
+
 def test_review_against_a_base_shows_iam_changes_and_replacements(assemblies: tuple[Path, Path]) -> None:
     base, head = assemblies
     text = review.summary(review.load_assembly(head), load_prices(), base=review.load_assembly(base))

@@ -129,25 +129,50 @@ def _render(value: Any) -> str:
 
 
 def iam_statements(stack: Stack) -> set[str]:
+    """Who may do what: identity policies, trust policies, managed policies, resource policies (bucket policies,
+    Lambda permissions) and security group rules, one line each."""
     found: set[str] = set()
     for logical_id, resource in stack.resources.items():
-        props = resource.get("Properties", {})
+        kind, props = resource["Type"], resource.get("Properties", {})
         documents = []
-        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        if kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy"):
             documents.append(props.get("PolicyDocument", {}))
-        if resource["Type"] == "AWS::IAM::Role":
+        if kind == "AWS::IAM::Role":
             documents += [p.get("PolicyDocument", {}) for p in props.get("Policies", [])]
             for s in props.get("AssumeRolePolicyDocument", {}).get("Statement", []):
                 found.add(f"{logical_id}: trusts {_render(s.get('Principal'))} to {_render(s.get('Action'))}")
             found |= {f"{logical_id}: managed policy {_render(arn)}" for arn in props.get("ManagedPolicyArns", [])}
+        if kind == "AWS::Lambda::Permission":
+            source = f" from {_render(props['SourceArn'])}" if "SourceArn" in props else ""
+            found.add(
+                f"{logical_id}: {_render(props.get('Principal'))} may {_render(props.get('Action'))} "
+                f"{_render(props.get('FunctionName'))}{source}"
+            )
+        if kind == "AWS::EC2::SecurityGroup":
+            for direction in ("Ingress", "Egress"):
+                found |= {f"{logical_id}: {_rule(direction, r)}" for r in props.get(f"SecurityGroup{direction}", [])}
+        if kind in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress"):
+            found.add(f"{_render(props.get('GroupId'))}: {_rule(kind.rsplit('Group', 1)[1], props)}")
         for document in documents:
             for s in document.get("Statement", []):
                 actions = s.get("Action", s.get("NotAction"))
                 what = ", ".join(actions) if isinstance(actions, list) else str(actions)
+                who = f" {_render(s['Principal'])}" if "Principal" in s else ""
                 cond = f" if {json.dumps(s['Condition'], sort_keys=True)}" if "Condition" in s else ""
-                found.add(f"{logical_id}: {s['Effect']} {what} on {_render(s.get('Resource', '*'))}{cond}")
+                found.add(f"{logical_id}: {s['Effect']}{who} {what} on {_render(s.get('Resource', '*'))}{cond}")
     # an asset's hash changes with its content, not with what the statement grants
     return {ASSET_HASH.sub("<asset hash>", f) for f in found}
+
+
+def _rule(direction: str, rule: Mapping[str, Any]) -> str:
+    """A security group rule: direction, protocol and ports, and the peer (CIDR, group or prefix list)."""
+    protocol = str(rule.get("IpProtocol", "-1"))
+    ports = "" if protocol == "-1" else f" ports {rule.get('FromPort')}-{rule.get('ToPort')}"
+    peer_keys = ("CidrIp", "CidrIpv6", "SourceSecurityGroupId", "DestinationSecurityGroupId", "SourcePrefixListId",
+                 "DestinationPrefixListId")  # fmt: skip
+    peers = [_render(rule[k]) for k in peer_keys if k in rule]
+    side = "from" if direction == "Ingress" else "to"
+    return f"{direction.lower()} {'all traffic' if protocol == '-1' else protocol}{ports} {side} {', '.join(peers)}"
 
 
 def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
@@ -254,7 +279,7 @@ def summary(
     ]  # fmt: skip
     out += ["", "### Team budgets", ""]
     out += _table(["stack", "budget", "USD per month"], budgets) if budgets else ["No team sets a budget."]
-    out += ["", "### IAM", ""]
+    out += ["", "### IAM, resource policies and security group rules", ""]
     for name, stack in head.items():
         statements = iam_statements(stack)
         if base is None or name not in base:
