@@ -90,6 +90,24 @@ def test_a_negated_pattern_brings_a_file_back_but_never_an_always_skipped_one(tm
     assert sorted(members(pack_code(tmp_path))) == sorted([*SOURCES, ".gitignore", "keep.log"])
 
 
+def test_a_negated_pattern_reaches_into_folders_its_patterns_exclude(tmp_path: Path) -> None:
+    """git keeps sub/a.py with "*", "!*/", "!*.py" (only Python files) and foo/keep with "foo/**", "!foo/keep": the
+    archive too. Before, a folder the spec matched was skipped whole, and the job ran without those files."""
+    write(
+        tmp_path,
+        {
+            ".gitignore": "\ufeff*\n!*/\n!*.py\nfoo/**\n!foo/keep\n",  # and a BOM, which git skips
+            "a.py": "",
+            "b.txt": "",
+            "sub/a.py": "",
+            "sub/b.txt": "",
+            "foo/keep": "",
+            "foo/drop": "",
+        },
+    )
+    assert sorted(members(pack_code(tmp_path))) == ["a.py", "foo/keep", "sub/a.py"]
+
+
 def test_a_missing_code_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(JobError) as refused:
         pack_code(tmp_path / "nowhere")

@@ -105,18 +105,24 @@ def _pack(directory: Path) -> bytes:
     always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_SKIPPED)  # a "!" line of the .gitignore cannot bring them back
     gitignore = directory / ".gitignore"
     ignored = pathspec.GitIgnoreSpec.from_lines(
-        gitignore.read_text(encoding="utf-8").splitlines() if gitignore.is_file() else []
+        gitignore.read_text(encoding="utf-8-sig").splitlines() if gitignore.is_file() else []  # git skips a BOM
     )
+    # A folder is skipped whole only when no "!" line could bring back a file in it; otherwise each of its files
+    # is matched on its own (git itself keeps out a file whose folder is excluded: then this archive holds more).
+    negated = any(pattern.include is False for pattern in ignored.patterns)
 
     def left_out(rel: str) -> bool:
         return always.match_file(rel) or ignored.match_file(rel)
+
+    def skipped_folder(rel: str) -> bool:
+        return always.match_file(rel) or (not negated and ignored.match_file(rel))
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for root, dirs, files in os.walk(directory):
             rel_root = Path(root).relative_to(directory).as_posix()
             prefix = "" if rel_root == "." else rel_root + "/"
-            dirs[:] = sorted(d for d in dirs if not left_out(f"{prefix}{d}/"))  # a folder's files go with it, as in git
+            dirs[:] = sorted(d for d in dirs if not skipped_folder(f"{prefix}{d}/"))
             for name in sorted(files):
                 path = Path(root) / name
                 if path.is_file() and not path.is_symlink() and not left_out(prefix + name):
