@@ -482,15 +482,21 @@ class CheckpointStore:
         return steps[0] if steps else None
 
     def upload(
-        self, step: int, files: Dict[str, str], layout: str, unchanged: Callable[[], bool] = lambda: True
+        self,
+        step: int,
+        files: Dict[str, str],
+        layout: str,
+        unchanged: Callable[[], bool] = lambda: True,
+        replace: bool = False,
     ) -> float:
         """Upload ``files`` ({relative name: local path}) in parallel (multipart when large), then the manifest.
 
         ``unchanged`` is asked after the objects are in and before the manifest: False (the trainer rewrote a file
-        while it was read, so the objects and hashes may mix two versions) raises OSError and writes no manifest."""
+        while it was read, so the objects and hashes may mix two versions) raises OSError and writes no manifest.
+        ``replace``: the step is in S3 already, with other content; its manifest goes first."""
         start = time.monotonic()
         base = f"{self.prefix}{step}/"
-        if step in self.unreadable:  # saved again over a bad one: no manifest until all the new objects are in
+        if replace or step in self.unreadable:  # saved again: no manifest until all the new objects are in
             self.s3.delete_object(Bucket=self.bucket, Key=base + MANIFEST)
 
         def put(item: Tuple[str, str]) -> Tuple[str, Dict[str, Any]]:
@@ -769,13 +775,15 @@ class Syncer:
         self.uploaded = set(store.complete_steps())  # without the ones the restore found unreadable
         upload_s = read_sync_state(self.dir).get("last_upload_s")  # the Young/Daly interval's input survives a restart
         self.last_upload_s = float(upload_s) if isinstance(upload_s, (int, float)) else 0.0
-        self.flat_seen: Optional[List[Tuple[str, int, int]]] = None
-        self.flat_uploaded: Optional[List[Tuple[str, int, int]]] = None
+        self.flat_seen: Optional[List[Tuple[str, int, int, int]]] = None
+        self.flat_uploaded: Optional[List[Tuple[str, int, int, int]]] = None
         self.flat_due = 0.0
+        # step -> its files when this agent uploaded it
+        self.step_uploaded: Dict[int, List[Tuple[str, int, int, int]]] = {}
         # Set when the agent SIGKILLs the trainer: a flat file it was writing may be cut short, so the final sync
         # then uploads flat files only if they were already unchanged at the poll before.
         self.trainer_killed = False
-        self.flat_refused: Optional[List[Tuple[str, int, int]]] = None
+        self.flat_refused: Optional[List[Tuple[str, int, int, int]]] = None
         self.failures = 0
         # What an earlier attempt reported durable may since have failed its restore: report anew.
         try:
@@ -815,9 +823,9 @@ class Syncer:
         new = fingerprint is not None and fingerprint not in (self.flat_uploaded, self.flat_refused)
         return "the checkpoint directory" if new else None
 
-    def flat_fingerprint(self, files: Optional[Dict[str, str]] = None) -> List[Tuple[str, int, int]]:
-        """(name, size, mtime) of the flat checkpoint files (or of ``files``): what tells a changed checkpoint from
-        the last one, or a file rewritten while it uploaded."""
+    def flat_fingerprint(self, files: Optional[Dict[str, str]] = None) -> List[Tuple[str, int, int, int]]:
+        """(name, size, mtime, inode) of the flat checkpoint files (or of ``files``): what tells a changed checkpoint
+        from the last one, or a file rewritten while or after it uploaded."""
         files = self._flat_files() if files is None else files
         found = []
         for rel, path in files.items():
@@ -825,7 +833,7 @@ class Syncer:
                 stat = os.stat(path)
             except FileNotFoundError:  # a dangling link, or a file the trainer removed since the listing
                 continue
-            found.append((rel, stat.st_size, stat.st_mtime_ns))
+            found.append((rel, stat.st_size, stat.st_mtime_ns, stat.st_ino))  # a file renamed over it: a new inode
         return sorted(found)
 
     def restored_flat(self) -> None:
@@ -856,19 +864,24 @@ class Syncer:
         steps = self.local_steps()
         if steps:
             newest = steps[-1]
-            if newest not in self.uploaded and (self.newest is None or newest > self.newest):
-                root = os.path.join(self.dir, str(newest))
-                files = {}
-                for dirpath, _, names in os.walk(root):
-                    for name in names:
-                        path = os.path.join(dirpath, name)
-                        files[os.path.relpath(path, root).replace(os.sep, "/")] = path
-                self.log(f"uploading checkpoint {newest} ({len(files)} file(s))")
-                # The helper rewrites a step it saves twice (the final save on the last periodic one's step).
-                seen = self.flat_fingerprint(files)
-                self._record(
-                    newest, self.store.upload(newest, files, "step", lambda: self.flat_fingerprint(files) == seen)
+            root = os.path.join(self.dir, str(newest))
+            files = {}
+            for dirpath, _, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(dirpath, name)
+                    files[os.path.relpath(path, root).replace(os.sep, "/")] = path
+            # The helper rewrites a step it saves twice (the final save on the last periodic one's step), while
+            # it uploads or after: the objects must be of one version, and S3 must get the last one.
+            seen = self.flat_fingerprint(files)
+            saved_again = self.step_uploaded.get(newest, seen) != seen
+            if saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest)):
+                again = " again: saved anew since its upload" if saved_again else ""
+                self.log(f"uploading checkpoint {newest} ({len(files)} file(s)){again}")
+                seconds = self.store.upload(
+                    newest, files, "step", lambda: self.flat_fingerprint(files) == seen, replace=saved_again
                 )
+                self.step_uploaded[newest] = seen
+                self._record(newest, seconds)
             for old in steps[:-1]:  # the newest local one stays for a restart on this node
                 if self.newest is not None and old < self.newest:
                     shutil.rmtree(os.path.join(self.dir, str(old)), ignore_errors=True)

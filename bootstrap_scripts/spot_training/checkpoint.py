@@ -36,6 +36,7 @@ long upload is no process-group timeout and a notice on any rank ends the wait.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -192,16 +193,17 @@ class Checkpointer:
         if target < 0:
             return None
         source = found.index(target)
-        # Each rank reads its own copy when every rank has the target (the agent restores S3's newest checkpoint
-        # on every node before the trainer starts); only otherwise is it sent, as one object, from a rank that has
-        # it (through a device buffer of its size on NCCL).
-        send = self.distributed and any(step != target for step in found)
         data: Optional[bytes] = None
-        if self.rank == source or not send:
+        if mine == target:
             with open(os.path.join(self.directory, str(target), STATE_FILE), "rb") as f:
                 data = f.read()
-        if send:
-            box = [data]
+        # Each rank loads its own copy when every rank holds the same bytes (the agent restores S3's newest
+        # checkpoint on every node before the trainer starts); only otherwise is it sent, as one object, from the
+        # first rank that has it (through a device buffer of its size on NCCL): a rank without it, or with other
+        # bytes under that step number, must not train from a different state.
+        digests = self._gather(hashlib.sha256(data).hexdigest() if data is not None else None)
+        if len(set(digests)) > 1:
+            box = [data if self.rank == source else None]
             dist.broadcast_object_list(box, src=source)
             data = box[0]
         assert data is not None

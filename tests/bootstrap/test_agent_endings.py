@@ -516,6 +516,28 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
     assert (out / "7" / "state.pt").read_text() == "final save of step 7, a longer one"
 
 
+def test_a_step_saved_again_after_its_upload_is_uploaded_again(aws: Any, tmp_path: Path) -> None:
+    """The final save lands on the step of the last periodic one after the agent made that one durable. Before,
+    S3 kept the periodic version for good (the step counted as uploaded), so a resume got another state than the
+    node's disk held."""
+    store, syncer, log = flat_syncer(aws, tmp_path, 3600)
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "state.pt").write_text("periodic save of step 7")
+    assert syncer.sync() == 7
+    assert syncer.sync() == 7 and sum("uploading checkpoint 7" in line for line in log) == 1  # nothing new
+    tmp = tmp_path / ".tmp-7"
+    tmp.mkdir()
+    (tmp / "state.pt").write_text("final save of step 7, a longer one")
+    shutil.rmtree(tmp_path / "7")
+    tmp.replace(tmp_path / "7")
+    assert syncer.sync(final=True) == 7
+    assert any("uploading checkpoint 7 (1 file(s)) again: saved anew since its upload" in line for line in log), log
+    out = tmp_path / "restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (7, "step")
+    assert (out / "7" / "state.pt").read_text() == "final save of step 7, a longer one"
+
+
 def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tmp_path: Path) -> None:
     """A script keeps ``last.pt`` pointing at a file it has rotated away. Before, every sync round failed on it (no
     flat checkpoint uploaded for the rest of the attempt) and ``pending()`` raised, failing a finished job."""

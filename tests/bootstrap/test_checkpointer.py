@@ -203,7 +203,8 @@ def test_two_ranks_agree_every_few_steps_and_a_notice_on_one_rank_stops_both_at_
         assert out["all_reduces"] * 5 <= stopped, out  # steps of >= 2 ms, agreements every ~0.1 s: far fewer
 
 
-# Restore on two ranks, each with its own checkpoint directory (argv[4]: "both" have step 5, or "rank 0" only).
+# Restore on two ranks, each with its own checkpoint directory (argv[4]: "both" have step 5, "rank 0" only, or
+# "other bytes": rank 1's step 5 is another state).
 RESTORE_TWO_RANKS = """
 import datetime, json, os, shutil, sys
 import torch
@@ -216,6 +217,8 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank
 mine = f"{directory}-{rank}"
 if rank == 0 or has == "both":
     shutil.copytree(os.path.join(directory, "5"), os.path.join(mine, "5"))
+elif has == "other bytes":  # rank 1 holds a step 5 of its own (say, saved again after its upload)
+    shutil.copytree(os.path.join(directory + "-other", "5"), os.path.join(mine, "5"))
 sent = [0]
 broadcast = dist.broadcast_object_list
 def counted(*args, **kwargs):
@@ -231,18 +234,20 @@ os._exit(0)
 """
 
 
-@pytest.mark.parametrize("has", ["both", "rank 0"])
+@pytest.mark.parametrize("has", ["both", "rank 0", "other bytes"])
 def test_a_rank_that_has_the_checkpoint_reads_its_own_copy_and_only_a_rank_without_it_is_sent_one(
     tmp_path: Path, has: str
 ) -> None:
-    """Both ranks restore the same state. When every rank has the checkpoint (the agent restores it on every node),
-    nothing is broadcast: before, rank 0 sent the whole state to every rank, through a GPU buffer of its size on
-    NCCL (a large model's restore could run out of GPU memory)."""
+    """Both ranks restore rank 0's state. When every rank holds the same bytes (the agent restores the checkpoint on
+    every node), nothing is broadcast: before, rank 0 sent the whole state to every rank, through a GPU buffer of its
+    size on NCCL (a large model's restore could run out of GPU memory). A rank with other bytes under the step
+    number is sent rank 0's."""
     model = torch.nn.Linear(2, 2)
-    torch.nn.init.constant_(model.weight, 0.25)
-    saver = Checkpointer(model, directory=str(tmp_path / "ckpt"), handle_sigterm=False)
-    saver.save(5, block=True)
-    saver.close()
+    for directory, weight in (("ckpt", 0.25), ("ckpt-other", 0.75)):
+        torch.nn.init.constant_(model.weight, weight)
+        saver = Checkpointer(model, directory=str(tmp_path / directory), handle_sigterm=False)
+        saver.save(5, block=True)
+        saver.close()
     outs = results(start_two_ranks(tmp_path, RESTORE_TWO_RANKS, has))
     for out in outs:
         assert (out["step"], out["weight"]) == (5, [[0.25, 0.25], [0.25, 0.25]])
