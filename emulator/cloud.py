@@ -48,11 +48,16 @@ class EmulatorError(RuntimeError):
     """The emulator could not start, or a step against it failed."""
 
 
-def client_env(endpoint_url: str, ca_bundle: Path, base: Optional[dict[str, str]] = None) -> dict[str, str]:
+def client_env(
+    endpoint_url: str,
+    ca_bundle: Path,
+    base: Optional[dict[str, str]] = None,
+    credentials: tuple[str, str] = (ACCESS_KEY_ID, SECRET_ACCESS_KEY),
+) -> dict[str, str]:
     """Environment for any AWS client (CDK CLI, AWS CLI, boto3) that must talk to the emulator only.
 
-    Fake static credentials; no profile, config file or instance metadata lookups (those could
-    reach a real account or 169.254.169.254); a fixed region; the run's CA for TLS.
+    Static credentials (default: the emulator's fake ones); no profile, config file or instance metadata
+    lookups (those could reach a real account or 169.254.169.254); a fixed region; the run's CA for TLS.
     """
     env = dict(os.environ if base is None else base)
     for key in list(env):
@@ -61,8 +66,8 @@ def client_env(endpoint_url: str, ca_bundle: Path, base: Optional[dict[str, str]
     env.update(
         {
             "AWS_ENDPOINT_URL": endpoint_url,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
-            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+            "AWS_ACCESS_KEY_ID": credentials[0],
+            "AWS_SECRET_ACCESS_KEY": credentials[1],
             "AWS_REGION": REGION,
             "AWS_DEFAULT_REGION": REGION,
             "AWS_EC2_METADATA_DISABLED": "true",
@@ -113,6 +118,8 @@ class EmulatedCloud:
         self._previous_sigterm: SignalHandler = None
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, bool], Any] = {}
+        self._credentials = (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+        self.admin_user: Optional[str] = None
 
     # -- addresses ---------------------------------------------------------------------------------
 
@@ -151,15 +158,15 @@ class EmulatedCloud:
         return REGION
 
     def client_env(self, base: Optional[dict[str, str]] = None) -> dict[str, str]:
-        return client_env(self.endpoint_url, self.ca_bundle, base)
+        return client_env(self.endpoint_url, self.ca_bundle, base, self._credentials)
 
     def boto3_kwargs(self, *, insecure: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``boto3.client(service, **kwargs)`` aimed at the emulator."""
         return {
             "endpoint_url": self.insecure_endpoint_url if insecure else self.endpoint_url,
             "region_name": REGION,
-            "aws_access_key_id": ACCESS_KEY_ID,
-            "aws_secret_access_key": SECRET_ACCESS_KEY,
+            "aws_access_key_id": self._credentials[0],
+            "aws_secret_access_key": self._credentials[1],
             "verify": str(self.ca_bundle),
         }
 
@@ -267,6 +274,7 @@ class EmulatedCloud:
                 self._temp_dir = None
             self.port = self.insecure_port = None
             self._clients.clear()  # a restarted emulator has another port
+            self._credentials, self.admin_user = (ACCESS_KEY_ID, SECRET_ACCESS_KEY), None  # and no IAM users
 
     def enforce_iam(self, on: bool = True) -> None:
         """Switch moto's IAM enforcement on (every request is then checked against its caller's identity
@@ -282,6 +290,27 @@ class EmulatedCloud:
         answer = self._moto_api("reset-auth", b"0" if on else b"inf", "text/plain")
         if answer.get("status") != "ok":
             raise EmulatorError(f"moto did not switch IAM enforcement {'on' if on else 'off'}: {answer}")
+
+    def use_admin_user(self, name: str = "emulator-admin") -> None:
+        """Create an IAM user allowed every action on every resource and use its access key from now on
+        (:meth:`client`, :meth:`boto3_kwargs`, :meth:`client_env`): the harness's own calls (polling groups,
+        terminating instances, reading S3, assuming roles for nodes) then keep working while :meth:`enforce_iam`
+        is on, and only the calls made with other credentials (the nodes' instance roles) are limited.
+
+        Needs ``EmulatedCloud(iam_enforcement=True)``; call it while enforcement is off (the emulator's own fake
+        key, which creates the user, is no IAM user). Clients made before keep the fake key: make them after.
+        """
+        if not self.iam_enforcement:
+            raise EmulatorError("an admin user is for EmulatedCloud(iam_enforcement=True) only")
+        iam = self.client("iam")
+        iam.create_user(UserName=name)
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName=name, PolicyName="AllowEverything", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        with self._lock:
+            self._credentials = (key["AccessKeyId"], key["SecretAccessKey"])
+            self._clients.clear()
+            self.admin_user = name
 
     def _moto_api(self, path: str, body: bytes, content_type: str) -> dict[str, Any]:
         """POST ``body`` to moto's ``/moto-api/<path>``; its JSON answer."""

@@ -15,15 +15,27 @@ resource of a two-resource action (``AttachVolume`` is checked on the volume, no
 stream of ``PutLogEvents`` (moto's ``Fn::GetAtt LogGroup.Arn`` lacks AWS's trailing ``:*``, so both logs
 actions are checked against the group's ARN as moto reports it).
 
+:func:`install` also logs every request moto's enforcement refuses (denied, or credentials it does not know) to the
+server log, one line each with the action, the resource it was checked on and the access key id (``WARNING
+emulator.iam: refused s3:PutObject on arn:aws:s3:::bucket/key for ASIA...: AccessDenied``), because a caller may
+swallow the error (the node agent tolerates a failed log upload, for one): :func:`refusals` reads them back.
+
 Installed by ``python -m emulator.server --iam-enforcement`` only; enforcement itself stays off until
 :meth:`emulator.cloud.EmulatedCloud.enforce_iam` switches it on, so deploys run unauthenticated as before.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from moto.utilities.utils import get_partition
+
+REFUSALS = logging.getLogger("emulator.iam")
+_REFUSED = re.compile(r"^WARNING emulator\.iam: refused (\S+) on (\S+) for (\S+): (\S+)$", re.MULTILINE)
 
 LOG_GROUP_ACTIONS = frozenset({"CreateLogStream", "PutLogEvents"})
 GROUP_ACTIONS = frozenset({"SetDesiredCapacity", "UpdateAutoScalingGroup"})
@@ -84,8 +96,66 @@ def _safe(resolver: Any) -> Any:
     return determine
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A request moto's IAM enforcement refused, as logged by the server."""
+
+    action: str  # service:Action, as moto evaluated it
+    resource: str
+    access_key_id: str
+    error: str  # moto's exception class, e.g. AccessDeniedError, S3AccessDeniedError, InvalidClientTokenIdError
+
+
+def refusals(server_log: Path, offset: int = 0) -> list[Refusal]:
+    """The refused requests logged in ``server_log`` since byte ``offset``, in order."""
+    if not server_log.exists():
+        return []
+    with open(server_log, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return [Refusal(*m.groups()) for m in _REFUSED.finditer(text)]
+
+
+def _between(text: str, start: str, end: str) -> str:
+    begin = text.find(start)
+    if begin < 0:
+        return ""
+    begin += len(start)
+    stop = text.find(end, begin)
+    return text[begin:] if stop < 0 else text[begin:stop]
+
+
+def _log_refusals() -> None:
+    """Wrap moto's check of every request (``ActionAuthenticatorMixin._authenticate_and_authorize_action``, the
+    one place S3 and every other service go through) to log what it refuses; the refusal itself is unchanged."""
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    original = ActionAuthenticatorMixin._authenticate_and_authorize_action
+    if getattr(original, "emulator_iam_resources", False):
+        return
+
+    def authenticate_and_authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
+        try:
+            original(self, iam_request_cls, resource)
+        except Exception as exc:
+            scope = _between(str(self.headers.get("Authorization", "")), "Credential=", ",").split("/")
+            key, service = (scope[0], scope[3]) if len(scope) > 3 else ("?", "?")
+            try:
+                found = self._get_action()
+                action = str(found[0] if isinstance(found, list) else found)
+            except Exception:  # the log line must not change the answer
+                action = "?"
+            REFUSALS.warning("refused %s:%s on %s for %s: %s", service, action, resource, key, type(exc).__name__)
+            raise
+
+    authenticate_and_authorize.emulator_iam_resources = True  # type: ignore[attr-defined]
+    ActionAuthenticatorMixin._authenticate_and_authorize_action = authenticate_and_authorize  # type: ignore[method-assign]
+
+
 def install() -> None:
-    """Add the resolvers to moto's response classes (idempotent). Run before the server handles requests."""
+    """Add the resolvers to moto's response classes and log refusals (idempotent). Run before the server handles
+    requests."""
+    _log_refusals()
     from moto.autoscaling.responses import AutoScalingResponse
     from moto.ec2.responses import EC2Response
     from moto.logs.responses import LogsResponse

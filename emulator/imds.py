@@ -8,7 +8,10 @@ the way AWS delivers them: ``mock.interrupt()`` makes ``spot/instance-action`` a
 Served: PUT /latest/api/token (needs X-aws-ec2-metadata-token-ttl-seconds), and with a valid
 X-aws-ec2-metadata-token header (else 401): /latest/meta-data/ instance-id, placement/availability-zone,
 placement/region, ami-launch-index, local-ipv4, instance-type, tags/instance (key list),
-tags/instance/<key>, spot/instance-action, events/recommendations/rebalance.
+tags/instance/<key>, spot/instance-action, events/recommendations/rebalance; and, once
+:meth:`ImdsMock.set_role_credentials` gave it an instance profile's role and credentials, iam/info and
+iam/security-credentials/ (the role's name) and iam/security-credentials/<role> (the credentials, as the JSON
+document EC2 serves): botocore and the AWS CLI then take their credentials from here, as on an instance.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
+from typing import Any, Optional
 from urllib.parse import unquote
 
 
@@ -46,6 +49,9 @@ class ImdsMock:
         self.requests: list[str] = []
         self.instance_action: Optional[dict[str, str]] = None
         self.rebalance: Optional[dict[str, str]] = None
+        self.role_name: Optional[str] = None
+        self.role_credentials: Optional[dict[str, str]] = None
+        self.instance_profile: Optional[dict[str, str]] = None
         self.values = {
             "instance-id": instance_id,
             "placement/availability-zone": availability_zone,
@@ -71,6 +77,29 @@ class ImdsMock:
     def recommend_rebalance(self) -> None:
         self.rebalance = {"noticeTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
+    def set_role_credentials(
+        self, role_name: str, credentials: dict[str, Any], instance_profile_arn: str, instance_profile_id: str
+    ) -> None:
+        """Serve ``credentials`` (an ``sts:AssumeRole`` answer's ``Credentials``, ``Expiration`` a datetime) as the
+        instance profile role ``role_name``'s, the way EC2 does under ``iam/security-credentials/``."""
+        updated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.role_name = role_name
+        self.role_credentials = {
+            "Code": "Success",
+            "LastUpdated": updated,
+            "Type": "AWS-HMAC",
+            "AccessKeyId": str(credentials["AccessKeyId"]),
+            "SecretAccessKey": str(credentials["SecretAccessKey"]),
+            "Token": str(credentials["SessionToken"]),
+            "Expiration": credentials["Expiration"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        self.instance_profile = {
+            "Code": "Success",
+            "LastUpdated": updated,
+            "InstanceProfileArn": instance_profile_arn,
+            "InstanceProfileId": instance_profile_id,
+        }
+
     def _answer(self, path: str) -> Optional[str]:
         if path in self.values:
             return self.values[path]
@@ -82,6 +111,12 @@ class ImdsMock:
             return json.dumps(self.instance_action)
         if path == "events/recommendations/rebalance" and self.rebalance:
             return json.dumps(self.rebalance)
+        if path == "iam/info" and self.instance_profile:
+            return json.dumps(self.instance_profile)
+        if path == "iam/security-credentials" and self.role_name:
+            return self.role_name
+        if path == f"iam/security-credentials/{self.role_name}" and self.role_credentials:
+            return json.dumps(self.role_credentials)
         return None
 
     def start(self) -> ImdsMock:

@@ -11,7 +11,18 @@ A node is a process tree running that instance's actual user data (read back thr
 - its own root directory: absolute paths under ``/opt/`` in the user data are relocated to
   ``<work_dir>/<instance-id>/root/opt/`` (the only change made to the user data), and the node agent gets
   ``SPOT_TRAINING_NODE_ROOT`` for the job's checkpoint directory, so nodes never share files;
-- the emulator's AWS endpoint and fake credentials (no instance profile credentials: see the README);
+- the emulator's AWS endpoint and, by default, its fake root credentials (no instance profile credentials: see
+  the README). With ``NodeLauncher(instance_credentials=True)`` a node gets its instance role's credentials
+  instead, the way an instance does: its metadata mock serves them under ``iam/security-credentials/<role>``,
+  and the node's environment holds no AWS keys and leaves instance metadata lookups on, so botocore and the AWS
+  CLI take them from there. The role is the instance profile's of the group's launch template (moto records no
+  profile on the instances a group launches); the launcher assumes it (``sts:AssumeRole``, for one hour, not
+  refreshed) once per watched group when it starts, and every node of the group gets those credentials. Start
+  the launcher before :meth:`EmulatedCloud.enforce_iam` switches enforcement on: EC2 itself assumes an instance
+  role, trusted as the service ``ec2.amazonaws.com``, and moto (5.2.5) answers an ``AssumeRole`` of such a role
+  under enforcement with a 500 (its trust-policy check fails on a principal without an ``AWS`` key). With
+  enforcement on, every AWS call of the node is then checked against the role's policies; the launcher's own
+  calls need credentials moto's IAM knows (:meth:`EmulatedCloud.use_admin_user` before creating the launcher);
 - ``SPOT_TRAINING_WARM_VOLUME_MOUNT=0``: a claimed warm-pool volume is attached through the EC2 API, but
   there is no block device to mount;
 - ``SPOT_TRAINING_PEER_ADDRESS_MAP``: a file mapping every instance's private 10.x address to its node's
@@ -110,8 +121,11 @@ class NodeLauncher:
         poll_s: float = 0.5,
         node_env: Optional[dict[str, str]] = None,
         on_event: Optional[Callable[[str], None]] = None,
+        instance_credentials: bool = False,
     ) -> None:
-        """``groups``: Auto Scaling group names to watch (default: all). ``node_env``: extra environment."""
+        """``groups``: Auto Scaling group names to watch (default: all). ``node_env``: extra environment.
+        ``instance_credentials``: nodes call AWS with their instance role's credentials, from their metadata mock
+        (default: the emulator's fake root credentials); see the module docstring."""
         self.cloud = cloud
         self.work_dir = work_dir.resolve()  # the node's script and paths must not depend on its working directory
         self.groups = groups
@@ -129,13 +143,23 @@ class NodeLauncher:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self.instance_credentials = instance_credentials
         self._asg = cloud.client("autoscaling")
         self._ec2 = cloud.client("ec2")
+        self._role_credentials: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}  # group -> role, ...
 
     # -- public API --------------------------------------------------------------------------------
 
     def start(self) -> NodeLauncher:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.instance_credentials:
+            groups = self.groups or [
+                g["AutoScalingGroupName"]
+                for page in self._asg.get_paginator("describe_auto_scaling_groups").paginate()
+                for g in page["AutoScalingGroups"]
+            ]
+            for group in groups:
+                self._role_credentials[group] = self._assume_instance_role(group)
         self._write_address_map()
         self._thread = threading.Thread(target=self._loop, name="node-launcher", daemon=True)
         self._thread.start()
@@ -332,7 +356,15 @@ class NodeLauncher:
             instance_type=instance_type,
             lifecycle="spot" if inst.get("InstanceLifecycle") == "spot" else "on-demand",
             tags=tags,
-        ).start()
+        )
+        if self.instance_credentials:
+            if group not in self._role_credentials:
+                raise EmulatorError(
+                    f"no instance role credentials for {group}: it did not exist when the launcher started"
+                )
+            role_name, credentials, profile = self._role_credentials[group]
+            imds.set_role_credentials(role_name, credentials, profile["Arn"], profile["InstanceProfileId"])
+        imds.start()
         try:
             proc = self._start_user_data(script, root, console, imds)
         except BaseException:
@@ -345,8 +377,39 @@ class NodeLauncher:
         self._write_address_map()
         self._event(node, f"booted on {host} (private {node.private_ip}, {instance_type})")
 
+    def _assume_instance_role(self, group: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """The role of the instance profile in the group's launch template, its credentials (``sts:AssumeRole``)
+        and the profile."""
+        ref = self._launch_template_profile(group)
+        name = ref.get("Name") or str(ref["Arn"]).rsplit("/", 1)[-1]
+        profile = self.cloud.client("iam").get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+        [role] = profile["Roles"]  # EC2 allows exactly one role per instance profile
+        answer = self.cloud.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="emulated-node")
+        return str(role["RoleName"]), dict(answer["Credentials"]), dict(profile)
+
+    def _launch_template_profile(self, group: str) -> dict[str, str]:
+        [found] = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        spec = (
+            found.get("LaunchTemplate")
+            or found["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]
+        )
+        [version] = self._ec2.describe_launch_template_versions(
+            LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec.get("Version") or "$Default"]
+        )["LaunchTemplateVersions"]
+        profile = version["LaunchTemplateData"].get("IamInstanceProfile")
+        if not profile:
+            raise EmulatorError(f"the launch template of {group} has no instance profile: no role credentials")
+        return dict(profile)
+
     def _start_user_data(self, script: Path, root: Path, console: Path, imds: ImdsMock) -> subprocess.Popen[bytes]:
         env = self.cloud.client_env()
+        if self.instance_credentials:
+            # As on an instance: no keys in the environment; botocore and the AWS CLI find the role's credentials
+            # in the instance metadata (AWS_EC2_METADATA_SERVICE_ENDPOINT below). A loaded machine gets more than
+            # botocore's default 1 s and 1 attempt for the metadata mock to answer.
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_EC2_METADATA_DISABLED"):
+                env.pop(key, None)
+            env.update({"AWS_METADATA_SERVICE_TIMEOUT": "5", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "3"})
         env.update(
             {
                 # the node's python3 and aws: this environment's (boto3, torch, the AWS CLI)
