@@ -89,38 +89,41 @@ def _stop_cluster(
     group = groups.get(spec["cluster"])
     if group is None or group["DesiredCapacity"] == 0:
         return
+    job_id: Optional[str] = None
     try:
-        job = json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])
+        job_id = str(json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])["job_id"])
     except ssm.exceptions.ParameterNotFound:
-        job = None
-    prefix = f"{spec['prefix']}{job['job_id']}/" if job else None
-    finished = prefix is not None and any(_marker(s3, spec["bucket"], prefix + m) for m in FINISHED)
-    stop = _marker(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
-    if prefix and not finished and stop is None:
+        pass
+    except (ValueError, KeyError, TypeError) as exc:  # not a job trainctl wrote: nothing to ask, stop the spending
+        report["actions"].append(f"{spec['cluster']}: current-job parameter unreadable ({exc!r}): no job to ask")
+    prefix = f"{spec['prefix']}{job_id}/" if job_id else None
+    finished = prefix is not None and any(_present(s3, spec["bucket"], prefix + m) for m in FINISHED)
+    asked_at = _written_at(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
+    if prefix and not finished and asked_at is None:
         body = {"requested_at": now, "by": "budget guard", "reason": f"budget {budget} spent"}
         s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())
-        report["actions"].append(f"{spec['cluster']}: asked job {job['job_id']} to stop")
-    overdue = stop is not None and now - _requested_at(stop) > force_after
+        report["actions"].append(f"{spec['cluster']}: asked job {job_id} to stop")
+    overdue = asked_at is not None and now - asked_at > force_after
     if prefix is None or finished or overdue or not group["Instances"]:
         autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
         report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
 
 
-def _marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
-    """:func:`read_marker`, with a marker that is there but not a JSON object read as ``{"unreadable": True}``:
-    anyone who may write under the prefix could have written it, and it must not stop the guard."""
+def _present(s3: Any, bucket: str, key: str) -> bool:
+    """Whether the marker at ``key`` is there, readable or not (anyone who may write under the prefix may have
+    written something else than JSON: it must not stop the guard)."""
     try:
-        return read_marker(s3, bucket, key)
-    except (ValueError, TypeError):  # not JSON (JSONDecodeError is a ValueError), or not an object
-        return {"unreadable": True}
+        return read_marker(s3, bucket, key) is not None
+    except (ValueError, TypeError):  # there, but not a JSON object
+        return True
 
 
-def _requested_at(stop: dict[str, Any]) -> float:
-    """When the stop was asked; a STOP without a readable time counts as asked long ago (overdue)."""
-    try:
-        return float(stop["requested_at"])
-    except (KeyError, TypeError, ValueError):
-        return float("-inf")
+def _written_at(s3: Any, bucket: str, key: str) -> Optional[float]:
+    """When the object at ``key`` was last written, by S3's clock, or None if it is not there. The guard times a
+    stop by this, not by the request's own ``requested_at``: that was written by whoever asked, with their clock
+    (or a value that never comes due)."""
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    return listed[0]["LastModified"].timestamp() if listed and listed[0]["Key"] == key else None
 
 
 def handler(event: Any, context: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from aws_cdk.assertions import Match, Template
 
 from budget_guard.handler import FINISHED
 from tests.synth import CLUSTER, joined, resources, synth, team_config
+from training_constructs import training_cluster
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
 from training_constructs.training_cluster import BOOTSTRAP_DIR
 
@@ -168,25 +169,24 @@ def test_user_data_downloads_bootstrap_asset_and_runs_it_with_cluster_identity(d
     assert "--team team-a --cluster main --job-spec-parameter /spot-training/team-a/main/job-spec" in text
 
 
-def test_bootstrap_asset_ships_exactly_the_tracked_scripts(tmp_path: Path) -> None:
-    """Tool caches and bytecode next to the scripts (mypy, pytest, an editor) stay out of the asset nodes download."""
+def test_bootstrap_asset_ships_exactly_the_tracked_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tool caches and bytecode next to the scripts (mypy, pytest, an editor) stay out of the asset nodes download.
+
+    On a copy of the scripts (with whatever caches the real tree has) plus junk: the source tree is never written."""
     tracked = subprocess.run(
         ["git", "ls-files", "."], cwd=BOOTSTRAP_DIR, check=True, capture_output=True, text=True
     ).stdout.split()
     assert "node_agent.py" in tracked and "spot_training/checkpoint.py" in tracked
-    junk = [BOOTSTRAP_DIR / ".tool_cache" / "cache.json", BOOTSTRAP_DIR / "spot_training" / "__pycache__" / "x.pyc"]
-    created = [p.parent for p in junk if not p.parent.exists()]
-    try:
-        for path in junk:
-            path.parent.mkdir(exist_ok=True)
-            path.write_text("junk")
-        synth(team_config(), outdir=str(tmp_path))
-    finally:
-        for path in junk:
-            path.unlink(missing_ok=True)
-        for path in created:
-            shutil.rmtree(path)
-    [asset] = [p for p in tmp_path.glob("asset.*") if p.is_dir()]
+    scripts = tmp_path / "bootstrap_scripts"
+    shutil.copytree(BOOTSTRAP_DIR, scripts, symlinks=True)
+    junk = [scripts / ".tool_cache" / "cache.json", scripts / "spot_training" / "__pycache__" / "x.pyc"]
+    for path in junk:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("junk")
+    monkeypatch.setattr(training_cluster, "BOOTSTRAP_DIR", scripts)
+    out = tmp_path / "cdk.out"
+    synth(team_config(), outdir=str(out))
+    [asset] = [p for p in out.glob("asset.*") if p.is_dir()]
     staged = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
     assert staged == sorted(tracked)
 
@@ -348,13 +348,18 @@ def test_only_describe_actions_and_session_manager_channels_get_resource_star(
     default: Template, variant: Template
 ) -> None:
     for template in (default, variant):
+        starred = []  # every statement with "*" among its resources ("*" or a list holding it)
         for statement in policies(template):
-            if statement["Resource"] == "*":
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                if statement.get("Sid") == "SessionManagerChannels":
-                    assert actions == SESSION_MANAGER_ACTIONS
-                else:
-                    assert all(a.split(":")[1].startswith("Describe") for a in actions), statement
+            resource = statement["Resource"]
+            if "*" not in (resource if isinstance(resource, list) else [resource]):
+                continue
+            starred.append(statement.get("Sid"))
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if statement.get("Sid") == "SessionManagerChannels":
+                assert actions == SESSION_MANAGER_ACTIONS
+            else:
+                assert all(a.split(":")[1].startswith("Describe") for a in actions), statement
+        assert "SessionManagerChannels" in starred  # the channels have no resource ARN: the check above ran
 
 
 # ---- CheckpointStore ------------------------------------------------------------------------------------------
@@ -650,7 +655,7 @@ def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budget
     statements = {s.get("Sid"): s for s in policies(budgeted)}
     assert joined(statements["ReadOwnBudget"]["Resource"]).endswith(':budget/spot-training-team-a"]]}')
     read = {joined(r).rsplit('"', 2)[-2] for r in statements["ReadJobMarkers"]["Resource"]}
-    assert read == {f"/{c}/*/{m}" for c in ("main", "dev") for m in ("STOP", *FINISHED)}  # the guard's own list
+    assert read == {f"/{c}/*/{m}" for c in ("main", "dev") for m in FINISHED}  # the guard's own list
     assert statements["ReadJobMarkers"]["Action"] == "s3:GetObject"
     written = {joined(r).rsplit('"', 2)[-2] for r in statements["WriteStopRequests"]["Resource"]}
     assert written == {"/main/*/STOP", "/dev/*/STOP"}  # not checkpoints or code: STOP requests only

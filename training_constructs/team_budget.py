@@ -31,9 +31,9 @@ from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
 GUARD_DIR = Path(__file__).resolve().parent.parent / "budget_guard"
-# The job markers the guard reads (budget_guard/handler.py: STOP and FINISHED; the Lambda package cannot import
-# this one, a test keeps the two in step); it writes STOP only.
-GUARD_READS = ("STOP", "DONE", "FAILED", "STOPPED")
+# The job markers the guard reads (budget_guard/handler.py's FINISHED; the Lambda package cannot import this one,
+# a test keeps the two in step); STOP it only lists (S3 times it) and writes.
+GUARD_READS = ("DONE", "FAILED", "STOPPED")
 GUARD_CHECKOV_SKIPS = {
     "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
     "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
@@ -183,10 +183,11 @@ class TeamBudget(Construct):
         )
         bucket_id = stack.get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
         for cluster in clusters:
-            for marker in GUARD_READS:
+            for marker in (*GUARD_READS, "STOP"):
                 acknowledge(
                     policy,
                     f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*/"
                     f"{marker}]",
-                    "The * is the job id: the guard reads (and for STOP writes) this job marker of the cluster's jobs.",
+                    f"The * is the job id: the guard {'writes' if marker == 'STOP' else 'reads'} this job marker of "
+                    "the cluster's jobs.",
                 )

@@ -26,7 +26,7 @@ from trainctl.cli import main as trainctl_main
 
 pytestmark = pytest.mark.slow
 
-CLUSTERS = ("main", "stuck", "side")  # the guard judges them in this order
+CLUSTERS = ("main", "stuck", "side", "late")  # the guard judges them in this order
 TEAM, LIMIT, WARN, EVERY = "capped", 50.0, 70, 10  # EVERY under force_stop_after_minutes: the schedule's rate
 
 
@@ -148,27 +148,32 @@ def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
 
 
 def test_a_cluster_the_guard_cannot_judge_does_not_keep_it_from_the_others(cloud: EmulatedCloud) -> None:
-    """A current-job parameter that is not JSON (cluster stuck) and a STOP that is not JSON (cluster side), both
-    writable by anyone who may write the cluster's objects or parameters: side's group is still set to 0 (a stop
-    without a readable time is overdue), and the run fails naming stuck, so the function's errors show it."""
+    """Parameters and objects anyone who may write the cluster's prefix or parameters could have spoiled: stuck's
+    job spec is not JSON (the run fails naming it, so the function's errors show it, and goes on with the others);
+    side's current-job parameter is not JSON (no job to ask: its group is set to 0); late's STOP is not JSON (a stop
+    request all the same, timed by S3: its group is set to 0 once it is overdue)."""
     client = cloud.client
     _set_spend(cloud, 0.0)
+    stuck, side, late = (jobs.find_cluster(client, TEAM, name) for name in ("stuck", "side", "late"))
+    spec_parameter = f"/spot-training/{TEAM}/stuck/job-spec"
+    spec = client("ssm").get_parameter(Name=spec_parameter)["Parameter"]["Value"]
     try:
-        stuck, side = (jobs.find_cluster(client, TEAM, name) for name in ("stuck", "side"))
-        jobs.submit(client, stuck, EXAMPLE_DIR, command="python train.py", nodes=1)
-        side_job = jobs.submit(client, side, EXAMPLE_DIR, command="python train.py", nodes=1)
-        client("ssm").put_parameter(Name=str(stuck.spec["current_job_parameter"]), Value="{not json", Overwrite=True)
-        client("s3").put_object(Bucket=side.bucket, Key=side.job_prefix(side_job) + "STOP", Body=b"<html>")
+        for ref in (stuck, side, late):
+            job_id = jobs.submit(client, ref, EXAMPLE_DIR, command="python train.py", nodes=1)
+        client("ssm").put_parameter(Name=spec_parameter, Value="{not json", Overwrite=True)
+        client("ssm").put_parameter(Name=str(side.spec["current_job_parameter"]), Value="{not json", Overwrite=True)
+        client("s3").put_object(Bucket=late.bucket, Key=late.job_prefix(job_id) + "STOP", Body=b"<html>")
         _set_spend(cloud, LIMIT + 1)
         env = _guard_function(cloud)["Environment"]["Variables"]
 
-        with pytest.raises(RuntimeError) as failed:
-            guard(client, env, cloud.account_id, now=time.time())
-        assert str(failed.value).startswith(
-            f"budget guard could not judge: /spot-training/{TEAM}/stuck/job-spec: JSONDecodeError: "
-        )
-        assert "side" not in str(failed.value)
-        assert jobs.desired_capacity(client, side) == 0
-        assert jobs.desired_capacity(client, stuck) == 1  # nothing the guard could judge, nothing it did
+        for now, late_capacity in ((time.time(), 1), (time.time() + float(env["FORCE_AFTER_S"]) + 1, 0)):
+            with pytest.raises(RuntimeError) as failed:
+                guard(client, env, cloud.account_id, now=now)
+            assert str(failed.value).startswith(f"budget guard could not judge: {spec_parameter}: JSONDecodeError: ")
+            assert "side" not in str(failed.value) and "late" not in str(failed.value)
+            assert jobs.desired_capacity(client, stuck) == 1  # nothing the guard could judge, nothing it did
+            assert jobs.desired_capacity(client, side) == 0
+            assert jobs.desired_capacity(client, late) == late_capacity
     finally:
+        client("ssm").put_parameter(Name=spec_parameter, Value=spec, Overwrite=True)
         _set_spend(cloud, 0.0)
