@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -9,20 +10,33 @@ from typing import Any
 import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
+from moto.s3 import models, responses
 
 from benchmarks import fast_ranges
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Any]:
-    fast_ranges.install()  # moto_server installs it again: idempotent
-    with fast_ranges.moto_server() as (host, port):
-        client = boto3.client(
-            "s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-            aws_access_key_id="test", aws_secret_access_key="test",
-        )  # fmt: skip
-        client.create_bucket(Bucket="ranges")
-        yield client
+    """The patched moto server, for this module only: what ``install`` patches in this process's moto (and the
+    werkzeug log level ``moto_server`` sets) is put back afterwards, so other tests' in-process moto is moto's own."""
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    with pytest.MonkeyPatch.context() as patch:
+        # what undo puts back (FakeKey._fast_ranges does not exist before install: undo deletes it)
+        patch.setattr(models.FakeKey, "value", models.FakeKey.__dict__["value"])
+        patch.setattr(responses.S3Response, "key_response", responses.S3Response.key_response)
+        patch.setattr(models.FakeKey, "_fast_ranges", False, raising=False)
+        fast_ranges.install()  # moto_server installs it again: idempotent
+        try:
+            with fast_ranges.moto_server() as (host, port):
+                client = boto3.client(
+                    "s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                    aws_access_key_id="test", aws_secret_access_key="test",
+                )  # fmt: skip
+                client.create_bucket(Bucket="ranges")
+                yield client
+        finally:
+            werkzeug.setLevel(level)
 
 
 def test_ranged_gets_return_the_requested_bytes_and_plain_gets_the_object(

@@ -18,6 +18,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from moto.ec2.models.elastic_block_store import EBSBackend
 from moto.server import ThreadedMotoServer
 
 from emulator import ebs_strict
@@ -35,12 +36,18 @@ ROUNDS = 20
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    ebs_strict.install()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    """A moto server in this process with EC2's attachment rules, for this module only: the patch of moto's
+    EBSBackend is undone afterwards, so the in-process moto of other tests (mock_aws) stays moto's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(EBSBackend, "attach_volume", EBSBackend.attach_volume)  # what undo puts back
+        ebs_strict.install()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        try:
+            host, port = server.get_host_and_port()
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
 
 
 def client(endpoint: str) -> Any:

@@ -7,7 +7,7 @@ upload is in flight, (e) a node powered off while it restores, (f) both nodes in
 interruptions in one job, (i) a notice to a node while it restores. For each: the job ends DONE with the group at 0
 and nothing of it left running; a thread checks the bucket all along that no manifest ever points at a missing or
 corrupt object; with a notice no step is redone, without one (c, e) at most one checkpoint interval (in steps, from
-the checkpoints the job wrote, S3 versions; (c) twice: right after a checkpoint became durable, and mid-upload with
+the configured interval and step time; (c) twice: right after a checkpoint became durable, and mid-upload with
 ``checkpoint_wait_for_upload``, where exactly the one interval is lost); the final weights equal an
 uninterrupted run's bit for bit (with and without a notice: resuming from any checkpoint replays exactly).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
+import math
 import os
 import re
 import socket
@@ -30,6 +30,7 @@ from typing import Any, Optional
 import pytest
 import torch
 
+from bootstrap_scripts.spot_training.checkpoint import CHECK_S
 from emulator import EmulatedCloud
 from emulator.demo import JobEvent, JobRun, Scenario, Summary, run_job
 from emulator.deploy import bootstrap, deploy
@@ -51,6 +52,14 @@ _RANK0_STEP = re.compile(r"\bstep \d+ epoch \d+ loss \S+ rank 0$")
 _DURABLE = re.compile(r"checkpoint (\d+) durable in s3://")
 _INTERRUPTED = re.compile(r"interrupted: checkpoint (\d+) saved")
 _RESTORING = re.compile(r"restoring checkpoint (\d+) from s3://")
+_PEERS = re.compile(r"peers: (.*); rendezvous host")
+# The most steps one checkpoint interval can hold, from the configuration (not from the checkpoints the job wrote:
+# a job that skipped checkpoints would widen its own bound). Every step takes at least STEP_SLEEP_S, so the
+# interval's deadline (training time since the last save, the wait for an upload not counted) has passed by the
+# ceil(INTERVAL_S / STEP_SLEEP_S)-th step after a save; rank 0 looks at the clock about every CHECK_S of training,
+# at most ceil(CHECK_S / STEP_SLEEP_S) steps later (1 here: it looks after every step). A loaded machine makes
+# steps slower, so an interval holds fewer of them, never more.
+INTERVAL_STEPS = math.ceil(INTERVAL_S / STEP_SLEEP_S) + math.ceil(CHECK_S / STEP_SLEEP_S)
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures
@@ -205,14 +214,6 @@ class Case:
             if ts >= after and (instance is None or stream.endswith("/" + instance)) and (m := pattern.search(msg))
         ]
 
-    @property
-    def interval_steps(self) -> int:
-        """One checkpoint interval in steps: the largest gap between consecutive checkpoints the job made durable,
-        plus one step. Intervals are timed, not counted: a deadline that falls inside a step makes that interval
-        one step longer than another (a clean-clone run saw checkpoints 13 -> 27 in flight, then 13 -> 26)."""
-        steps = self.manifest_steps
-        return max(b - a for a, b in itertools.pairwise(steps)) + 1
-
 
 def run_case(cloud: EmulatedCloud, name: str, scenario: Scenario, **options: Any) -> Case:
     assert cloud.run_dir is not None
@@ -354,8 +355,8 @@ def test_c_hard_termination_without_notice(cloud: EmulatedCloud, reference: Any)
     assert facts["durable_at_kill"] < case.summary.steps_trained  # it struck mid-training
     restart = next(r for r in case.summary.restarts if r.at > kill.at)
     assert restart.resumed_from >= facts["durable_at_kill"]  # from the newest durable checkpoint (or newer)
-    assert 0 <= restart.steps_redone <= case.interval_steps
-    assert all(r.steps_redone <= case.interval_steps for r in case.summary.restarts)
+    assert 0 <= restart.steps_redone <= INTERVAL_STEPS
+    assert all(r.steps_redone <= INTERVAL_STEPS for r in case.summary.restarts)
 
 
 def test_c_hard_termination_mid_upload_loses_at_most_one_interval_with_wait_for_upload(
@@ -387,8 +388,8 @@ def test_c_hard_termination_mid_upload_loses_at_most_one_interval_with_wait_for_
     assert restart.resumed_from == durable
     # one interval: the steps between the last durable checkpoint and the one in flight, nothing trained past it
     assert restart.furthest_before == flying
-    assert restart.steps_redone == flying - durable <= case.interval_steps
-    assert all(r.steps_redone <= case.interval_steps for r in case.summary.restarts)
+    assert restart.steps_redone == flying - durable <= INTERVAL_STEPS
+    assert all(r.steps_redone <= INTERVAL_STEPS for r in case.summary.restarts)
 
 
 def test_d_notice_while_a_checkpoint_upload_is_in_flight(cloud: EmulatedCloud, reference: Any) -> None:
@@ -442,7 +443,7 @@ def test_e_power_off_while_a_node_restores(cloud: EmulatedCloud, reference: Any)
         assert not case.lines(re.compile(unfinished), kill.instance_id), unfinished
     assert "leaving" not in jobs.node_markers(cloud.client, case.ref, case.job_id).get(kill.instance_id, {})
     assert len(case.summary.nodes) == 4  # 2 + the replacement that died + its replacement
-    assert all(0 <= r.steps_redone <= case.interval_steps for r in case.summary.restarts)
+    assert all(0 <= r.steps_redone <= INTERVAL_STEPS for r in case.summary.restarts)
     assert case.summary.restarts[0].steps_redone == 0  # the notice
 
 
@@ -505,15 +506,35 @@ def test_h_three_interruptions_in_one_job(cloud: EmulatedCloud, reference: Any) 
 def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) -> None:
     """After a notice, the replacement gets a notice of its own while it restores (restores held back by
     SPOT_TRAINING_TEST_RESTORE_DELAY_S): it leaves before its trainer starts instead of joining the rendezvous, the
-    survivor (which may already wait for it there) restarts without it, a second replacement restores; nothing is
+    survivor, which already waits for it there, restarts without it, a second replacement restores; nothing is
     redone."""
     facts: dict[str, Any] = {}
 
     def scenario(run: JobRun) -> None:
-        replacement = replacement_restoring(run)
+        run.wait_durable(0)
+        # The first notice goes to the node without rank 0: the survivor then holds the emergency checkpoint and
+        # restores it locally at once (no held download), so it launches its trainer with the replacement ...
+        survivor = run.checkpoint_writer()
+        replacement = run.wait_for_replacement(run.interrupt(next(i for i in run.running() if i != survivor)))
+
+        def survivor_counts_on_it() -> bool:
+            return any(
+                stream.endswith("/" + survivor) and (m := _PEERS.search(msg)) and replacement.instance_id in m.group(1)
+                for _, stream, msg in run.log_events()
+            )
+
+        def is_restoring() -> bool:
+            return any(
+                stream.endswith("/" + replacement.instance_id) and _RESTORING.search(msg)
+                for _, stream, msg in run.log_events()
+            )
+
+        run.wait_for(survivor_counts_on_it, f"{survivor} to launch its trainer with {replacement.instance_id}")
+        run.wait_for(is_restoring, f"{replacement.instance_id} to restore")
+        # ... which gets its own notice while its restore is held
         second = run.interrupt(replacement.instance_id)
         run.wait_for_replacement(second)
-        facts.update(second=second)
+        facts.update(second=second, survivor=survivor)
 
     # 10 s: the notice must land while the restore is held, after the "restoring" line reached CloudWatch Logs
     case = run_case(cloud, "i-restore-notice", scenario, node_env={"SPOT_TRAINING_TEST_RESTORE_DELAY_S": "10"})
@@ -527,10 +548,26 @@ def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) ->
     assert not case.lines(re.compile(r"running: "), leaver)  # it never launched torchrun
     assert (jobs.marker(cloud.client, case.ref, case.job_id, f"nodes/{leaver}/leaving") or {}).get("trainer") is False
     assert case.lines(re.compile(r"left \S+: the group launches a replacement"), leaver)
-    # A trainer launched with the leaver among its peers (usually: the survivor restores faster) restarted when the
-    # leaver went, instead of waiting for it at the rendezvous until the join timeout.
-    counted_on_it = [m for _, m in case.lines(re.compile(r"peers: (.*); rendezvous host")) if leaver in m.group(1)]
-    restarted = case.lines(re.compile(rf"peer {leaver} left on a notice before its trainer started: restarting"))
-    assert len(restarted) == len(counted_on_it)
+    # Every trainer the other nodes launched after the first notice (the survivor's, the second replacement's)
+    # either left the leaver out of its peers or, launched with it (the survivor's first, at least), restarted when it
+    # went instead of waiting for it at the rendezvous until the join timeout; the last launch on each node, the one
+    # that finished the job, did not count on it.
+    after = case.summary.events[0].at
+    left_early = re.compile(rf"peer {leaver} left on a notice before its trainer started: restarting")
+    launches: dict[str, list[list[str]]] = {}  # stream -> the peers of each of its launches, in time order
+    restarts: dict[str, int] = {}  # stream -> its restarts because the leaver went
+    for ts, stream, msg in case.log:
+        if ts < after or stream.endswith("/" + leaver):
+            continue
+        if m := _PEERS.search(msg):
+            launches.setdefault(stream, []).append(m.group(1).split(", "))
+        elif left_early.search(msg):
+            restarts[stream] = restarts.get(stream, 0) + 1
+    assert launches, "no trainer launched after the first notice"
+    counted_on_it = {stream: sum(leaver in peers for peers in each) for stream, each in launches.items()}
+    survivor = f"{case.job_id}/{facts['survivor']}"
+    assert counted_on_it.get(survivor, 0) >= 1, launches  # the scenario waited for that launch
+    assert restarts == {stream: n for stream, n in counted_on_it.items() if n}
+    assert all(leaver not in each[-1] for each in launches.values()), launches
     assert len(case.summary.nodes) == 4  # 2 + the replacement that left + its replacement
     assert_nothing_redone(case)
