@@ -26,8 +26,7 @@ def read_marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
     """The marker at ``key`` (JSON), or None. Listed before it is read: the guard's ListBucket is limited to the
     clusters' prefixes, and S3 answers a GetObject of a missing key with 403, not 404, without ListBucket.
     ``trainctl`` reads markers with this too (an operator's ListBucket may be limited the same way)."""
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-    if not listed or listed[0]["Key"] != key:  # a key sorts before every longer key it prefixes
+    if _listed(s3, bucket, key) is None:
         return None
     try:
         return dict(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
@@ -35,6 +34,12 @@ def read_marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
         raise
+
+
+def _listed(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
+    """The listing entry of the object at ``key`` (``Key``, ``LastModified``, ...), or None if it is not there."""
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    return dict(listed[0]) if listed and listed[0]["Key"] == key else None  # a key sorts before every key it prefixes
 
 
 def _groups(autoscaling: Any, team_tag: str, team: str) -> dict[str, dict[str, Any]]:
@@ -122,8 +127,8 @@ def _written_at(s3: Any, bucket: str, key: str) -> Optional[float]:
     """When the object at ``key`` was last written, by S3's clock, or None if it is not there. The guard times a
     stop by this, not by the request's own ``requested_at``: that was written by whoever asked, with their clock
     (or a value that never comes due)."""
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-    return listed[0]["LastModified"].timestamp() if listed and listed[0]["Key"] == key else None
+    listed = _listed(s3, bucket, key)
+    return None if listed is None else float(listed["LastModified"].timestamp())
 
 
 def handler(event: Any, context: Any) -> dict[str, Any]:
