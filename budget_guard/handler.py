@@ -102,7 +102,8 @@ def _stop_cluster(
     except (ValueError, KeyError, TypeError) as exc:  # not a job trainctl wrote: nothing to ask, stop the spending
         report["actions"].append(f"{spec['cluster']}: current-job parameter unreadable ({exc!r}): no job to ask")
     prefix = f"{spec['prefix']}{job_id}/" if job_id else None
-    finished = prefix is not None and any(_present(s3, spec["bucket"], prefix + m) for m in FINISHED)
+    # whether an end marker is there is all the guard needs: it lists them and never reads one
+    finished = prefix is not None and any(_listed(s3, spec["bucket"], prefix + m) is not None for m in FINISHED)
     asked_at = _written_at(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
     if prefix and not finished and asked_at is None:
         body = {"requested_at": now, "by": "budget guard", "reason": f"budget {budget} spent"}
@@ -112,15 +113,6 @@ def _stop_cluster(
     if prefix is None or finished or overdue or not group["Instances"]:
         autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
         report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
-
-
-def _present(s3: Any, bucket: str, key: str) -> bool:
-    """Whether the marker at ``key`` is there, readable or not (anyone who may write under the prefix may have
-    written something else than JSON: it must not stop the guard)."""
-    try:
-        return read_marker(s3, bucket, key) is not None
-    except (ValueError, TypeError):  # there, but not a JSON object
-        return True
 
 
 def _written_at(s3: Any, bucket: str, key: str) -> Optional[float]:

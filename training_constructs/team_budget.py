@@ -31,9 +31,6 @@ from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
 GUARD_DIR = Path(__file__).resolve().parent.parent / "budget_guard"
-# The job markers the guard reads (budget_guard/handler.py's FINISHED; the Lambda package cannot import this one,
-# a test keeps the two in step); STOP it only lists (S3 times it) and writes.
-GUARD_READS = ("DONE", "FAILED", "STOPPED")
 GUARD_CHECKOV_SKIPS = {
     "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
     "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
@@ -147,15 +144,6 @@ class TeamBudget(Construct):
                     },
                 ),
                 iam.PolicyStatement(
-                    sid="ReadJobMarkers",
-                    actions=["s3:GetObject"],
-                    resources=[
-                        checkpoint_store.bucket.arn_for_objects(f"{CheckpointStore.cluster_prefix(c.name)}*/{marker}")
-                        for c in clusters
-                        for marker in GUARD_READS
-                    ],
-                ),
-                iam.PolicyStatement(
                     sid="WriteStopRequests",
                     actions=["s3:PutObject"],
                     resources=[
@@ -183,11 +171,8 @@ class TeamBudget(Construct):
         )
         bucket_id = stack.get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
         for cluster in clusters:
-            for marker in (*GUARD_READS, "STOP"):
-                acknowledge(
-                    policy,
-                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*/"
-                    f"{marker}]",
-                    f"The * is the job id: the guard {'writes' if marker == 'STOP' else 'reads'} this job marker of "
-                    "the cluster's jobs.",
-                )
+            acknowledge(
+                policy,
+                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*/STOP]",
+                "The * is the job id: the guard writes the STOP request of the cluster's current job.",
+            )

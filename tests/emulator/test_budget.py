@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 
@@ -177,3 +178,35 @@ def test_a_cluster_the_guard_cannot_judge_does_not_keep_it_from_the_others(cloud
     finally:
         client("ssm").put_parameter(Name=spec_parameter, Value=spec, Overwrite=True)
         _set_spend(cloud, 0.0)
+
+
+def test_the_guard_tells_a_finished_job_by_listing_alone(cloud: EmulatedCloud) -> None:
+    """The guard's role may read no object (tests/test_constructs.py): it must learn that a job ended from the
+    listing. Any GetObject of the run is refused and recorded; an end marker that is not JSON counts all the same."""
+    ref = jobs.find_cluster(cloud.client, TEAM, "main")
+    job_id = jobs.submit(cloud.client, ref, EXAMPLE_DIR, command="python train.py", nodes=1)
+    cloud.client("s3").put_object(Bucket=ref.bucket, Key=ref.job_prefix(job_id) + "DONE", Body=b"<html>")
+    assert jobs.desired_capacity(cloud.client, ref) == 1
+    reads: list[str] = []
+
+    def refuse(params: Any, **_: Any) -> None:
+        reads.append(params["Key"])
+        raise PermissionError(f"the budget guard read {params['Key']}")
+
+    def listing_only(service: str) -> Any:
+        client = boto3.session.Session().client(service, **cloud.boto3_kwargs())  # not the shared, cached ones
+        client.meta.events.register("before-parameter-build.s3.GetObject", refuse)
+        return client
+
+    _set_spend(cloud, LIMIT + 1)
+    try:
+        env = _guard_function(cloud)["Environment"]["Variables"]
+        try:
+            report = guard(listing_only, env, cloud.account_id, now=time.time())["actions"]
+        except RuntimeError as exc:  # another cluster of the module's may not be judged; main must be
+            report = [str(exc)]
+    finally:
+        _set_spend(cloud, 0.0)
+    assert reads == []
+    assert f"main: group {ref.group} set to 0" in report
+    assert jobs.desired_capacity(cloud.client, ref) == 0  # DONE is there: nothing to ask, the group goes to 0
