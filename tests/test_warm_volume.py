@@ -203,19 +203,88 @@ def test_a_claim_whose_attachment_is_never_confirmed_gives_the_volume_back(
     assert (volume["State"], volume["Attachments"]) == ("available", [])
 
 
-def test_mount_commands_bind_the_environment_and_handle_xfs_uuid_clash() -> None:
+def test_mount_commands_overlay_the_environment_on_a_read_only_volume_and_handle_xfs_uuid_clash() -> None:
     cmds = warm_volume.mount_commands("/dev/nvme1n1p1", "xfs", "/mnt/warm", ["/opt/conda"])
     assert cmds == [
         ["mkdir", "-p", "/mnt/warm"],
-        ["mount", "-o", "nouuid", "/dev/nvme1n1p1", "/mnt/warm"],
-        ["mount", "--bind", "/mnt/warm/opt/conda", "/opt/conda"],
+        ["mount", "-o", "ro,nouuid", "/dev/nvme1n1p1", "/mnt/warm"],
+        ["rm", "-rf", "/mnt/warm.overlay/0"],
+        ["mkdir", "-p", "/mnt/warm.overlay/0/upper", "/mnt/warm.overlay/0/work"],
+        [
+            "mount", "-t", "overlay", "overlay",
+            "-o", "lowerdir=/mnt/warm/opt/conda,upperdir=/mnt/warm.overlay/0/upper,workdir=/mnt/warm.overlay/0/work",
+            "/opt/conda",
+        ],
+    ]  # fmt: skip
+    assert warm_volume.mount_commands("/dev/xvdf", "ext4", "/mnt/warm", [])[1] == [
+        "mount",
+        "-o",
+        "ro",
+        "/dev/xvdf",
+        "/mnt/warm",
     ]
-    assert warm_volume.mount_commands("/dev/xvdf", "ext4", "/mnt/warm", [])[1] == ["mount", "/dev/xvdf", "/mnt/warm"]
     assert warm_volume.unmount_commands("/mnt/warm", ["/opt/conda", "/usr/local"]) == [
         ["umount", "/usr/local"],
         ["umount", "/opt/conda"],
         ["umount", "/mnt/warm"],
     ]
+    with pytest.raises(ValueError, match="cannot overlay '/opt/a,b': ',' and ':' are not allowed in its path"):
+        warm_volume.mount_commands("/dev/xvdf", "ext4", "/mnt/warm", ["/opt/a,b"])
+
+
+def _can_mount() -> str:
+    """Why the real mount test cannot run here ('' if it can): it needs root, a loop device, mkfs.ext4, overlayfs."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return "needs root (mount, losetup)"
+    if not Path("/dev/loop-control").exists() or not shutil.which("losetup") or not shutil.which("mkfs.ext4"):
+        return "needs loop devices, losetup and mkfs.ext4"
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        return "needs overlayfs"
+    return ""
+
+
+@pytest.mark.skipif(bool(_can_mount()), reason=_can_mount() or "runs")
+def test_a_job_writing_into_the_mounted_environment_leaves_the_warm_volume_unchanged(tmp_path: Path) -> None:
+    """The agent's own mount and unmount commands, run for real on an ext4 image behind a loop device: the
+    environment reads the volume's copy; a job may still write into it (pip install); the volume is not changed,
+    so the next node that claims it sees the AMI's environment, not this job's."""
+    env_root = tmp_path / "root/opt/pytorch"  # the node's own (lazily loaded) environment
+    (env_root / "bin").mkdir(parents=True)
+    (env_root / "bin/python").write_text("root copy")
+    image_tree = tmp_path / "image"  # what the AMI snapshot holds at the same path
+    (image_tree / env_root.relative_to("/") / "bin").mkdir(parents=True)
+    (image_tree / env_root.relative_to("/") / "bin/python").write_text("warm copy")
+    image = tmp_path / "volume.img"
+    with image.open("wb") as f:
+        f.truncate(32 * 1024 * 1024)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(image_tree), str(image)], check=True)
+    loop = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True)
+    block, mountpoint, check = loop.stdout.strip(), str(tmp_path / "warm"), tmp_path / "check"
+    try:
+        warm_volume.run(warm_volume.mount_commands(block, "ext4", mountpoint, [str(env_root)]))
+        assert (env_root / "bin/python").read_text() == "warm copy"  # reads come from the warm volume
+        (env_root / "installed.txt").write_text("pip install")  # the job may write: pip, caches
+        (env_root / "bin/python").write_text("changed by a job")
+        assert (env_root / "installed.txt").read_text() == "pip install"
+        with pytest.raises(OSError, match="Read-only file system"):  # the volume itself cannot be written
+            (Path(mountpoint + str(env_root)) / "direct.txt").write_text("x")
+        warm_volume.run(warm_volume.unmount_commands(mountpoint, [str(env_root)]))
+        assert sorted(p.name for p in env_root.iterdir()) == ["bin"]  # the root's own environment again
+        assert (env_root / "bin/python").read_text() == "root copy"
+        check.mkdir()
+        subprocess.run(["mount", "-o", "ro", block, str(check)], check=True)
+        try:  # what the next node that claims this volume would see
+            volume_env = check / env_root.relative_to("/")
+            assert sorted(p.name for p in volume_env.iterdir()) == ["bin"]
+            assert (volume_env / "bin/python").read_text() == "warm copy"
+        finally:
+            subprocess.run(["umount", str(check)], check=False)
+    finally:
+        warm_volume.run(warm_volume.unmount_commands(mountpoint, [str(env_root)]), check=False)
+        subprocess.run(["losetup", "-d", block], check=False)
 
 
 class Lsblk:

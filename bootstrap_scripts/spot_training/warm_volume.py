@@ -155,17 +155,33 @@ def filesystem(block: str) -> Optional[Tuple[str, str]]:
 
 
 def mount_commands(block: str, fstype: str, mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:
-    """Commands that mount the warm volume and bind its copies of ``bind_paths`` over the root's.
+    """Commands that mount the warm volume read-only and lay its copies of ``bind_paths`` over the root's.
 
-    The volume is a copy of the AMI's root snapshot: XFS refuses a second filesystem with the
-    root's UUID unless mounted with ``nouuid``. Binding e.g. ``/opt/conda`` makes the training
-    environment read from the warm volume instead of the lazily loaded root volume.
+    The volume is a copy of the AMI's root snapshot: XFS refuses a second filesystem with the root's UUID unless
+    mounted with ``nouuid``. Each path (e.g. ``/opt/pytorch``) becomes an overlay: reads come from the warm volume
+    instead of the lazily loaded root volume, writes (a job's ``pip install``, caches) go to an upper layer on the
+    root volume and end with the node. The volume itself stays an unchanged copy of the AMI, so the next node that
+    claims it, in this job or another, sees the AMI's environment and nothing a job before it wrote.
     """
-    options = ["-o", "nouuid"] if fstype == "xfs" else []
-    commands = [["mkdir", "-p", mountpoint], ["mount", *options, block, mountpoint]]
     for path in bind_paths:
-        commands.append(["mount", "--bind", f"{mountpoint.rstrip('/')}{path}", path])
+        if "," in path or ":" in path:  # overlay's option syntax: lowerdir=a:b,upperdir=...
+            raise ValueError(f"cannot overlay {path!r}: ',' and ':' are not allowed in its path")
+    options = "ro,nouuid" if fstype == "xfs" else "ro"
+    commands = [["mkdir", "-p", mountpoint], ["mount", "-o", options, block, mountpoint]]
+    for index, path in enumerate(bind_paths):
+        layer = f"{overlay_dir(mountpoint)}/{index}"
+        layers = f"lowerdir={mountpoint.rstrip('/')}{path},upperdir={layer}/upper,workdir={layer}/work"
+        commands += [
+            ["rm", "-rf", layer],  # a fresh upper layer: nothing of an earlier mount shows through
+            ["mkdir", "-p", f"{layer}/upper", f"{layer}/work"],
+            ["mount", "-t", "overlay", "overlay", "-o", layers, path],
+        ]
     return commands
+
+
+def overlay_dir(mountpoint: str) -> str:
+    """Where the overlays' upper layers live: on the root volume, next to (not inside) the warm volume's mountpoint."""
+    return f"{mountpoint.rstrip('/')}.overlay"
 
 
 def unmount_commands(mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:

@@ -108,7 +108,7 @@ def test_no_claim_when_the_volume_would_be_mounted_over_the_agents_own_python(
 def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_its_root(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A failed mount (here the bind over the environment) used to escape as a traceback and FAIL the job."""
+    """A failed mount (here the overlay on the environment) used to escape as a traceback and FAIL the job."""
     cluster, _, volume, agent, job, lines = _mounting(make_cluster, monkeypatch, "mount-run")
     job.python = "/opt/pytorch/bin/python"  # the DLAMI's environment, not this test's
     ran: list[tuple[list[str], bool]] = []
@@ -116,7 +116,7 @@ def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_i
     def run(commands: Any, check: bool = True) -> None:
         for command in commands:
             ran.append((list(command), check))
-            if check and command[:2] == ["mount", "--bind"]:
+            if check and command[:3] == ["mount", "-t", "overlay"]:
                 raise subprocess.CalledProcessError(32, command)
 
     monkeypatch.setattr(node_agent.warm_volume, "block_device", lambda volume, device: "/dev/nvme1n1")
@@ -124,11 +124,11 @@ def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_i
     monkeypatch.setattr(node_agent.warm_volume, "run", run)
     agent.claim_warm_volume(job)
     assert any(
-        line.startswith(f"mounting warm volume {volume} failed (Command '['mount', '--bind', ")
+        line.startswith(f"mounting warm volume {volume} failed (Command '['mount', '-t', 'overlay', ")
         and line.endswith("; booting from the root volume")
         for line in lines
     ), lines
-    assert ran[1] == (["mount", "-o", "nouuid", "/dev/nvme1n1p1", node_agent.WARM_MOUNT], True)
+    assert ran[1] == (["mount", "-o", "ro,nouuid", "/dev/nvme1n1p1", node_agent.WARM_MOUNT], True)
     assert ran[-1] == (["umount", node_agent.WARM_MOUNT], False)  # what got mounted is undone, failures or not
     assert agent.warm_volume is None
     assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
