@@ -8,6 +8,7 @@ line per problem (file, field, what is wrong, what to do) and exit code 2.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from team_config import ConfigError, Team, load_teams
 from training_constructs.spot_checks import SpotTrainingChecks
 
 TEAMS_DIR = Path(__file__).resolve().parent / "teams"
+CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
 
 
 # In a Python app a construct's creation stack trace holds only jsii runtime frames, and capturing one per construct
@@ -37,8 +39,15 @@ def add_teams(app: App, teams: Sequence[Team]) -> list[TrainingStack]:
     return stacks
 
 
+def cdk_json_context() -> dict[str, object]:
+    """cdk.json's feature flags. The CDK CLI passes them to the app; ``python3 app.py`` run by hand gets them here,
+    so that it builds what ``npx cdk synth`` builds. An App's own context has the lowest precedence: the CLI's (and
+    ``-c``) values win."""
+    return dict(json.loads(CDK_JSON.read_text())["context"])
+
+
 def main(app: Optional[App] = None, teams_dir: Path = TEAMS_DIR) -> App:
-    app = app or App()
+    app = app or App(context=cdk_json_context())
     only = app.node.try_get_context("team")
     teams_dir = Path(app.node.try_get_context("teams_dir") or teams_dir)
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import difflib
 import re
 from dataclasses import dataclass
@@ -11,7 +13,8 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from team_config.model import NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
+from team_config.instance_types import known_instance_types
+from team_config.model import INSTANCE_TYPE_PATTERN, NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
 from team_config.text import not_utf8
 
 DEFAULT_TEAM = "default"
@@ -63,32 +66,99 @@ def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
     return model
 
 
+def _show(value: Any) -> str:
+    """A value as the person wrote it in YAML, not as a Python repr (a date is 2024-01-01, not datetime.date(...))."""
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return str(value)
+    return repr(value)
+
+
+def _similar_keys(key: str, allowed: list[str]) -> list[str]:
+    """Allowed keys ``key`` may be a typo or a short form of: close spelling, a prefix (``az`` of ``az_count``) or the
+    initials (``az`` of ``availability_zone``)."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    if close:
+        return close
+    short = key.lower().rstrip("s")
+    if len(short) < 2:
+        return []
+    return [a for a in allowed if a.startswith(short) or "".join(w[0] for w in a.split("_")) == short]
+
+
+def _number_hint(value: str) -> Optional[str]:
+    """What to write instead of a string that reads as a number: YAML 1.1 reads 1e6 as text (it wants 1.0e+6)."""
+    try:
+        number = decimal.Decimal(value.strip())
+    except decimal.InvalidOperation:
+        return None
+    if not number.is_finite():
+        return None
+    plain = format(number, "f")
+    if re.fullmatch(r"\s*[-+]?\d+(\.\d+)?\s*", value):
+        return f"got {value!r}, a number in quotes; remove the quotes: {plain}"
+    return f"got {value!r}, which YAML reads as text, not a number; write {plain}"
+
+
 def _describe(error: Any) -> str:
     loc = tuple(error["loc"])
     kind = error["type"]
+    value = error["input"]
     if kind == "extra_forbidden":
-        key = str(loc[-1])
+        unknown = str(loc[-1])
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
-        guess = difflib.get_close_matches(key, allowed, n=1)
-        hint = f"did you mean '{guess[0]}'? " if guess else ""
-        return f"unknown key '{key}': {hint}allowed keys here: {', '.join(allowed)}"
+        guesses = _similar_keys(unknown, allowed)
+        hint = f"did you mean {' or '.join(repr(g) for g in guesses)}? " if guesses else ""
+        return f"unknown key '{unknown}': {hint}allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
         return "required key is missing"
     if kind == "string_pattern_mismatch":
-        example = PATTERN_EXAMPLES.get(error["ctx"]["pattern"])
-        return f"{error['input']!r} does not match the required form {error['ctx']['pattern']}" + (
-            f"; use {example}" if example else ""
-        )
+        pattern = error["ctx"]["pattern"]
+        if pattern == INSTANCE_TYPE_PATTERN:
+            guess = difflib.get_close_matches(str(value).lower(), sorted(known_instance_types()), n=1)
+            if guess:
+                return f"{value!r} does not match the required form {pattern}; did you mean {guess[0]}?"
+        example = PATTERN_EXAMPLES.get(pattern)
+        return f"{value!r} does not match the required form {pattern}" + (f"; use {example}" if example else "")
     msg = str(error["msg"])
     msg = re.sub(r"^Value error, ", "", msg)
-    if isinstance(error["input"], bool) and kind in ("int_type", "float_type"):
-        return f"{msg}, got {error['input']} (YAML reads yes/no/on/off/true/false as booleans); write a number"
-    return (
-        f"{msg} (got {error['input']!r})"
-        if kind not in ("value_error",) and not isinstance(error["input"], dict)
-        else msg
-    )
+    key = loc[-1] if loc and isinstance(loc[-1], str) else None
+    if isinstance(value, bool) and kind in ("int_type", "float_type"):
+        return f"{msg}, got {value} (YAML reads yes/no/on/off/true/false as booleans); write a number"
+    if isinstance(value, bool) and kind == "string_type":
+        word = "yes" if value else "no"
+        quoted = f"{key}: '{word}'" if key else f"'{word}'"
+        return (
+            f"{msg}, got {str(value).lower()} (YAML reads unquoted yes/no/on/off/true/false as booleans); quote the "
+            f"text, e.g. {quoted}"
+        )
+    if kind == "string_type" and isinstance(value, (int, float, datetime.date)):
+        quoted = f"{key}: '{value}'" if key else f"'{value}'"
+        what = "a date" if isinstance(value, datetime.date) else "a number"
+        return f"{msg}, got {value} (YAML reads it as {what}); quote it: {quoted}"
+    if kind in ("int_type", "float_type") and isinstance(value, str):
+        number = _number_hint(value)
+        if number:
+            return f"{msg}, {number}"
+    if kind == "list_type":
+        what = "a list of clusters" if key == "clusters" else "a list"
+        got = "a mapping" if isinstance(value, dict) else _show(value)
+        return f"expected {what} (each item starts with '- ', or write [a, b]), got {got}"
+    if kind == "model_type":
+        model = _model_at((*loc, ""))
+        keys = ", ".join(f"{k}:" for k in list(model.model_fields)[:3]) if model else ""
+        got = "a list" if isinstance(value, list) else _show(value)
+        where = f"indented under {key}:" if key else "in this list item"
+        return f"expected keys ({keys} ...) {where}, got {got}"
+    return f"{msg} (got {_show(value)})" if kind not in ("value_error",) and not isinstance(value, dict) else msg
+
+
+def _line(error: Any) -> str:
+    """One problem: field, what is wrong, the fix."""
+    field = _loc(tuple(error["loc"]))
+    if error["type"] == "empty_section":
+        return f"{field} is empty: {error['msg']}"
+    return f"{field + ': ' if field else ''}{_describe(error)}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -106,6 +176,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if not isinstance(key_node, yaml.ScalarNode):  # a complex key (`? [a, b]`): no key of a team file is one
                 kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
                 raise ConfigError(f"line {line}: a key is a {kind}, not a name; write a plain key such as max_nodes:")
+            # Every key of a team file is a name: read `123:` or `on:` as the text written (not 123 or True), so
+            # that it is reported as an unknown key, with the allowed ones, like any other.
+            key_node.tag = "tag:yaml.org,2002:str"
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise ConfigError(
@@ -140,20 +213,19 @@ def load_team(path: Path) -> Team:
     try:
         config = TeamConfig.model_validate(raw)
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            field = _loc(tuple(error["loc"]))
-            lines.append(f"{path}: {field + ': ' if field else ''}{_describe(error)}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError("\n".join(f"{path}: {_line(error)}" for error in exc.errors())) from None
     return Team(name=name, path=path, config=config)
 
 
 def load_teams(teams_dir: Path, only: Optional[str] = None) -> list[Team]:
-    """Every ``*.yaml``/``*.yml`` in ``teams_dir`` (or just team ``only``), default team first."""
+    """Every ``*.yaml``/``*.yml`` in ``teams_dir`` (or just team ``only``), default team first. Dotfiles are not
+    team files: an editor's lock or backup (Emacs's ``.#default.yaml``) is skipped."""
     if not teams_dir.is_dir():
         raise ConfigError(f"{teams_dir}: no such directory; give the folder of the team files (-c teams_dir=...)")
-    files = sorted([*teams_dir.glob("*.yaml"), *teams_dir.glob("*.yml")])
+    files = sorted(f for f in [*teams_dir.glob("*.yaml"), *teams_dir.glob("*.yml")] if not f.name.startswith("."))
     for odd in sorted(teams_dir.iterdir()):
+        if odd.name.startswith("."):
+            continue
         if odd.suffix.lower() in (".yaml", ".yml") and odd.suffix not in (".yaml", ".yml"):
             raise ConfigError(f"{odd}: team files end in .yaml or .yml (lowercase); rename it to {odd.stem}.yaml")
     stems: dict[str, Path] = {}

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import posixpath
 import re
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from bootstrap_scripts.spot_training.job_spec import JobSpecError, parse_command
-from team_config.instance_types import known_instance_types
+from team_config.instance_types import InstanceFacts, instance_facts, known_instance_types
 
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
@@ -35,7 +45,18 @@ ROUTE_TABLE_PATTERN = r"^rtb-[0-9a-f]{8,17}$"
 RouteTableId = Annotated[str, StringConstraints(pattern=ROUTE_TABLE_PATTERN)]
 AZ_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$"
 AzName = Annotated[str, StringConstraints(pattern=AZ_PATTERN)]
-AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")]
+ABS_PATH_PATTERN = r"^/[A-Za-z0-9._/-]*$"
+AbsPath = Annotated[str, StringConstraints(pattern=ABS_PATH_PATTERN)]
+SSM_PARAMETER_PATTERN = r"^/[A-Za-z0-9._/-]+$"
+ROOT_DEVICE_PATTERN = r"^/dev/[a-z0-9]+$"
+POOL_DEVICE_PATTERN = r"^/dev/sd[f-p]$"
+
+# job.checkpoint_dir may not be one of these or under a SYSTEM_TREES one: the node agent uploads everything under
+# the directory (its flat-layout walker), so "/" or "/usr" would upload the system.
+SYSTEM_DIRS = frozenset(
+    "/ /bin /boot /dev /etc /home /lib /lib64 /opt /proc /root /run /sbin /srv /sys /tmp /usr /var".split()
+)
+SYSTEM_TREES = ("/usr", "/etc", "/proc", "/sys")
 
 # The values CloudWatch Logs accepts for a log group's retention (days).
 LOG_RETENTION_DAYS = (
@@ -74,7 +95,11 @@ DEFAULT_PYTHON = "/opt/pytorch/bin/python"  # the PyTorch DLAMI's python_locatio
 
 
 def instance_architecture(instance_type: str) -> str:
-    """CPU architecture of an EC2 instance type: Graviton families carry a 'g' after the generation."""
+    """CPU architecture of an EC2 instance type: EC2's own (``ec2_instance_types.txt``), else from the name
+    (Graviton families carry a 'g' after the generation). EC2 Mac types are ``arm64_mac`` or ``x86_64_mac``."""
+    facts = instance_facts().get(instance_type)
+    if facts is not None:
+        return facts.architecture
     family = instance_type.split(".", 1)[0]
     if family == "a1":
         return "arm64"
@@ -82,6 +107,18 @@ def instance_architecture(instance_type: str) -> str:
     if match and "g" in match.group(1):
         return "arm64"
     return "x86_64"
+
+
+def empty_section(fix: str) -> Any:
+    """A ``mode="before"`` field validator that refuses a section written with nothing under it (YAML null): an
+    empty ``budget:`` would otherwise turn the budget off without a word."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            raise PydanticCustomError("empty_section", fix)
+        return value
+
+    return check
 
 
 class Strict(BaseModel):
@@ -129,8 +166,7 @@ class NewVpcConfig(Strict):
         if zones is not None:
             if len(set(zones)) != len(zones):
                 raise ValueError(f"availability_zones {zones} names a zone twice; list each zone once")
-            if len({z[:-1] for z in zones}) > 1:
-                raise ValueError(f"availability_zones {zones} are in different regions; list zones of one region")
+            one_region("availability_zones", zones)
             if self.az_count != len(zones):
                 raise ValueError(
                     f"az_count {self.az_count} but availability_zones lists {len(zones)}; drop az_count "
@@ -149,6 +185,12 @@ class NewVpcConfig(Strict):
         return self
 
 
+def one_region(field: str, zones: list[str]) -> None:
+    """Zones of one region (a zone name is its region's name and a letter)."""
+    if len({z[:-1] for z in zones}) > 1:
+        raise ValueError(f"{field} {zones} are in different regions; list zones of one region")
+
+
 class SubnetConfig(Strict):
     subnet_id: SubnetId
     availability_zone: AzName
@@ -162,17 +204,34 @@ class ExistingVpcConfig(Strict):
 
     @model_validator(mode="after")
     def _subnets(self) -> ExistingVpcConfig:
+        ids = [s.subnet_id for s in self.subnets]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"subnets: {twice[0]} is listed twice; list each subnet once")
         azs = [s.availability_zone for s in self.subnets]
         if len(set(azs)) != len(azs):
             raise ValueError("subnets: two subnets in one availability zone; list one subnet per AZ")
+        one_region("subnets: availability zones", azs)
         if self.create_s3_endpoint and any(s.route_table_id is None for s in self.subnets):
             raise ValueError("subnets: route_table_id is required on every subnet when create_s3_endpoint is true")
+        with_table = [i for i, s in enumerate(self.subnets) if s.route_table_id is not None]
+        if with_table and len(with_table) != len(self.subnets):
+            without = next(i for i in range(len(self.subnets)) if i not in with_table)
+            raise ValueError(
+                f"subnets: route_table_id is given on subnets[{with_table[0]}] but not on subnets[{without}]; "
+                "give it on every subnet or on none"
+            )
         return self
 
 
 class NetworkConfig(Strict):
-    new_vpc: Optional[NewVpcConfig] = None
-    existing_vpc: Optional[ExistingVpcConfig] = None
+    new_vpc: Annotated[
+        Optional[NewVpcConfig], BeforeValidator(empty_section("write new_vpc: {} for the defaults, or remove the line"))
+    ] = None
+    existing_vpc: Annotated[
+        Optional[ExistingVpcConfig],
+        BeforeValidator(empty_section("give its keys (vpc_id: ..., subnets: ...) or remove the line")),
+    ] = None
 
     @model_validator(mode="after")
     def _one(self) -> NetworkConfig:
@@ -201,10 +260,10 @@ class CheckpointBucketConfig(Strict):
 
 class AmiConfig(Strict):
     image_id: Optional[AmiId] = Field(None, description="A fixed AMI id (region-specific).")
-    ssm_parameter: Optional[Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]+$")]] = Field(
+    ssm_parameter: Optional[Annotated[str, StringConstraints(pattern=SSM_PARAMETER_PATTERN)]] = Field(
         None, description="An SSM parameter that holds the AMI id, resolved at deploy time."
     )
-    root_device_name: Annotated[str, StringConstraints(pattern=r"^/dev/[a-z0-9]+$")] = "/dev/xvda"
+    root_device_name: Annotated[str, StringConstraints(pattern=ROOT_DEVICE_PATTERN)] = "/dev/xvda"
 
     @model_validator(mode="after")
     def _one(self) -> AmiConfig:
@@ -228,8 +287,8 @@ class WarmPoolConfig(Strict):
     initialization_rate_mibps: Optional[int] = Field(
         None, ge=100, le=300, description="EBS provisioned initialization rate."
     )
-    device_name: Annotated[str, StringConstraints(pattern=r"^/dev/sd[f-p]$")] = "/dev/sdf"
-    removal_policy: Literal["retain", "destroy"] = "retain"
+    device_name: Annotated[str, StringConstraints(pattern=POOL_DEVICE_PATTERN)] = "/dev/sdf"
+    removal_policy: Literal["retain", "destroy"] = "destroy"
 
     @model_validator(mode="after")
     def _snapshot(self) -> WarmPoolConfig:
@@ -265,12 +324,25 @@ PATTERN_EXAMPLES = {
     ROUTE_TABLE_PATTERN: "a route table id such as rtb-0123456789abcdef0",
     AZ_PATTERN: "a zone name such as us-east-1a",
     EMAIL_PATTERN: "an email address such as ml-leads@example.com",
+    INSTANCE_TYPE_PATTERN: "an instance type such as g5.xlarge (lowercase)",
+    ABS_PATH_PATTERN: "an absolute path of letters, digits, '.', '_', '-' and '/' (no spaces), such as "
+    "/opt/ml/checkpoints or /opt/pytorch/bin/python",
+    SSM_PARAMETER_PATTERN: "an SSM parameter name of letters, digits, '.', '_', '-' and '/', starting with '/', such "
+    "as /my-team/training-ami-id",
+    ROOT_DEVICE_PATTERN: "a device name such as /dev/xvda (/dev/sda1 on Ubuntu AMIs)",
+    POOL_DEVICE_PATTERN: "one of /dev/sdf to /dev/sdp, such as /dev/sdf",
 }
+MAX_BUDGET_SUBSCRIBERS = 10  # AWS Budgets: at most 10 email subscribers per notification
 
 
 class BudgetConfig(Strict):
     usd_per_month: float = Field(
-        gt=0, allow_inf_nan=False, description="Monthly spend limit of the team's tagged resources, in USD."
+        # The template carries the number as written by JSON.stringify, and Budgets takes ([0-9]*\.)?[0-9]+: from a
+        # cent to a billion it never turns into 1e-7 or 1e+21.
+        ge=0.01,
+        le=1_000_000_000,
+        allow_inf_nan=False,
+        description="Monthly spend limit of the team's tagged resources, in USD.",
     )
     warn_at_percent: int = Field(80, ge=1, le=99, description="Email the notify list when actual spend passes this.")
     notify: list[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]] = Field(
@@ -285,6 +357,21 @@ class BudgetConfig(Strict):
     force_stop_after_minutes: int = Field(
         15, ge=5, le=120, description="Set a group to 0 if its job has not stopped this long after the request."
     )
+
+    @field_validator("notify")
+    @classmethod
+    def _notify(cls, addresses: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for address in addresses:
+            if address.lower() in seen:
+                raise ValueError(f"{address} is listed twice; list each address once")
+            seen.add(address.lower())
+        if len(addresses) > MAX_BUDGET_SUBSCRIBERS:
+            raise ValueError(
+                f"{len(addresses)} addresses, but AWS Budgets emails at most {MAX_BUDGET_SUBSCRIBERS} per alert; "
+                "list at most 10 (a mailing list address reaches more people)"
+            )
+        return addresses
 
 
 class JobConfig(Strict):
@@ -318,6 +405,19 @@ class JobConfig(Strict):
             raise ValueError(f"{path!r} climbs out with '..'; give the absolute path without '..'")
         return path
 
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _not_a_system_dir(cls, path: str) -> str:
+        # The node agent uploads the whole tree under checkpoint_dir (and restores into it).
+        clean = posixpath.normpath(path)
+        clean = "/" if clean == "//" else clean  # POSIX keeps a leading "//"
+        if clean in SYSTEM_DIRS or clean.startswith(tuple(f"{tree}/" for tree in SYSTEM_TREES)):
+            raise ValueError(
+                f"{path!r} is a system directory: the node agent uploads everything under checkpoint_dir to S3; "
+                "use a directory of its own, such as /opt/ml/checkpoints"
+            )
+        return path
+
     @field_validator("command")
     @classmethod
     def _command(cls, command: str) -> str:
@@ -339,12 +439,26 @@ class ClusterConfig(Strict):
     spot_allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized"] = "price-capacity-optimized"
     placement_group: bool = Field(True, description="Launch into a cluster placement group (one AZ).")
     root_volume_size_gib: int = Field(200, ge=8, le=16384)
-    ami: AmiConfig = AmiConfig()
-    job: JobConfig = JobConfig()
-    warm_pool: Optional[WarmPoolConfig] = None
-    interruption_drill: Optional[InterruptionDrillConfig] = Field(
-        None, description="Create an AWS FIS experiment template that interrupts this cluster's spot instances."
-    )
+    ami: Annotated[
+        AmiConfig,
+        BeforeValidator(
+            empty_section("give its keys (image_id: ... or ssm_parameter: ...) or remove the line for the default AMI")
+        ),
+    ] = AmiConfig()
+    job: Annotated[
+        JobConfig,
+        BeforeValidator(
+            empty_section("give its keys (command: ..., nproc_per_node: ...) or remove the line for the defaults")
+        ),
+    ] = JobConfig()
+    warm_pool: Annotated[
+        Optional[WarmPoolConfig],
+        BeforeValidator(empty_section("give its keys (size: ..., snapshot_id: ...) or remove the line")),
+    ] = None
+    interruption_drill: Annotated[
+        Optional[InterruptionDrillConfig],
+        BeforeValidator(empty_section("write interruption_drill: {} for the defaults, or remove the line")),
+    ] = Field(None, description="Create an AWS FIS experiment template that interrupts this cluster's spot instances.")
 
     @model_validator(mode="after")
     def _nodes(self) -> ClusterConfig:
@@ -365,9 +479,16 @@ class ClusterConfig(Strict):
                     "upgrade it and run .venv/bin/python -m team_config.instance_types)"
                 )
         arches = {t: instance_architecture(t) for t in self.instance_types}
+        for name, arch in arches.items():
+            if arch.endswith("_mac"):
+                raise ValueError(
+                    f"instance_types: {name} is an EC2 Mac ({arch}: macOS on a Dedicated Host), which neither spot "
+                    "groups nor the Linux training AMIs run on; use x86_64 or arm64 Linux types"
+                )
         if len(set(arches.values())) > 1:
             listed = ", ".join(f"{t} ({a})" for t, a in arches.items())
             raise ValueError(f"instance_types mix CPU architectures: {listed}; use types of one architecture")
+        self._check_instance_facts()
         if self.on_demand_base_capacity > self.max_nodes:
             raise ValueError(
                 f"on_demand_base_capacity ({self.on_demand_base_capacity}) exceeds max_nodes ({self.max_nodes})"
@@ -392,6 +513,71 @@ class ClusterConfig(Strict):
             )
         return self
 
+    def _check_instance_facts(self) -> None:
+        """GPUs, placement and spot, from EC2's facts of each type (types without known facts are skipped)."""
+        facts = {t: f for t in self.instance_types if (f := instance_facts().get(t)) is not None}
+        with_gpu = {t: f for t, f in facts.items() if f.gpus}
+        if with_gpu and len(with_gpu) != len(facts):
+            listed = ", ".join(f"{t} ({f.describe_gpus()})" for t, f in facts.items())
+            raise ValueError(f"instance_types mix GPU and non-GPU types: {listed}; use types of one kind")
+        counts = {f.gpus for f in with_gpu.values()}
+        if len(counts) > 1:
+            listed = ", ".join(f"{t} ({f.gpus})" for t, f in with_gpu.items())
+            raise ValueError(
+                f"instance_types have different GPU counts: {listed}; job.nproc_per_node is one number for every "
+                "node: list types with the same GPU count"
+            )
+        nproc = self.job.nproc_per_node
+        for name, f in with_gpu.items():
+            if nproc > f.gpus:
+                raise ValueError(
+                    f"job.nproc_per_node {nproc} exceeds the {f.describe_gpus()} GPU{'s' * (f.gpus > 1)} of {name}; "
+                    "set nproc_per_node "
+                    f"to at most {f.gpus} (one process per GPU) or use types with {nproc} GPUs"
+                )
+        spot = self.on_demand_percentage_above_base < 100
+        for name, f in facts.items():
+            if self.placement_group and not f.cluster_placement:
+                raise ValueError(
+                    f"instance_types: {name} cannot launch into a cluster placement group (EC2 does not place it "
+                    "there); set placement_group: false or use another type"
+                )
+            if spot and not f.spot:
+                raise ValueError(
+                    f"instance_types: {name} is not sold as spot; remove it, or set on_demand_percentage_above_base: "
+                    "100 (all on-demand)"
+                )
+        # SpotTraining-ST2's condition (training_constructs/spot_checks.py): unless all capacity above the base is
+        # on-demand, the group's MixedInstancesPolicy needs at least 2 instance types.
+        if spot and len(set(self.instance_types)) < 2:
+            only = self.instance_types[0]
+            other = self._similar_type(only)
+            such_as = f", such as {other}" if other else ""
+            raise ValueError(
+                f"instance_types lists one type ({only}), but a spot group needs at least 2 to fall back on "
+                f"(SpotTraining-ST2); list a second type with the same GPU count{such_as}, or set "
+                "on_demand_percentage_above_base: 100"
+            )
+
+    def _similar_type(self, name: str) -> Optional[str]:
+        """A type that could join ``name`` here: same architecture and GPUs, sold as spot; the same family and the
+        nearest vCPU count first."""
+        mine = instance_facts().get(name)
+        if mine is None:
+            return None
+
+        def fits(f: InstanceFacts) -> bool:
+            same = (f.architecture, f.gpus, f.spot) == (mine.architecture, mine.gpus, True)
+            return same and (f.cluster_placement or not self.placement_group)
+
+        family = name.split(".", 1)[0]
+        candidates = [(t, f) for t, f in instance_facts().items() if t != name and f is not None and fits(f)]
+        ranked = sorted(
+            candidates,
+            key=lambda c: (c[0].split(".", 1)[0] != family, c[1].gpu != mine.gpu, abs(c[1].vcpus - mine.vcpus), c[0]),
+        )
+        return ranked[0][0] if ranked else None
+
     @property
     def image_id(self) -> Optional[str]:
         """The fixed AMI the nodes boot: ``ami.image_id``, else the warm pool's AMI; None: the SSM parameter."""
@@ -403,13 +589,24 @@ class ClusterConfig(Strict):
 
 
 class TeamConfig(Strict):
-    clusters: list[ClusterConfig] = Field(min_length=1)
-    network: NetworkConfig = NetworkConfig()
-    checkpoint_bucket: CheckpointBucketConfig = CheckpointBucketConfig()
+    clusters: Annotated[
+        list[ClusterConfig], BeforeValidator(empty_section("give at least one cluster (- name: ...) under it"))
+    ] = Field(min_length=1)
+    network: Annotated[
+        NetworkConfig,
+        BeforeValidator(
+            empty_section("give new_vpc: or existing_vpc: under it, or remove the line for a new single-AZ VPC")
+        ),
+    ] = NetworkConfig()
+    checkpoint_bucket: Annotated[
+        CheckpointBucketConfig,
+        BeforeValidator(empty_section("give its keys (removal_policy: ..., ...) or remove the line for the defaults")),
+    ] = CheckpointBucketConfig()
     log_retention_days: int = Field(30, description="CloudWatch retention of training and flow logs.")
-    budget: Optional[BudgetConfig] = Field(
-        None, description="Monthly AWS Budgets budget; at 100 % the team's jobs are stopped and groups set to 0."
-    )
+    budget: Annotated[
+        Optional[BudgetConfig],
+        BeforeValidator(empty_section("give its keys (usd_per_month: ...) or remove the line")),
+    ] = Field(None, description="Monthly AWS Budgets budget; at 100 % the team's jobs are stopped and groups set to 0.")
 
     @field_validator("log_retention_days")
     @classmethod

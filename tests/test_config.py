@@ -11,7 +11,15 @@ import pytest
 import yaml
 
 from team_config import ConfigError, instance_architecture, load_team, load_teams
-from team_config.instance_types import botocore_instance_types, known_instance_types
+from team_config.instance_types import (
+    REGENERATE,
+    TYPES_FILE,
+    botocore_instance_types,
+    instance_facts,
+    known_instance_types,
+    moto_instance_facts,
+    render,
+)
 
 GOOD_CLUSTER = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
 
@@ -160,7 +168,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         ),
         pytest.param(
             {**cluster(), "budget": {"usd_per_month": -5}},
-            "budget.usd_per_month: Input should be greater than 0 (got -5)",
+            "budget.usd_per_month: Input should be greater than or equal to 0.01 (got -5)",
             id="negative-budget",
         ),
         pytest.param(
@@ -303,7 +311,7 @@ def test_a_yaml_merge_key_shares_settings_between_clusters(tmp_path: Path) -> No
             id="duplicate-nested-key",
         ),
         pytest.param(
-            "clusters: [{name: a, instance_types: [g5.xlarge], max_nodes: 1}]\nlog_retention_days: yes\n",
+            "clusters: [{name: a, instance_types: [g5.xlarge, g5.2xlarge], max_nodes: 1}]\nlog_retention_days: yes\n",
             "log_retention_days: Input should be a valid integer, got True (YAML reads yes/no/on/off/true/false as "
             "booleans); write a number",
             id="boolean-for-a-number",
@@ -524,3 +532,423 @@ def test_a_value_of_the_wrong_form_says_what_a_valid_one_looks_like(
     message = error_for(tmp_path, doc)
     assert message.startswith(f"{tmp_path / 'team-a.yaml'}: {field}: {value!r} does not match the required form ^")
     assert message.endswith(f"$; use {use}")
+
+
+# ------------------------------------------------------------------ review fixes: each used to load (or to fail later)
+def one_cluster(**fields: object) -> dict:
+    """A team of one cluster of exactly ``fields`` (name and max_nodes added)."""
+    return {"clusters": [{"name": "main", "max_nodes": 2, **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            one_cluster(instance_types=["g5.xlarge"]),
+            "clusters[0]: instance_types lists one type (g5.xlarge), but a spot group needs at least 2 to fall back on "
+            "(SpotTraining-ST2); list a second type with the same GPU count, such as g5.2xlarge, or set "
+            "on_demand_percentage_above_base: 100",
+            id="one-type-spot",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["p4d.24xlarge"], on_demand_base_capacity=2, on_demand_percentage_above_base=99),
+            "clusters[0]: instance_types lists one type (p4d.24xlarge), but a spot group needs at least 2 to fall back "
+            "on (SpotTraining-ST2); list a second type with the same GPU count, such as p4de.24xlarge, or set "
+            "on_demand_percentage_above_base: 100",
+            id="one-type-99-percent-on-demand",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["g5.xlarge", "g5.12xlarge"]),
+            "clusters[0]: instance_types have different GPU counts: g5.xlarge (1), g5.12xlarge (4); "
+            "job.nproc_per_node is one number for every node: list types with the same GPU count",
+            id="gpu-counts-differ",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["g5.xlarge", "g6.xlarge"], job={"nproc_per_node": 4}),
+            "clusters[0]: job.nproc_per_node 4 exceeds the 1 NVIDIA A10G GPU of g5.xlarge; set nproc_per_node to at "
+            "most 1 (one process per GPU) or use types with 4 GPUs",
+            id="nproc-above-gpus",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["g5.12xlarge", "g6.12xlarge"], job={"nproc_per_node": 8}),
+            "clusters[0]: job.nproc_per_node 8 exceeds the 4 NVIDIA A10G GPUs of g5.12xlarge; set nproc_per_node to at "
+            "most 4 (one process per GPU) or use types with 8 GPUs",
+            id="nproc-above-four-gpus",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["g5.xlarge", "c5.xlarge"]),
+            "clusters[0]: instance_types mix GPU and non-GPU types: g5.xlarge (1 NVIDIA A10G), c5.xlarge (no GPU); "
+            "use types of one kind",
+            id="gpu-and-cpu",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["t3.large", "t3.xlarge"]),
+            "clusters[0]: instance_types: t3.large cannot launch into a cluster placement group (EC2 does not place it "
+            "there); set placement_group: false or use another type",
+            id="no-cluster-placement",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["hpc7g.8xlarge", "hpc7g.16xlarge"]),
+            "clusters[0]: instance_types: hpc7g.8xlarge is not sold as spot; remove it, or set "
+            "on_demand_percentage_above_base: 100 (all on-demand)",
+            id="no-spot",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["mac2.metal", "mac2-m2.metal"], placement_group=False),
+            "clusters[0]: instance_types: mac2.metal is an EC2 Mac (arm64_mac: macOS on a Dedicated Host), which "
+            "neither spot groups nor the Linux training AMIs run on; use x86_64 or arm64 Linux types",
+            id="mac",
+        ),
+        pytest.param(
+            one_cluster(instance_types=["mac1.metal", "c5.metal"], placement_group=False),
+            "clusters[0]: instance_types: mac1.metal is an EC2 Mac (x86_64_mac: macOS on a Dedicated Host), which "
+            "neither spot groups nor the Linux training AMIs run on; use x86_64 or arm64 Linux types",
+            id="intel-mac",
+        ),
+    ],
+)
+def test_instance_types_are_checked_against_ec2s_facts(tmp_path: Path, doc: object, expected: str) -> None:
+    assert error_for(tmp_path, doc).endswith(f"team-a.yaml: {expected}")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param(
+            {"instance_types": ["g5.xlarge"], "on_demand_percentage_above_base": 100}, id="one-type-on-demand"
+        ),
+        pytest.param(
+            {"instance_types": ["hpc7g.8xlarge", "hpc7g.16xlarge"], "on_demand_percentage_above_base": 100},
+            id="no-spot-type-on-demand",
+        ),
+        pytest.param({"instance_types": ["t3.large", "t3.xlarge"], "placement_group": False}, id="t3-no-placement"),
+        pytest.param({"instance_types": ["g5.12xlarge", "g6.12xlarge"], "job": {"nproc_per_node": 4}}, id="4-gpus"),
+        pytest.param({"instance_types": ["g6f.large", "g6f.xlarge"]}, id="fractional-gpu-is-one-device"),
+        pytest.param({"instance_types": ["c5.xlarge", "c5.2xlarge"], "job": {"nproc_per_node": 8}}, id="cpu-nproc"),
+        # botocore knows these, moto has no facts of them: the fact checks skip them (README says so)
+        pytest.param({"instance_types": ["g3.4xlarge", "p3.2xlarge"], "job": {"nproc_per_node": 8}}, id="unknown"),
+    ],
+)
+def test_instance_types_ec2_allows_load(tmp_path: Path, fields: dict) -> None:
+    assert (
+        load_team(write(tmp_path, one_cluster(**fields))).config.clusters[0].instance_types == fields["instance_types"]
+    )
+
+
+@pytest.mark.parametrize("percent", [0, 50, 99, 100])
+@pytest.mark.parametrize("types", [["g5.xlarge"], ["g5.xlarge", "g5.2xlarge"]])
+def test_the_model_refuses_exactly_what_spot_training_st2_flags(tmp_path: Path, percent: int, types: list[str]) -> None:
+    """The rule reads the group as the construct renders it (training_constructs/spot_fleet.py)."""
+    from training_constructs.spot_checks import check_mixed_instances
+
+    group = {
+        "Properties": {
+            "MixedInstancesPolicy": {
+                "InstancesDistribution": {
+                    "OnDemandPercentageAboveBaseCapacity": percent,
+                    "SpotAllocationStrategy": "price-capacity-optimized",
+                },
+                "LaunchTemplate": {"Overrides": [{"InstanceType": t} for t in types]},
+            }
+        }
+    }
+    flagged = bool(check_mixed_instances("Group", group, {"Resources": {"Group": group}}))
+    path = write(tmp_path, one_cluster(instance_types=types, on_demand_percentage_above_base=percent))
+    try:
+        load_team(path)
+        refused = False
+    except ConfigError as exc:
+        assert "SpotTraining-ST2" in str(exc)
+        refused = True
+    assert refused == flagged
+
+
+def test_the_instance_type_file_has_motos_facts() -> None:
+    """team_config/ec2_instance_types.txt is what `python -m team_config.instance_types` writes from the pinned botocore
+    and moto: the facts agree with moto's instance type data, and botocore's types moto lacks have none."""
+    version, types = botocore_instance_types()
+    moto_version, facts = moto_instance_facts()
+    assert instance_facts() == {t: facts.get(t) for t in types}, f"run {REGENERATE}"
+    assert TYPES_FILE.read_text() == render(version, types, moto_version, facts), f"run {REGENERATE}"
+    g5 = instance_facts()["g5.xlarge"]
+    assert g5 is not None and (g5.architecture, g5.gpus, g5.gpu, g5.cluster_placement, g5.spot) == (
+        "x86_64",
+        1,
+        "NVIDIA A10G",
+        True,
+        True,
+    )
+    assert instance_facts()["g3.4xlarge"] is None  # botocore's, not moto's
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "arch"),
+    [
+        ("mac2.metal", "arm64_mac"),  # the name alone says x86_64
+        ("mac1.metal", "x86_64_mac"),
+        ("m9g.metal-24xl", "arm64"),  # botocore's, not moto's: from the name
+        ("g4ad.xlarge", "x86_64"),
+    ],
+)
+def test_instance_architecture_comes_from_ec2_where_known(instance_type: str, arch: str) -> None:
+    assert instance_architecture(instance_type) == arch
+
+
+EMPTY = "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n"
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(EMPTY + "budget:\n", "budget is empty: give its keys (usd_per_month: ...) or remove the line"),
+        pytest.param(
+            EMPTY + "    interruption_drill:\n",
+            "clusters[0].interruption_drill is empty: write interruption_drill: {} for the defaults, or remove the "
+            "line",
+        ),
+        pytest.param(
+            EMPTY + "    warm_pool:\n",
+            "clusters[0].warm_pool is empty: give its keys (size: ..., snapshot_id: ...) or remove the line",
+        ),
+        pytest.param(
+            EMPTY + "    job:\n",
+            "clusters[0].job is empty: give its keys (command: ..., nproc_per_node: ...) or remove the line for the "
+            "defaults",
+        ),
+        pytest.param(
+            EMPTY + "    ami: ~\n",
+            "clusters[0].ami is empty: give its keys (image_id: ... or ssm_parameter: ...) or remove the line for the "
+            "default AMI",
+        ),
+        pytest.param(
+            EMPTY + "network:\n",
+            "network is empty: give new_vpc: or existing_vpc: under it, or remove the line for a new single-AZ VPC",
+        ),
+        pytest.param(
+            EMPTY + "network:\n  existing_vpc:\n",
+            "network.existing_vpc is empty: give its keys (vpc_id: ..., subnets: ...) or remove the line",
+        ),
+        pytest.param(
+            EMPTY + "network:\n  new_vpc:\n",
+            "network.new_vpc is empty: write new_vpc: {} for the defaults, or remove the line",
+        ),
+        pytest.param("clusters:\n", "clusters is empty: give at least one cluster (- name: ...) under it"),
+    ],
+)
+def test_an_empty_section_is_refused_not_turned_off(tmp_path: Path, doc: str, expected: str) -> None:
+    """An empty `budget:` (YAML null) used to load as no budget at all; `job:` named pydantic's class (JobConfig)."""
+    assert error_for(tmp_path, doc) == f"{tmp_path / 'team-a.yaml'}: {expected}"
+
+
+def test_an_empty_mapping_still_means_the_defaults(tmp_path: Path) -> None:
+    team = load_team(write(tmp_path, EMPTY + "    interruption_drill: {}\n    job: {}\n"))
+    drill = team.config.clusters[0].interruption_drill
+    assert drill is not None and (drill.percent, drill.notice_minutes) == (50, 2)
+
+
+@pytest.mark.parametrize(
+    "directory", ["/", "//", "/usr", "/usr/local/ckpt", "/etc/ckpt", "/opt/", "/home", "/tmp", "/var"]
+)
+def test_a_system_directory_is_not_a_checkpoint_dir(tmp_path: Path, directory: str) -> None:
+    assert error_for(tmp_path, cluster(job={"checkpoint_dir": directory})).endswith(
+        f"clusters[0].job.checkpoint_dir: {directory!r} is a system directory: the node agent uploads everything under "
+        "checkpoint_dir to S3; use a directory of its own, such as /opt/ml/checkpoints"
+    )
+
+
+@pytest.mark.parametrize("directory", ["/opt/ml/checkpoints", "/tmp/ckpt", "/home/ubuntu/ckpt", "/dev/shm/ckpt"])
+def test_a_checkpoint_dir_of_its_own_is_fine(tmp_path: Path, directory: str) -> None:
+    assert load_team(write(tmp_path, cluster(job={"checkpoint_dir": directory}))).config.clusters[0].job.checkpoint_dir
+
+
+ELEVEN = [f"lead{i}@example.com" for i in range(11)]
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [
+        pytest.param(
+            {"usd_per_month": 100, "notify": ELEVEN},
+            "budget.notify: 11 addresses, but AWS Budgets emails at most 10 per alert; list at most 10 (a mailing "
+            "list address reaches more people)",
+            id="eleven",
+        ),
+        pytest.param(
+            {"usd_per_month": 100, "notify": ["a@example.com", "b@example.com", "A@example.com"]},
+            "budget.notify: A@example.com is listed twice; list each address once",
+            id="twice",
+        ),
+        pytest.param(
+            {"usd_per_month": 1e300},
+            "budget.usd_per_month: Input should be less than or equal to 1000000000 (got 1e+300)",
+            id="huge",
+        ),
+        pytest.param(
+            {"usd_per_month": 1e-7},
+            "budget.usd_per_month: Input should be greater than or equal to 0.01 (got 1e-07)",
+            id="tiny",
+        ),
+    ],
+)
+def test_budget_limits_of_aws_budgets(tmp_path: Path, budget: dict, expected: str) -> None:
+    assert error_for(tmp_path, {**cluster(), "budget": budget}).endswith(f"team-a.yaml: {expected}")
+
+
+def test_budget_at_its_limits_loads(tmp_path: Path) -> None:
+    team = load_team(write(tmp_path, {**cluster(), "budget": {"usd_per_month": 1_000_000_000, "notify": ELEVEN[:10]}}))
+    assert team.config.budget is not None and len(team.config.budget.notify) == 10
+
+
+def existing(*subnets: dict, **vpc: object) -> dict:
+    return {
+        **cluster(placement_group=False),
+        "network": {"existing_vpc": {"vpc_id": "vpc-0123456789abcdef0", "subnets": list(subnets), **vpc}},
+    }
+
+
+SUBNET_B = {
+    "subnet_id": "subnet-0123456789abcdef1",
+    "availability_zone": "us-east-1b",
+    "route_table_id": "rtb-01234568",
+}
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            existing(SUBNET, {**SUBNET_B, "subnet_id": SUBNET["subnet_id"]}),
+            "network.existing_vpc: subnets: subnet-0123456789abcdef0 is listed twice; list each subnet once",
+            id="subnet-twice",
+        ),
+        pytest.param(
+            existing(SUBNET, {**SUBNET_B, "availability_zone": "eu-west-1b"}),
+            "network.existing_vpc: subnets: availability zones ['us-east-1a', 'eu-west-1b'] are in different regions; "
+            "list zones of one region",
+            id="two-regions",
+        ),
+        pytest.param(
+            existing(SUBNET, {k: v for k, v in SUBNET_B.items() if k != "route_table_id"}, create_s3_endpoint=False),
+            "network.existing_vpc: subnets: route_table_id is given on subnets[0] but not on subnets[1]; give it on "
+            "every subnet or on none",
+            id="some-route-tables",
+        ),
+    ],
+)
+def test_existing_vpc_subnets_are_consistent(tmp_path: Path, doc: dict, expected: str) -> None:
+    """The route tables used to fail synth in jsii (MustBeNumberEqualAmount); the rest at deploy."""
+    assert error_for(tmp_path, doc).endswith(f"team-a.yaml: {expected}")
+
+
+def test_existing_vpc_without_any_route_table_loads_without_an_endpoint(tmp_path: Path) -> None:
+    bare = [{k: v for k, v in s.items() if k != "route_table_id"} for s in (SUBNET, SUBNET_B)]
+    assert load_team(write(tmp_path, existing(*bare, create_s3_endpoint=False))).config.network.az_count == 2
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            cluster(job={"checkpoint_dir": "/opt/ml/my checkpoints"}),
+            "clusters[0].job.checkpoint_dir: '/opt/ml/my checkpoints' does not match the required form "
+            "^/[A-Za-z0-9._/-]*$; use an absolute path of letters, digits, '.', '_', '-' and '/' (no spaces), such as "
+            "/opt/ml/checkpoints or /opt/pytorch/bin/python",
+            id="checkpoint-dir-form",
+        ),
+        pytest.param(
+            cluster(job={"python": "python3"}),
+            "clusters[0].job.python: 'python3' does not match the required form ^/[A-Za-z0-9._/-]*$; use an absolute "
+            "path of letters, digits, '.', '_', '-' and '/' (no spaces), such as /opt/ml/checkpoints or "
+            "/opt/pytorch/bin/python",
+            id="python-form",
+        ),
+        pytest.param(
+            cluster(ami={"ssm_parameter": "my-ami"}),
+            "clusters[0].ami.ssm_parameter: 'my-ami' does not match the required form ^/[A-Za-z0-9._/-]+$; use an SSM "
+            "parameter name of letters, digits, '.', '_', '-' and '/', starting with '/', such as "
+            "/my-team/training-ami-id",
+            id="ssm-parameter-form",
+        ),
+        pytest.param(
+            cluster(instance_types=["G5.xlarge", "g5.2xlarge"]),
+            "clusters[0].instance_types[0]: 'G5.xlarge' does not match the required form "
+            "^[a-z][a-z0-9-]*\\.[a-z0-9-]+$; did you mean g5.xlarge?",
+            id="upper-case-type",
+        ),
+        pytest.param(
+            EMPTY.replace("name: main", "name: no"),
+            "clusters[0].name: Input should be a valid string, got false (YAML reads unquoted "
+            "yes/no/on/off/true/false as booleans); quote the text, e.g. name: 'no'",
+            id="name-no",
+        ),
+        pytest.param(
+            EMPTY.replace("name: main", "name: on"),
+            "clusters[0].name: Input should be a valid string, got true (YAML reads unquoted "
+            "yes/no/on/off/true/false as booleans); quote the text, e.g. name: 'yes'",
+            id="name-on",
+        ),
+        pytest.param(
+            EMPTY.replace("name: main", "name: 2024-01-01"),
+            "clusters[0].name: Input should be a valid string, got 2024-01-01 (YAML reads it as a date); quote it: "
+            "name: '2024-01-01'",
+            id="name-date",
+        ),
+        pytest.param(
+            EMPTY.replace("max_nodes: 2", "max_nodes: 1e3"),
+            "clusters[0].max_nodes: Input should be a valid integer, got '1e3', which YAML reads as text, not a "
+            "number; write 1000",
+            id="int-1e3",
+        ),
+        pytest.param(
+            EMPTY + "budget:\n  usd_per_month: 1e6\n",
+            "budget.usd_per_month: Input should be a valid number, got '1e6', which YAML reads as text, not a number; "
+            "write 1000000",
+            id="float-1e6",
+        ),
+        pytest.param(
+            "clusters: {name: main}\n",
+            "clusters: expected a list of clusters (each item starts with '- ', or write [a, b]), got a mapping",
+            id="clusters-mapping",
+        ),
+        pytest.param(
+            EMPTY + "    job: python train.py\n",
+            "clusters[0].job: expected keys (command:, python:, nproc_per_node: ...) indented under job:, got "
+            "'python train.py'",
+            id="job-a-string",
+        ),
+        pytest.param(
+            existing({**SUBNET, "az": "us-east-1a"}),
+            "network.existing_vpc.subnets[0].az: unknown key 'az': did you mean 'availability_zone'? allowed keys "
+            "here: availability_zone, route_table_id, subnet_id",
+            id="az",
+        ),
+        pytest.param(
+            EMPTY + "    123: x\n",
+            "clusters[0].123: unknown key '123': allowed keys here: ami, desired_nodes, instance_types, "
+            "interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
+            "on_demand_percentage_above_base, placement_group, root_volume_size_gib, spot_allocation_strategy, "
+            "warm_pool",
+            id="number-key",
+        ),
+    ],
+)
+def test_messages_say_the_fix(tmp_path: Path, doc: object, expected: str) -> None:
+    assert error_for(tmp_path, doc) == f"{tmp_path / 'team-a.yaml'}: {expected}"
+
+
+def test_an_editors_dotfile_is_not_a_team(tmp_path: Path) -> None:
+    """Emacs's lock file `.#default.yaml` (a dangling link) used to fail synth as a bad team name."""
+    write(tmp_path, cluster(), "default.yaml")
+    (tmp_path / ".#default.yaml").symlink_to("user@host.1234:1700000000")
+    write(tmp_path, "clusters: [", ".backup.yml")
+    assert [t.name for t in load_teams(tmp_path)] == ["default"]
+
+
+def test_app_py_run_by_hand_synthesizes_the_shipped_teams(tmp_path: Path, repo: Path) -> None:
+    """`python3 app.py` without the CDK CLI used to fail (no cdk.json feature flags: a traceback on objectOwnership)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CDK_CONTEXT_JSON", "CDK_OUTDIR")}
+    env["CDK_OUTDIR"] = str(tmp_path / "out")
+    result = subprocess.run([sys.executable, "app.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stderr.count("Traceback")) == (0, 0), result.stderr[-2000:]
+    stacks = {t.stack_name for t in load_teams(repo / "teams")}
+    assert {f"{s}.template.json" for s in stacks} <= {p.name for p in (tmp_path / "out").iterdir()}

@@ -24,7 +24,7 @@ clusters:
       ami_id: {ami}     # our training AMI
       volume_size_gib: 100
   - name: other
-    instance_types: [g5.xlarge]
+    instance_types: [g5.xlarge, g5.2xlarge]
     max_nodes: 1
 """
 

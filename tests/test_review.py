@@ -234,3 +234,21 @@ def test_a_broken_assembly_is_one_line_naming_the_file(tmp_path: Path, capsys: p
         f"trainctl: error: {tmp_path}/S.template.json: missing from the assembly; synthesize it again "
         "(`npx cdk synth`)\n"
     )
+
+
+def test_review_reports_every_team_file_problem_not_just_the_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`trainctl review` used to print only the first line of the config error, as if the rest were fine."""
+    bad = tmp_path / "teams"
+    bad.mkdir()
+    (bad / "beta.yaml").write_text(yaml.safe_dump({"clusters": [{**CLUSTER, "max_nodes": 0}], "log_retention_days": 2}))
+    (bad / "gamma.yaml").write_text(yaml.safe_dump({"clusters": [{**CLUSTER, "min_nodes": 3}]}))
+    code, out, err = _trainctl(capsys, "review", "--teams-dir", str(bad))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"trainctl: error: {bad}/beta.yaml: clusters[0].max_nodes: Input should be greater than or equal to 1 (got 0)",
+        f"{bad}/beta.yaml: log_retention_days: 2 is not a CloudWatch retention value; use one of 1, 3, 5, 7, 14, 30, "
+        "60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653",
+        f"{bad}/gamma.yaml: clusters[0]: need min_nodes <= desired_nodes <= max_nodes, got 3 <= 1 <= 2",
+    ]

@@ -27,7 +27,7 @@ ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 class ReviewError(Exception):
-    """A one-line reason (no assembly, synth failed)."""
+    """A one-line reason (no assembly, synth failed); bad team files: one line per problem."""
 
 
 @dataclass
@@ -50,8 +50,8 @@ def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
 
     try:
         teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)
-    except ConfigError as exc:
-        raise ReviewError(str(exc).splitlines()[0]) from None
+    except ConfigError as exc:  # every problem of every team file, one line each (as `cdk synth` prints them)
+        raise ReviewError(str(exc)) from None
     context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     application = App(outdir=str(outdir), context=context)
     cdk_app.add_teams(application, teams)
