@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_cdk import App, Stack
 from aws_cdk.assertions import Match, Template
 
-from tests.synth import CLUSTER, joined, resources, synth, team_config
-from training_constructs import training_cluster
+from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
+from training_constructs import WarmVolumePool, training_cluster
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
 from training_constructs.training_cluster import BOOTSTRAP_DIR
 
@@ -30,6 +31,7 @@ WARM_POOL = {
     "iops": 6000,
     "throughput_mibps": 500,
     "initialization_rate_mibps": 300,
+    "removal_policy": "destroy",
 }
 
 
@@ -306,21 +308,85 @@ def test_instance_role_trusts_ec2_has_only_session_manager_channels_and_a_profil
     default.resource_count_is("AWS::IAM::InstanceProfile", 1)
 
 
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def object_keys(template: Template, statement: dict[str, Any]) -> list[str]:
+    """The key patterns of ``statement``'s resources if each is an object ARN of the checkpoint bucket, else []."""
+    tagged = Match.array_with([{"Key": "spot-training:role", "Value": "checkpoints"}])
+    [bucket] = template.find_resources("AWS::S3::Bucket", {"Properties": {"Tags": tagged}})
+    keys = []
+    for resource in as_list(statement["Resource"]):
+        parts = resource.get("Fn::Join", ["", []])[1] if isinstance(resource, dict) else []
+        if len(parts) != 2 or parts[0] != {"Fn::GetAtt": [bucket, "Arn"]} or not parts[1].startswith("/"):
+            return []
+        keys.append(parts[1][1:])
+    return keys
+
+
+def iam_matches(pattern: str, key: str) -> bool:
+    """IAM's resource wildcards: ``*`` any run of characters ('/' included), ``?`` any one character."""
+    return re.fullmatch(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), key) is not None
+
+
+# Keys of cluster main as the node agent writes them (bootstrap_scripts/node_agent.py) and trainctl submit's archive.
+CHECKPOINT_KEYS = ["main/job-1/ckpt/20/model.pt", "main/job-1/ckpt/20/spot-training-manifest.json"]
+MARKER_KEYS = [
+    *(f"main/job-1/nodes/i-0123456789abcdef0/{m}" for m in ("boot", "save-request", "leaving", "training", "synced")),
+    "main/job-1/nodes/i-0123456789abcdef0/done",
+    "main/job-1/DONE",
+    "main/job-1/FAILED",
+    "main/job-1/STOPPED",
+]
+CODE_KEYS = ["main/code/job-1.tar.gz", "main/code/job-20260101-000000-ab12.tar.gz"]
+WRITE_ACTIONS = {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:DeleteObjectVersion"}
+
+
 def test_bucket_access_is_limited_to_the_cluster_prefix(default: Template) -> None:
-    s3 = [
-        s
-        for s in policies(default)
-        if any(a.startswith("s3:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
-    ]
+    s3 = [s for s in policies(default) if any(a.startswith("s3:") for a in as_list(s["Action"]))]
     listing = [s for s in s3 if "s3:ListBucket" in s["Action"]]
     assert len(listing) == 1 and listing[0]["Condition"] == {"StringLike": {"s3:prefix": ["main/", "main/*"]}}
-    objects = [s for s in s3 if "s3:PutObject" in s["Action"]]
-    assert len(objects) == 1
-    assert joined(objects[0]["Resource"]).endswith('"/main/*"]]}')
+    [read] = [s for s in s3 if s["Effect"] == "Allow" and object_keys(default, s) == ["main/*"]]
+    assert read["Action"] == "s3:GetObject"  # the code archives, markers and checkpoints; nothing else on main/*
     assert "Version" not in str([st["Action"] for st in s3])  # nothing on the node reads object versions
     for statement in s3:
         assert "*" not in str(statement["Action"]), "no s3 action wildcards"
         assert statement["Resource"] != "*"
+
+
+def test_nodes_write_only_checkpoints_and_markers_and_delete_only_checkpoints(default: Template) -> None:
+    """The training code runs with the node role: it must not delete or overwrite the code archives other jobs run,
+    nor a job's markers. Writes go where the node agent writes, deletes (pruning) only to checkpoints."""
+    allows = [s for s in policies(default) if s["Effect"] == "Allow"]
+    writes = [s for s in allows if WRITE_ACTIONS & set(as_list(s["Action"]))]
+    assert {a for s in writes for a in as_list(s["Action"])} == {
+        "s3:PutObject",
+        "s3:DeleteObject",
+        "s3:AbortMultipartUpload",
+    }
+    [put] = [s for s in writes if "s3:PutObject" in as_list(s["Action"])]
+    assert put["Action"] == "s3:PutObject"
+    assert sorted(object_keys(default, put)) == sorted(
+        ["main/*/ckpt/*", "main/*/nodes/*", "main/*/DONE", "main/*/FAILED", "main/*/STOPPED"]
+    )
+    [delete] = [s for s in writes if "s3:DeleteObject" in as_list(s["Action"])]
+    assert sorted(delete["Action"]) == ["s3:AbortMultipartUpload", "s3:DeleteObject"]
+    assert object_keys(default, delete) == ["main/*/ckpt/*"]
+    for key in CHECKPOINT_KEYS + MARKER_KEYS:
+        assert any(iam_matches(p, key) for p in object_keys(default, put)), key
+    for key in CHECKPOINT_KEYS:
+        assert any(iam_matches(p, key) for p in object_keys(default, delete)), key
+    for key in MARKER_KEYS:
+        assert not any(iam_matches(p, key) for p in object_keys(default, delete)), key
+    assert all(object_keys(default, s) for s in writes), "every write names keys of the checkpoint bucket"
+    for key in CODE_KEYS:  # no Allow of a write covers a code archive
+        assert not [s for s in writes if any(iam_matches(p, key) for p in object_keys(default, s))], key
+    # and whatever an Allow's "*" would match under main/code/ (main/code/x/ckpt/y), an explicit Deny refuses
+    [deny] = [s for s in policies(default) if s["Effect"] == "Deny"]
+    assert sorted(deny["Action"]) == ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:PutObject"]
+    assert object_keys(default, deny) == ["main/code/*"]
+    assert "Condition" not in deny
 
 
 def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template) -> None:
@@ -485,13 +551,43 @@ def test_warm_pool_volumes_from_snapshot_in_the_cluster_az(variant: Template) ->
     volumes = resources(variant, "AWS::EC2::Volume")
     assert len(volumes) == 3
     for volume in volumes:
-        assert volume["DeletionPolicy"] == "Retain"
+        assert (volume["DeletionPolicy"], volume["UpdateReplacePolicy"]) == ("Delete", "Delete")
         props = volume["Properties"]
         assert props["SnapshotId"] == "snap-0123456789abcdef0"
         assert props["AvailabilityZone"] == "eu-west-1b"
         assert (props["Encrypted"], props["VolumeType"], props["Size"]) == (True, "gp3", 300)
         assert (props["Iops"], props["Throughput"], props["VolumeInitializationRate"]) == (6000, 500, 300)
         assert {"Key": "spot-training:warm-pool", "Value": "team-a-big"} in props["Tags"]
+
+
+def test_warm_pool_volumes_are_deleted_by_default_and_kept_on_request() -> None:
+    """Copies of a snapshot: a replaced or destroyed pool is deleted unless the team file says retain."""
+    app = App(context=CONTEXT)
+    stack = Stack(app, "Pool")
+    WarmVolumePool(stack, "Pool", pool_name="p", size=2, snapshot_id="snap-0123456789abcdef0", availability_zone="az")
+    for volume in resources(Template.from_stack(stack), "AWS::EC2::Volume"):
+        assert (volume["DeletionPolicy"], volume["UpdateReplacePolicy"]) == ("Delete", "Delete")
+    for written, policy in ((None, "Delete"), ("retain", "Retain")):  # None: the team file does not say
+        pool = {k: v for k, v in WARM_POOL.items() if k != "removal_policy"}
+        config = team_config(
+            network={"existing_vpc": EXISTING_VPC},
+            clusters=[{**CLUSTER, "warm_pool": {**pool, **({"removal_policy": written} if written else {})}}],
+        )
+        volumes = resources(synth(config)[1], "AWS::EC2::Volume")
+        assert [(v["DeletionPolicy"], v["UpdateReplacePolicy"]) for v in volumes] == [(policy, policy)] * 3
+
+
+def test_the_group_is_deleted_before_its_pools_volumes(variant: Template) -> None:
+    """DependsOn: CloudFormation deletes the group (terminating its nodes) first; a volume still attached to a
+    node would fail to delete (VolumeInUse). Only the pool's cluster's group waits for it."""
+    volumes = set(variant.find_resources("AWS::EC2::Volume"))
+    assert len(volumes) == 3
+    groups = {
+        next(t["Value"] for t in g["Properties"]["Tags"] if t["Key"] == "spot-training:cluster"): g
+        for g in variant.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    }
+    assert volumes <= set(groups["big"].get("DependsOn", []))
+    assert volumes.isdisjoint(groups["small"].get("DependsOn", []))
 
 
 def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:

@@ -10,12 +10,17 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER
 from training_constructs.checkov import skip_checkov
 from training_constructs.nag import acknowledge
 from training_constructs.spot_checks import CHECKPOINT_ROLE_TAG
 
 # How long a replaced or deleted access-log object stays recoverable in the (versioned) access-log bucket.
 ACCESS_LOG_NONCURRENT_DAYS = 30
+# Under a job's prefix <cluster>/<job>/ (bootstrap_scripts/node_agent.py): its checkpoints (<step>/<file>, the
+# manifest last) and the markers that end it.
+CHECKPOINT_FOLDER = "ckpt"
+JOB_END_MARKERS = ("DONE", "FAILED", "STOPPED")
 
 
 class CheckpointStore(Construct):
@@ -103,12 +108,26 @@ class CheckpointStore(Construct):
         """Key prefix (no leading slash, trailing slash) under which one cluster keeps everything."""
         return f"{cluster}/"
 
-    def cluster_access_policy(self, scope: Construct, construct_id: str, role: iam.IRole, cluster: str) -> iam.Policy:
-        """Read, write and list only ``<cluster>/`` in the bucket: no other cluster's objects, not even their names.
+    @classmethod
+    def node_write_keys(cls, cluster: str) -> list[str]:
+        """Key patterns of what the node agent writes (``bootstrap_scripts/node_agent.py``), under a job's
+        ``<cluster>/<job>/`` (the ``*``): checkpoints, per-node markers, the job's end markers. None matches a code
+        archive, ``<cluster>/code/<job>.tar.gz`` (a job id has no '/', an archive ends in ``.tar.gz``)."""
+        prefix = cls.cluster_prefix(cluster)
+        return [f"{prefix}*/{CHECKPOINT_FOLDER}/*", f"{prefix}*/nodes/*", *(f"{prefix}*/{m}" for m in JOB_END_MARKERS)]
 
-        (``bucket.grant_read_write(role, "<cluster>/*")`` would also allow ``s3:List*`` on the whole bucket.)
+    def cluster_access_policy(self, scope: Construct, construct_id: str, role: iam.IRole, cluster: str) -> iam.Policy:
+        """What the node agent (and so the training code, which runs with the same role) does under ``<cluster>/``.
+
+        List and read the whole prefix, no other cluster's objects, not even their names (``bucket.grant_read_write(
+        role, "<cluster>/*")`` would also allow ``s3:List*`` on the whole bucket). Write only where the agent writes
+        (:meth:`node_write_keys`); delete and abort uploads only of checkpoints (``<cluster>/<job>/ckpt/...``: the
+        agent prunes old ones and replaces a manifest); never write or delete the code archives (``<cluster>/code/``),
+        which other jobs run.
         """
         prefix = self.cluster_prefix(cluster)
+        checkpoints = f"{prefix}*/{CHECKPOINT_FOLDER}/*"
+        code = f"{prefix}{CODE_FOLDER}/*"
         policy = iam.Policy(
             scope,
             construct_id,
@@ -121,15 +140,27 @@ class CheckpointStore(Construct):
                     conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
                 ),
                 iam.PolicyStatement(
-                    sid="ReadWriteOwnClusterObjects",
-                    actions=[
-                        "s3:GetObject",  # and HeadObject
-                        "s3:PutObject",  # and the multipart upload calls
-                        "s3:DeleteObject",
-                        "s3:AbortMultipartUpload",
-                        "s3:ListMultipartUploadParts",
-                    ],
+                    sid="ReadOwnClusterObjects",
+                    actions=["s3:GetObject"],  # and HeadObject: code archives, markers, checkpoints
                     resources=[self.bucket.arn_for_objects(f"{prefix}*")],
+                ),
+                iam.PolicyStatement(
+                    sid="WriteJobCheckpointsAndMarkers",
+                    actions=["s3:PutObject"],  # and the multipart upload calls
+                    resources=[self.bucket.arn_for_objects(k) for k in self.node_write_keys(cluster)],
+                ),
+                iam.PolicyStatement(
+                    sid="PruneJobCheckpoints",
+                    actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
+                    resources=[self.bucket.arn_for_objects(checkpoints)],
+                ),
+                # The Allows above do not name the archives, but their "*" would match a key such as
+                # <cluster>/code/x/ckpt/y: the code folder stays read-only to the nodes whatever the key.
+                iam.PolicyStatement(
+                    sid="DenyCodeArchiveWrites",
+                    effect=iam.Effect.DENY,
+                    actions=["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                    resources=[self.bucket.arn_for_objects(code)],
                 ),
             ],
         )
@@ -137,7 +168,20 @@ class CheckpointStore(Construct):
         acknowledge(
             policy,
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]",
-            f"Objects are created at run time under the cluster's own prefix '{prefix}'; the wildcard "
-            "stops at that prefix, and listing is limited to it by an s3:prefix condition.",
+            "Read only: code archives, markers and checkpoints are created at run time under the cluster's own "
+            f"prefix '{prefix}'; the wildcard stops at that prefix, and listing is limited to it by an s3:prefix "
+            "condition.",
         )
+        for key in self.node_write_keys(cluster):
+            acknowledge(
+                policy,
+                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{key}]",
+                f"The first '*' is the job id, known only at run time; '{key}' is what the node agent writes there"
+                + (
+                    " (and deletes: it prunes old checkpoints)"
+                    if key == checkpoints
+                    else "; no code archive matches it"
+                )
+                + ".",
+            )
         return policy

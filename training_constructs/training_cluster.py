@@ -185,6 +185,11 @@ class TrainingCluster(Construct):
         self.asg = self.fleet.asg
         self.role = self.fleet.role
         self.placement_group = self.fleet.placement_group
+        if self.warm_pool is not None:
+            # CloudFormation deletes the group (terminating its instances) before the pool's volumes: a volume still
+            # attached to a running node cannot be deleted (VolumeInUse), and the stack would end DELETE_FAILED.
+            for volume in self.warm_pool.volumes:
+                self.asg.node.add_dependency(volume)
 
         # Least privilege, each grant scoped to this cluster.
         self.name = spec.name

@@ -13,6 +13,9 @@ The job: the example trainer on 2 nodes, one of which gets a spot interruption n
 durable (emergency checkpoint, ``leaving`` marker, hand-back through Auto Scaling, a replacement that restores).
 It must end ``DONE`` with the group at 0 and no node having logged an access-denied error.
 
+With the same node credentials afterwards, S3 refuses a put or delete of the job's code archive and a delete of
+its markers (only checkpoints are deletable by the nodes).
+
 The negative check proves the harness can fail: the same cluster with ``s3:PutObject`` taken out of the role's
 policy (one action of one statement): the node's agent gets ``AccessDenied`` on its boot marker, logs it,
 leaves the group, and the job never reaches ``DONE``.
@@ -206,6 +209,43 @@ def test_every_node_shipped_its_log_under_enforcement(cloud: EmulatedCloud, fini
     streams = jobs.stream_events(cloud.client, finished.ref, finished.job_id)
     shipped = {name.rsplit("/", 1)[-1] for name, events in streams.items() if events}
     assert shipped == {n.instance_id for n in finished.nodes}
+
+
+def test_the_node_role_cannot_touch_the_code_archives_or_delete_markers(
+    cloud: EmulatedCloud, finished: Finished
+) -> None:
+    """The training code runs with the node's credentials: it may read the code archives (that is how the job
+    ran) but not overwrite or delete them (other jobs run them), nor delete a job's markers. Only checkpoints are
+    deletable (the agent prunes them). Checked on the finished job's own keys, enforcement on again."""
+    ref, job_id = finished.ref, finished.job_id
+    node = finished.nodes[0]
+    assert node.imds.role_credentials is not None
+    s3 = node_client(cloud, node, "s3")
+    code_key = f"{ref.code_prefix}{job_id}.tar.gz"
+    done_key = f"{ref.job_prefix(job_id)}DONE"
+    boot_key = f"{ref.job_prefix(job_id)}nodes/{node.instance_id}/boot"
+    attempts = [
+        ("s3:PutObject", code_key, lambda: s3.put_object(Bucket=ref.bucket, Key=code_key, Body=b"planted")),
+        ("s3:DeleteObject", code_key, lambda: s3.delete_object(Bucket=ref.bucket, Key=code_key)),
+        ("s3:DeleteObject", done_key, lambda: s3.delete_object(Bucket=ref.bucket, Key=done_key)),
+        ("s3:DeleteObject", boot_key, lambda: s3.delete_object(Bucket=ref.bucket, Key=boot_key)),
+    ]
+    offset = cloud.server_log.stat().st_size
+    cloud.enforce_iam(True)
+    try:
+        archive = s3.get_object(Bucket=ref.bucket, Key=code_key)["Body"].read()
+        for _, _, call in attempts:
+            with pytest.raises(ClientError) as denied:
+                call()
+            assert denied.value.response["Error"]["Code"] in DENIED
+    finally:
+        cloud.enforce_iam(False)
+    refused = [(r.action, r.access_key_id, r.resource) for r in refusals(cloud.server_log, offset)]
+    key_id = node.imds.role_credentials["AccessKeyId"]
+    assert refused == [(action, key_id, f"arn:aws:s3:::{ref.bucket}/{key}") for action, key, _ in attempts]
+    admin = cloud.client("s3")
+    assert admin.get_object(Bucket=ref.bucket, Key=code_key)["Body"].read() == archive
+    assert jobs.marker(cloud.client, ref, job_id, "DONE") is not None
 
 
 # ---------------------------------------------------------------------------------------------------- negative
