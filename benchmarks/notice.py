@@ -136,6 +136,8 @@ class Node:
             "SPOT_TRAINING_NODE_ROOT": str(self.dir / "root"),
             "SPOT_TRAINING_POLL_INTERVAL_S": str(POLL_S),
             "SPOT_TRAINING_WARM_VOLUME_MOUNT": "0",  # attach only: mounting needs a real block device
+            # the user data's reboot hook goes here, never into the host's cloud-init directory
+            "SPOT_TRAINING_PER_BOOT_DIR": str(self.dir / "root" / "var" / "lib" / "cloud" / "scripts" / "per-boot"),
             "SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S": "60",
             "SPOT_TRAINING_DONE_BARRIER_S": "10",
         }

@@ -65,6 +65,7 @@ spec, S3 or Auto Scaling answer at boot (the node left its group, one fewer); on
 from __future__ import annotations
 
 import argparse
+import codecs
 import hashlib
 import http.client
 import ipaddress
@@ -85,7 +86,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import boto3
 from boto3.exceptions import S3UploadFailedError
@@ -175,6 +176,11 @@ class JobRefused(AgentError):
         self.failed_at = failed_at
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (a log line, a FAILED reason)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def env_float(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     try:
@@ -184,35 +190,75 @@ def env_float(name: str, default: float) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- logging
-class LogShipper:
-    """Sends lines to a CloudWatch Logs stream in batches from a background thread; never fails the agent."""
+LINE_BREAK = re.compile(r"[\r\n]")  # PutLogEvents takes one line per event; a CR ends a line too
 
-    MAX_EVENTS, MAX_BYTES, MAX_MESSAGE = 5000, 900_000, 200_000
+
+class LogShipper:
+    """Sends lines to a CloudWatch Logs stream in batches from a background thread; never fails the agent.
+
+    PutLogEvents counts UTF-8 bytes, each event's message plus 26: at most 262,144 per event and 1,048,576 per
+    batch; one event too large rejects the whole batch. So a line is split at LF and at CR (a progress bar redraws
+    its line with a CR alone: a tqdm run would be one line of megabytes), empty pieces are dropped, and each
+    piece is cut to what one event holds (on a character boundary, with a note of its full size). A call that fails
+    is counted; stderr (the console) says so at the first, then at most every ``WARN_EVERY_S`` with the counts so
+    far, and once more at ``close`` if any failed. The lines themselves are on stderr already."""
+
+    MAX_EVENTS, MAX_BATCH_BYTES, MAX_EVENT_BYTES, EVENT_OVERHEAD = 5000, 1_048_576, 262_144, 26
+    MAX_MESSAGE_BYTES = MAX_EVENT_BYTES - EVENT_OVERHEAD
+    WARN_EVERY_S = 300.0
 
     def __init__(self, client: Any, group: str, stream: str, flush_s: float = 2.0) -> None:
         self.client, self.group, self.stream, self.flush_s = client, group, stream, flush_s
-        self.pending: List[Dict[str, Any]] = []
+        self.pending: List[Tuple[int, str, int]] = []  # (timestamp ms, message, its UTF-8 bytes)
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.warned = False
+        self.failures = self.lost = 0  # failed calls, and lines they did not ship
+        self.warned_at = 0.0
         try:
             client.create_log_stream(logGroupName=group, logStreamName=stream)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ResourceAlreadyExistsException":
-                self._warn(exc)
+                self._failed(0, exc)
         except AWS_ERRORS as exc:  # no answer at all (no route to CloudWatch Logs): lines still reach stderr
-            self._warn(exc)
+            self._failed(0, exc)
         self.thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
         self.thread.start()
 
-    def emit(self, line: str) -> None:
-        with self.lock:
-            self.pending.append({"timestamp": int(time.time() * 1000), "message": line[: self.MAX_MESSAGE] or " "})
+    @classmethod
+    def message(cls, piece: str) -> Tuple[str, int]:
+        """``piece`` as one event's message (cut to ``MAX_MESSAGE_BYTES`` of UTF-8, never half a character), and its
+        size in bytes. Characters UTF-8 cannot encode (lone surrogates) become "?"."""
+        data = piece.encode("utf-8", "replace")
+        if len(data) > cls.MAX_MESSAGE_BYTES:
+            note = f" [cut: {len(data)} bytes in all]"
+            # the bytes are valid UTF-8, so "ignore" drops only the character the cut split
+            data = data[: cls.MAX_MESSAGE_BYTES - len(note)].decode("utf-8", "ignore").encode() + note.encode()
+        return data.decode("utf-8"), len(data)
 
-    def _warn(self, exc: Exception) -> None:
-        if not self.warned:
-            self.warned = True
-            print(f"node-agent: warning: cannot ship logs to {self.group}/{self.stream}: {exc}", file=sys.stderr)
+    def emit(self, line: str) -> None:
+        now = int(time.time() * 1000)
+        events = [(now, *self.message(piece)) for piece in LINE_BREAK.split(line) if piece]
+        with self.lock:
+            self.pending.extend(events)
+
+    def _failed(self, lines: int, why: object) -> None:
+        """A call that failed (or an answer that rejected some events): counted, and said on stderr at the first and
+        then at most every ``WARN_EVERY_S``."""
+        with self.lock:
+            self.failures += 1
+            self.lost += lines
+            now = time.monotonic()
+            say = self.failures == 1 or now - self.warned_at >= self.WARN_EVERY_S
+            if say:
+                self.warned_at = now
+            failures, lost = self.failures, self.lost
+        if say:
+            print(
+                f"node-agent: warning: cannot ship logs to {self.group}/{self.stream} "
+                f"({failures} failed call(s), {lost} line(s) not shipped so far): {why}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _run(self) -> None:
         while not self.stopped.wait(self.flush_s):
@@ -220,22 +266,61 @@ class LogShipper:
 
     def flush(self) -> None:
         with self.lock:
-            events, self.pending = sorted(self.pending, key=lambda e: e["timestamp"]), []
-        while events:
-            batch: List[Dict[str, Any]] = []
-            size = 0
-            while events and len(batch) < self.MAX_EVENTS and size + len(events[0]["message"]) + 26 <= self.MAX_BYTES:
-                size += len(events[0]["message"].encode()) + 26
-                batch.append(events.pop(0))
+            events, self.pending = sorted(self.pending, key=lambda e: e[0]), []
+        start = 0
+        while start < len(events):
+            end, size = start, 0
+            while end < len(events) and end - start < self.MAX_EVENTS:
+                size += events[end][2] + self.EVENT_OVERHEAD
+                if size > self.MAX_BATCH_BYTES and end > start:
+                    break
+                end += 1
+            batch = [{"timestamp": t, "message": m} for t, m, _ in events[start:end]]
+            start = end
             try:
-                self.client.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=batch)
+                answer = self.client.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=batch)
             except Exception as exc:
-                self._warn(exc)
+                self._failed(len(batch), exc)
+                continue
+            rejected = answer.get("rejectedLogEventsInfo") if isinstance(answer, dict) else None
+            if rejected:  # too old or too new for CloudWatch: the rest of the batch is in
+                self._failed(0, f"some of {len(batch)} event(s) rejected: {rejected}")
 
     def close(self) -> None:
         self.stopped.set()
         self.thread.join(timeout=10)
         self.flush()
+        if self.failures:
+            print(
+                f"node-agent: warning: {self.failures} call(s) to ship logs to {self.group}/{self.stream} failed; "
+                f"{self.lost} line(s) not shipped (they are on this console)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def output_lines(stream: Any, longest: int = LogShipper.MAX_MESSAGE_BYTES, chunk: int = 65536) -> Iterator[str]:
+    """The lines a process writes to ``stream`` (a binary pipe) as they come: split at LF and at CR (a progress bar
+    redraws its line with a CR alone), trailing blanks stripped, empty ones left out, decoded as UTF-8 (a
+    character split between two reads stays whole; invalid bytes become U+FFFD). A line still without a break after
+    ``longest`` characters is passed on in pieces of that many, so memory stays bounded."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    rest = ""
+    while True:
+        data = stream.read1(chunk)
+        *lines, rest = LINE_BREAK.split(rest + decoder.decode(data, final=not data))
+        if not data:
+            lines.append(rest)
+            rest = ""
+        while len(rest) > longest:
+            lines.append(rest[:longest])
+            rest = rest[longest:]
+        for line in lines:
+            line = line.rstrip()
+            if line:
+                yield line
+        if not data:
+            return
 
 
 class Log:
@@ -1163,7 +1248,10 @@ class Agent:
             self.release_warm_volume()
             return
         self.warm_volume = (volume, device, env_root)
-        self.log(f"warm volume {volume} mounted on {WARM_MOUNT} from {found[0]}; {env_root} now reads from it")
+        self.log(
+            f"warm volume {volume} mounted read-only on {WARM_MOUNT} from {found[0]}; {env_root} now reads from it "
+            "(writes to it stay on this node)"
+        )
 
     def release_warm_volume(self) -> None:
         """Unmount and detach the claimed volume (idempotent), so the next node can claim it."""
@@ -1187,27 +1275,45 @@ class Agent:
 
     # -- peers and torchrun
     def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
+        """The peers of the next attempt, once at least ``min_nodes`` are InService and mapped, within the join timeout.
+
+        An AWS error in a poll (after botocore's retries; DescribeInstances answers ``InvalidInstanceID.NotFound``
+        for an instance launched a moment ago, which botocore does not retry) is logged and polled again until the
+        deadline: it says nothing about the job."""
         deadline = time.monotonic() + self.join_timeout_s
+        failed: Optional[Exception] = None  # the last poll's AWS error
         while True:
             self.check_notice("peer discovery")
             if self.marked(job, "STOP"):  # no trainer here to stop: the peers that run one write STOPPED
                 raise StopBeforeTraining("stop requested (STOP marker) during peer discovery")
-            peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
-            address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
-            unmapped = [i for i, ip in peers if address_map and ip not in address_map]
-            # capacity rebalancing may go above the maximum: the nodes past it wait for a place
-            surplus = self.instance_id in dict(peers) and self.instance_id not in dict(peers[: job.max_nodes])
-            if unmapped:  # InService but not booted yet: its private address must never be contacted
-                self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
-            elif len(peers) >= job.min_nodes and self.instance_id in dict(peers[: job.max_nodes]):
-                return peers[: job.max_nodes]
-            elif surplus:
-                self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
+            peers: List[Tuple[str, str]] = []
+            surplus = False
+            try:
+                peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
+                failed = None
+            except AWS_ERRORS as exc:
+                failed = exc
+                self.log(f"peer discovery failed ({one_line(exc)}); trying again")
+            if failed is None:
+                address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
+                unmapped = [i for i, ip in peers if address_map and ip not in address_map]
+                # capacity rebalancing may go above the maximum: the nodes past it wait for a place
+                surplus = self.instance_id in dict(peers) and self.instance_id not in dict(peers[: job.max_nodes])
+                if unmapped:  # InService but not booted yet: its private address must never be contacted
+                    self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
+                elif len(peers) >= job.min_nodes and self.instance_id in dict(peers[: job.max_nodes]):
+                    return peers[: job.max_nodes]
+                elif surplus:
+                    self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
             if time.monotonic() > deadline:
                 if surplus:  # the job has max_nodes without this node
                     raise LeavingBeforeTraining(
                         f"still past max_nodes {job.max_nodes} after {self.join_timeout_s:.0f} s "
                         f"({len(peers)} InService in {group})"
+                    )
+                if failed is not None:
+                    raise AgentError(
+                        f"peer discovery in {group} still failing after {self.join_timeout_s:.0f} s: {one_line(failed)}"
                     )
                 raise AgentError(
                     f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s"
@@ -1258,8 +1364,8 @@ class Agent:
         stdout = proc.stdout
 
         def pump() -> None:
-            for raw in iter(stdout.readline, b""):
-                self.log.raw(f"[trainer {self.instance_id}] {raw.decode(errors='replace').rstrip()}")
+            for line in output_lines(stdout):  # each CR-ended update of a tqdm bar makes a line
+                self.log.raw(f"[trainer {self.instance_id}] {line}")
 
         reader = threading.Thread(target=pump, name="trainer-output", daemon=True)
         reader.start()

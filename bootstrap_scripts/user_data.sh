@@ -3,7 +3,7 @@
 # /opt/spot-training/bootstrap and runs:
 #   user_data.sh --region R --team T --cluster C --job-spec-parameter /spot-training/T/C/job-spec
 # Reads the instance identity from IMDSv2 (instance id, region, AZ, launch index, instance tags), checks it
-# against the arguments, and hands over to the node agent (node_agent.py). Installs nothing.
+# against the arguments, and hands over to the node agent (node_agent.py). Installs only the reboot hook (below).
 #
 # Environment:
 #   AWS_EC2_METADATA_SERVICE_ENDPOINT  IMDS base URL (default http://169.254.169.254); an emulator points it
@@ -12,6 +12,14 @@
 #                                      /opt/pytorch/bin/python (PyTorch DLAMI) and /opt/conda/bin/python3
 #                                      that is 3.8+ and imports boto3. The job spec's
 #                                      `python` (the environment with torch) runs the trainer, via the agent.
+#   SPOT_TRAINING_PER_BOOT_DIR         where the reboot hook goes (created if missing); default cloud-init's
+#                                      /var/lib/cloud/scripts/per-boot, used only if it exists. An emulator sets
+#                                      it to the node's own directory.
+# Reboots: cloud-init runs user data once per instance, so after a reboot no agent would run while the instance
+# stays InService and billed. Before it hands over, this script installs a per-boot script (cloud-init runs
+# scripts-per-boot before user data, so not on this first boot) that hands the instance back to its group on any
+# later boot, without decrementing desired capacity: the group launches a replacement (the agent's state, its
+# rendezvous and checkpoint sync did not survive the reboot).
 # Exit status 2 with a one-line reason on bad arguments, an identity mismatch or no usable Python. Once the
 # instance id and group are known, such a failure first hands the instance back (it leaves its group, one fewer
 # desired, with the AWS CLI every DLAMI has): no agent runs to do it, and an idle node would be billed.
@@ -86,6 +94,44 @@ for candidate in "${SPOT_TRAINING_AGENT_PYTHON:-}" "${CANDIDATES[@]}"; do
   fi
 done
 [[ -n "$PYTHON" ]] || die "no Python 3.8+ with boto3 found (tried \$SPOT_TRAINING_AGENT_PYTHON, ${CANDIDATES[*]})"
+
+# The reboot hook: values baked in with printf %q (shell-quoted), so no metadata value can run as code.
+install_reboot_hook() {
+  local dir="${SPOT_TRAINING_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}" hook tmp
+  if [[ -n "${SPOT_TRAINING_PER_BOOT_DIR:-}" ]]; then
+    mkdir -p "$dir" || { log "cannot create $dir: no reboot hook (a reboot would leave this instance idle)"; return 0; }
+  elif [[ ! -d "$dir" ]]; then
+    log "no $dir (no cloud-init?): no reboot hook (a reboot would leave this instance idle)"
+    return 0
+  fi
+  hook="$dir/spot-training-reboot.sh"
+  tmp="$hook.tmp.$$"
+  if {
+    printf '#!/usr/bin/env bash\n'
+    printf '# Installed by spot-training user_data.sh at the first boot of this instance. cloud-init runs user data\n'
+    printf '# once per instance: after a reboot no node agent runs. Hand the instance back to its group (no decrement:\n'
+    printf '# the group launches a replacement).\n'
+    # the AWS CLI found now: a later boot's cloud-init may run the hook with a shorter PATH
+    printf 'INSTANCE_ID=%q REGION=%q ASG_NAME=%q AWS_CLI=%q\n' "$INSTANCE_ID" "$REGION" "${ASG_NAME:-its group}" \
+      "$(command -v aws || echo aws)"
+    cat <<'HOOK'
+printf '%s spot-training reboot hook: instance %s rebooted (its node agent does not run again); handing it back to group %s, which launches a replacement\n' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$INSTANCE_ID" "$ASG_NAME" >&2
+if ! "$AWS_CLI" autoscaling terminate-instance-in-auto-scaling-group --region "$REGION" --instance-id "$INSTANCE_ID" \
+  --no-should-decrement-desired-capacity --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null; then
+  printf 'spot-training reboot hook: could not hand instance %s back to group %s: terminate it by hand\n' \
+    "$INSTANCE_ID" "$ASG_NAME" >&2
+  exit 1
+fi
+HOOK
+  } >"$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$hook"; then
+    log "reboot hook installed: $hook"
+  else
+    rm -f "$tmp"
+    log "could not install the reboot hook in $dir (a reboot would leave this instance idle)"
+  fi
+}
+install_reboot_hook
 
 exec "$PYTHON" "$HERE/node_agent.py" --region "$REGION" --team "$TEAM" --cluster "$CLUSTER" \
   --job-spec-parameter "$SPEC_PARAMETER" --instance-id "$INSTANCE_ID" --availability-zone "$AZ" \

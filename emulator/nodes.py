@@ -25,6 +25,8 @@ A node is a process tree running that instance's actual user data (read back thr
   calls need credentials moto's IAM knows (:meth:`EmulatedCloud.use_admin_user` before creating the launcher);
 - ``SPOT_TRAINING_WARM_VOLUME_MOUNT=0``: a claimed warm-pool volume is attached through the EC2 API, but
   there is no block device to mount;
+- ``SPOT_TRAINING_PER_BOOT_DIR=<root>/var/lib/cloud/scripts/per-boot``: the user data's reboot hook is installed
+  there, not in the host's cloud-init directory (nodes are never rebooted: the hook does not run by itself);
 - ``SPOT_TRAINING_PEER_ADDRESS_MAP``: a file mapping every instance's private 10.x address to its node's
   loopback address. The 10.x addresses are labels: nothing ever connects to them.
 
@@ -419,6 +421,8 @@ class NodeLauncher:
                 "SPOT_TRAINING_NODE_ROOT": str(root),
                 # warm-pool volumes are attached through the EC2 API; there is no block device to mount
                 "SPOT_TRAINING_WARM_VOLUME_MOUNT": "0",
+                # the user data's reboot hook goes to the node's own cloud-init directory, never the host's
+                "SPOT_TRAINING_PER_BOOT_DIR": str(root / "var" / "lib" / "cloud" / "scripts" / "per-boot"),
                 **self.node_env,
             }
         )

@@ -196,6 +196,7 @@ class Node:
         self.dir = cluster.root / instance_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_dir = self.dir / "root" / "opt" / "ml" / "checkpoints"  # spec's checkpoint_dir under the root
+        self.per_boot_dir = self.dir / "root" / "var" / "lib" / "cloud" / "scripts" / "per-boot"
         self.imds = ImdsMock(
             host=host,
             instance_id=instance_id,
@@ -223,6 +224,8 @@ class Node:
             "SPOT_TRAINING_POLL_INTERVAL_S": "0.5",
             "SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S": "60",
             "SPOT_TRAINING_DONE_BARRIER_S": "30",
+            # the user data's reboot hook: into the node's own directory, never the host's /var/lib/cloud
+            "SPOT_TRAINING_PER_BOOT_DIR": str(self.per_boot_dir),
             **env,
         }
         self.proc = subprocess.Popen(

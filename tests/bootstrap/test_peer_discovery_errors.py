@@ -1,0 +1,126 @@
+"""An AWS error while the agent looks for its peers, against moto.
+
+Before, the error left ``wait_for_peers`` for the agent's catch-all: ``FAILED`` and the group at 0, for a job that
+was fine. DescribeInstances answers ``InvalidInstanceID.NotFound`` for an instance launched a moment ago (EC2 is
+eventually consistent, and botocore does not retry that code); Auto Scaling may throttle. Now a failed poll is
+logged and polled again until the join timeout; one that still fails then ends with that error in the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import node_agent
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
+
+from .conftest import Cluster
+from .test_agent_notice import agent_for
+
+NOT_FOUND = "InvalidInstanceID.NotFound"
+
+
+class NotFoundBody:
+    """The raw body of EC2's 400 answer to DescribeInstances for an instance it does not know yet."""
+
+    def stream(self, **_: Any) -> Any:
+        yield (
+            f"<Response><Errors><Error><Code>{NOT_FOUND}</Code><Message>The instance ID 'i-0' does not exist"
+            "</Message></Error></Errors><RequestID>r-1</RequestID></Response>"
+        ).encode()
+
+
+def fail_describe_instances(agent: Any, times: Optional[int]) -> list[int]:
+    """EC2 answers the agent's first ``times`` DescribeInstances (all: None) with ``InvalidInstanceID.NotFound``, as
+    a real 400 through botocore's parser; the list counts the answers given."""
+    answered: list[int] = []
+
+    def not_found(request: Any, **_: Any) -> Optional[AWSResponse]:
+        if times is not None and len(answered) >= times:
+            return None  # the request goes to moto
+        answered.append(400)
+        return AWSResponse(request.url, 400, {}, NotFoundBody())
+
+    agent.ec2.meta.events.register("before-send.ec2.DescribeInstances", not_found)
+    return answered
+
+
+def throttle_describe_groups(agent: Any, times: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The agent's first ``times`` DescribeAutoScalingGroups fail with Throttling (as after botocore's retries)."""
+    answered: list[int] = []
+    describe = agent.asg.describe_auto_scaling_groups
+
+    def throttled(**kwargs: Any) -> Any:
+        if len(answered) < times:
+            answered.append(400)
+            raise ClientError(
+                {"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "DescribeAutoScalingGroups"
+            )
+        return describe(**kwargs)
+
+    monkeypatch.setattr(agent.asg, "describe_auto_scaling_groups", throttled)
+    return answered
+
+
+def prepared(cluster: Cluster, tmp_path: Path) -> tuple[Any, Any, list[str], list[int]]:
+    """The agent of the cluster's one node, its job and log; its trainer is a stub that records that it ran."""
+    agent, job, lines = agent_for(cluster)
+    agent.work_dir = str(tmp_path / "work")
+    agent.world_file = str(tmp_path / "world.json")
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    trained: list[int] = []
+
+    def trainer(*_: Any) -> tuple[int, bool]:
+        trained.append(len(agent.peers))
+        return 0, False
+
+    agent.run_trainer = trainer
+    return agent, job, lines, trained
+
+
+@pytest.mark.parametrize("error", [NOT_FOUND, "Throttling"])
+def test_an_aws_error_in_the_first_polls_for_peers_does_not_fail_the_job(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: str
+) -> None:
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("peers-run", {"train.py": ""}, "python train.py")
+    agent, job, lines, trained = prepared(cluster, tmp_path)
+    agent.join_timeout_s = 60.0  # far more than three polls of 0.05 s: the test ends when the fourth poll answers
+    if error == NOT_FOUND:
+        answered = fail_describe_instances(agent, times=3)
+    else:
+        answered = throttle_describe_groups(agent, 3, monkeypatch)
+    assert agent._run(job) == 0
+    assert answered == [400] * 3
+    failed_polls = [line for line in lines if line.startswith("peer discovery failed (") and error in line]
+    assert len(failed_polls) == 3 and all(line.endswith("; trying again") for line in failed_polls), lines
+    assert trained == [1]  # the trainer ran, with this node as its one peer
+    assert cluster.marker("peers-run", "FAILED") is None
+    assert cluster.marker("peers-run", "DONE") is not None
+    assert cluster.desired_capacity() == 0  # DONE scales to 0
+
+
+def test_an_aws_error_that_lasts_past_the_join_timeout_fails_the_job_with_that_error(
+    make_cluster: Any, tmp_path: Path
+) -> None:
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("peers-gone", {"train.py": ""}, "python train.py")
+    agent, job, lines, trained = prepared(cluster, tmp_path)
+    agent.join_timeout_s = 1.0
+    answered = fail_describe_instances(agent, times=None)
+    with pytest.raises(node_agent.JobFailed) as failed:
+        agent._run(job)
+    reason = str(failed.value)
+    assert reason.startswith(
+        f"peer discovery in {cluster.group} still failing after 1 s: An error occurred ({NOT_FOUND})"
+    )
+    assert "\n" not in reason
+    marker = cluster.marker("peers-gone", "FAILED")
+    assert marker is not None and marker["reason"] == reason
+    assert trained == []
+    # polled again and again until the deadline (0.05 s apart, 1 s: far more than two), each failure one line
+    assert len(answered) >= 2
+    assert len([line for line in lines if line.startswith("peer discovery failed (")]) == len(answered)
+    assert cluster.desired_capacity() == 0
