@@ -23,7 +23,9 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -O -c '$(SYNTH_IMPORTS)'
-	printf '#!/bin/sh\n# trainctl from this checkout (see README)\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m trainctl "$$@"\n' \
+	printf '#!/bin/sh\n# trainctl from this checkout (see README)\n%s\n%s\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m trainctl "$$@"\n' \
+		'export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="$${JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION-20}"' \
+		'export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="$${JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION-1}"' \
 		"$(CURDIR)" "$(CURDIR)/$(BIN)/python" > $(BIN)/trainctl
 	chmod +x $(BIN)/trainctl
 	touch $@

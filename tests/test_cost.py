@@ -1,12 +1,21 @@
-"""trainctl cost's arithmetic on inputs built here: price averaging, redone work, the price file."""
+"""trainctl cost's arithmetic on inputs built here: price averaging, redone work, the price file; and a job's
+instances and price warnings read back from AWS (moto in-process: no server, no network)."""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
-from trainctl.cost import NodeCost, redone_work
+from trainctl import cost, jobs
+from trainctl.cost import NodeCost, job_cost, redone_work
 from trainctl.prices import ON_DEMAND, PriceError, average_price, load_prices
 
 
@@ -150,3 +159,102 @@ def test_a_price_that_is_not_a_number_or_a_file_that_is_not_utf8_is_one_line(
     with pytest.raises(PriceError) as bad:
         load_prices(tmp_path / "prices.yaml")
     assert str(bad.value) == f"{tmp_path}/prices.yaml: {message}"
+
+
+def test_redone_work_is_unknown_when_the_trainer_logs_no_step_lines() -> None:
+    """A trainer that logs its progress in another form: "0 step(s) redone" used to be printed as a fact."""
+    events = [(10.0 * k, "job/i-a", f"iteration {10 * k}: loss 0.5") for k in range(1, 6)]
+    events += [(60.0, "job/i-b", "resume step: 30"), (70.0, "job/i-b", "iteration 40: loss 0.5")]
+    redone = redone_work(events, [_node("i-a", 0.0, 55.0, 0.4), _node("i-b", 58.0, 80.0, 0.4)], load_prices())
+    assert (redone.steps, redone.node_hours, redone.gpu_hours, redone.usd) == (None, None, None, None)
+    assert cost.redone_text(asdict(redone)) == "redone: unknown (the trainer logs no 'step N ...' lines)"
+    # with step lines, the figures (as `trainctl cost` prints them)
+    known = redone_work(_run(range(1, 11), 100.0) + _restart(111.0, 5), [_node("i-a", 0.0, 200.0, 0.4)], load_prices())
+    assert cost.redone_text(asdict(known)) == (
+        f"redone after restarts: 5 step(s), {5 / 3600:.3f} node-hours ({5 / 3600:.3f} GPU-hours), "
+        f"{5 / 3600 * 0.4:.4f} USD"
+    )
+
+
+REGION, BUCKET, GROUP, JOB = "eu-west-1", "checkpoints", "main-group", "job-1"
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[jobs.ClusterRef, dict[str, Any]]]:
+    """A job of one on-demand p4d.24xlarge in eu-west-1 whose boot marker lacks its AZ (IMDS did not answer),
+    one log line; the group no longer holds it and has no activity for it (timed by the marker and its log)."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        ec2 = boto3.client("ec2")
+        ec2.create_launch_template(
+            LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": "ami-12345678", "InstanceType": "p4d.24xlarge"}
+        )
+        boto3.client("autoscaling").create_auto_scaling_group(
+            AutoScalingGroupName=GROUP, MinSize=0, MaxSize=1, DesiredCapacity=0,
+            LaunchTemplate={"LaunchTemplateName": "nodes"}, AvailabilityZones=[f"{REGION}b"],
+        )  # fmt: skip
+        [instance] = ec2.run_instances(
+            ImageId="ami-12345678", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1,
+            Placement={"AvailabilityZone": f"{REGION}b"},
+        )["Instances"]  # fmt: skip
+        ref = jobs.ClusterRef("default", "main", {"bucket": BUCKET, "prefix": "main/", "log_group": "/g"}, GROUP)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+        booted = time.time() - 3600
+        marker = {"instance_type": "p4d.24xlarge", "lifecycle": "on-demand", "time": booted}  # no availability_zone
+        key = f"{ref.job_prefix(JOB)}nodes/{instance['InstanceId']}/boot"
+        s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(marker).encode())
+        logs, stream = boto3.client("logs"), f"{JOB}/{instance['InstanceId']}"
+        logs.create_log_group(logGroupName="/g")
+        logs.create_log_stream(logGroupName="/g", logStreamName=stream)
+        line = {"timestamp": int((booted + 1800) * 1000), "message": "step 1 epoch 0 loss 0.5"}
+        logs.put_log_events(logGroupName="/g", logStreamName=stream, logEvents=[line])
+        yield ref, instance
+
+
+def _client(service: str) -> Any:
+    return boto3.client(service)
+
+
+def test_a_boot_marker_missing_a_fact_is_completed_from_ec2(aws: tuple[jobs.ClusterRef, dict[str, Any]]) -> None:
+    """It used to fail with "no boot marker and EC2 no longer describes it": only markerless instances were
+    described."""
+    ref, instance = aws
+    info = job_cost(_client, ref, JOB, load_prices())
+    [node] = info["nodes"]
+    assert (node["instance"], node["type"], node["market"]) == (instance["InstanceId"], "p4d.24xlarge", "on-demand")
+    assert node["az"] == instance["Placement"]["AvailabilityZone"]
+    assert node["hours"] == pytest.approx(0.5) and node["timed_by"] == "node logs"
+    # EC2 forgets terminated instances: the missing fact is named
+    ghost = {"instance_type": "g5.xlarge", "time": time.time()}
+    key = f"{ref.job_prefix('job-2')}nodes/i-0123456789abcdef0/boot"
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=key, Body=json.dumps(ghost).encode())
+    with pytest.raises(PriceError) as unknown:
+        job_cost(_client, ref, "job-2", load_prices())
+    assert str(unknown.value) == (
+        "instance i-0123456789abcdef0 of job job-2: its boot marker lacks lifecycle, availability_zone; EC2 no "
+        "longer describes it"
+    )
+
+
+def test_table_prices_outside_us_east_1_and_before_the_p_family_cut_are_flagged(
+    aws: tuple[jobs.ClusterRef, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The job ran in eu-west-1 and was priced with us-east-1 list prices, P-family ones from before the June 2025
+    cut, and nothing said so."""
+    ref, instance = aws
+    key = f"{ref.job_prefix(JOB)}nodes/{instance['InstanceId']}/boot"  # a complete marker, this time
+    marker = {"instance_type": "p4d.24xlarge", "lifecycle": "on-demand", "availability_zone": f"{REGION}b"}
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=key, Body=json.dumps(marker).encode())
+    info = job_cost(_client, ref, JOB, load_prices())
+    assert info["warnings"] == [
+        f"on-demand prices of p4d.24xlarge are us-east-1 list prices, but the job ran in {REGION}: pass --prices "
+        f"FILE with {REGION}'s prices",
+        "p4d.24xlarge: list price before the June 2025 cut; pass --prices FILE with current prices",
+    ]
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("p4d.24xlarge: 23.5\n")
+    info = job_cost(_client, ref, JOB, load_prices(prices))
+    assert info["warnings"] == [] and info["nodes"][0]["usd_per_hour"] == 23.5

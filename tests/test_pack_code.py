@@ -23,6 +23,15 @@ def members(archive: bytes) -> dict[str, tarfile.TarInfo]:
         return {m.name: m for m in tar.getmembers()}
 
 
+def pack(directory: Path) -> bytes:
+    """The archive pack_code writes; the names it returns are exactly its members (submit checks the script
+    against them)."""
+    out = io.BytesIO()
+    names = pack_code(directory, out)
+    assert sorted(names) == sorted(members(out.getvalue()))
+    return out.getvalue()
+
+
 SOURCES = {
     "train.py": "print('train')\n",
     "pkg/__init__.py": "",
@@ -46,10 +55,10 @@ def test_the_archive_holds_the_regular_files_by_relative_path_and_nothing_else(t
     )
     (tmp_path / "link.py").symlink_to(tmp_path / "train.py")  # symlinks: neither a file link nor a folder link
     (tmp_path / "linked-pkg").symlink_to(tmp_path / "pkg", target_is_directory=True)
-    found = members(pack_code(tmp_path))
+    found = members(pack(tmp_path))
     assert sorted(found) == sorted(SOURCES)
     assert all(m.isfile() for m in found.values())
-    with tarfile.open(fileobj=io.BytesIO(pack_code(tmp_path)), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(pack(tmp_path)), mode="r:gz") as tar:
         extracted = tar.extractfile("pkg/model.py")
         assert extracted is not None and extracted.read().decode() == SOURCES["pkg/model.py"]
 
@@ -73,7 +82,7 @@ def test_gitignore_patterns_leave_out_files_and_folders_as_git_does(tmp_path: Pa
     # folders only (not a file called data), "docs/*.md" does not reach into docs/api/.
     kept = {"pkg/build/gen.py": "x = 1\n", "configs/data": "a file\n", "docs/api/ref.md": "# ref\n"}
     write(tmp_path, kept)
-    assert sorted(members(pack_code(tmp_path))) == sorted([*SOURCES, ".gitignore", *kept])
+    assert sorted(members(pack(tmp_path))) == sorted([*SOURCES, ".gitignore", *kept])
 
 
 def test_a_negated_pattern_brings_a_file_back_but_never_an_always_skipped_one(tmp_path: Path) -> None:
@@ -87,7 +96,7 @@ def test_a_negated_pattern_brings_a_file_back_but_never_an_always_skipped_one(tm
             "stale.pyc": "bytecode",
         },
     )
-    assert sorted(members(pack_code(tmp_path))) == sorted([*SOURCES, ".gitignore", "keep.log"])
+    assert sorted(members(pack(tmp_path))) == sorted([*SOURCES, ".gitignore", "keep.log"])
 
 
 def test_a_negated_pattern_reaches_into_folders_its_patterns_exclude(tmp_path: Path) -> None:
@@ -105,10 +114,10 @@ def test_a_negated_pattern_reaches_into_folders_its_patterns_exclude(tmp_path: P
             "foo/drop": "",
         },
     )
-    assert sorted(members(pack_code(tmp_path))) == ["a.py", "foo/keep", "sub/a.py"]
+    assert sorted(members(pack(tmp_path))) == ["a.py", "foo/keep", "sub/a.py"]
 
 
 def test_a_missing_code_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(JobError) as refused:
-        pack_code(tmp_path / "nowhere")
+        pack_code(tmp_path / "nowhere", io.BytesIO())
     assert str(refused.value) == f"code directory {tmp_path / 'nowhere'} does not exist"

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import yaml
 
 from trainctl import review
 from trainctl.cli import main as trainctl_main
-from trainctl.prices import load_prices
+from trainctl.prices import PriceTable, load_prices
+
+from .synth import EVERYTHING, synth, team_config
 
 TYPES = ["g5.xlarge", "g5.2xlarge"]
 CLUSTER = {"name": "main", "instance_types": TYPES, "max_nodes": 2}
@@ -121,7 +125,8 @@ def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_st
     }
     stack = review.Stack("TrainingStack-alpha", {"Resources": resources}, [])
     assert review.iam_statements(stack) == {
-        'BucketPolicy: Deny {"AWS": "*"} s3:* on <Bucket.Arn> if {"Bool": {"aws:SecureTransport": "false"}}',
+        'BucketPolicy (bucket <Bucket>): Deny {"AWS": "*"} s3:* on <Bucket.Arn> if {"Bool": {"aws:SecureTransport": '
+        '"false"}}',
         "Invoke: events.amazonaws.com may lambda:InvokeFunction <Guard.Arn> from <Schedule.Arn>",
         "Nodes: egress all traffic to 0.0.0.0/0",
         "Nodes: ingress tcp ports 22-22 from 0.0.0.0/0",
@@ -192,7 +197,10 @@ def test_the_cli_analytics_resource_is_not_a_deletion() -> None:
     ]
 
 
-def _group_stack(types: list[str], max_nodes: int) -> review.Stack:
+def _group_stack(types: list[str], max_nodes: int, on_demand_pct: Optional[int] = 0) -> review.Stack:
+    """A group of the given types; ``on_demand_pct`` None: the template leaves OnDemandPercentageAboveBaseCapacity
+    out."""
+    distribution = {} if on_demand_pct is None else {"OnDemandPercentageAboveBaseCapacity": on_demand_pct}
     group = {
         "Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": {
@@ -201,7 +209,10 @@ def _group_stack(types: list[str], max_nodes: int) -> review.Stack:
                 {"Key": "spot-training:team", "Value": "alpha"},
                 {"Key": "spot-training:cluster", "Value": "main"},
             ],
-            "MixedInstancesPolicy": {"LaunchTemplate": {"Overrides": [{"InstanceType": t} for t in types]}},
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {"Overrides": [{"InstanceType": t} for t in types]},
+                "InstancesDistribution": distribution,
+            },
         },
     }
     return review.Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
@@ -252,3 +263,191 @@ def test_review_reports_every_team_file_problem_not_just_the_first(
         "60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653",
         f"{bad}/gamma.yaml: clusters[0]: need min_nodes <= desired_nodes <= max_nodes, got 3 <= 1 <= 2",
     ]
+
+
+def test_a_group_that_does_not_set_its_on_demand_percentage_is_all_on_demand() -> None:
+    """CloudFormation's default OnDemandPercentageAboveBaseCapacity is 100; it used to be read as 0 (all spot)."""
+    stack = _group_stack(TYPES, 2, on_demand_pct=None)
+    prices = load_prices()
+    worst = f"{2 * prices.on_demand_price('g5.2xlarge'):.2f}"
+    text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.5, "g5.2xlarge": 0.3})
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 100% above | {worst} | {worst} |" in text
+
+
+def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
+    assemblies: tuple[Path, Path],
+) -> None:
+    """The change raises max_nodes 2 -> 3: the table used to show only 3."""
+    base, head = assemblies
+    prices = load_prices()
+    text = review.summary(review.load_assembly(head), prices, base=review.load_assembly(base))
+    dearest = prices.on_demand_price(max(TYPES, key=prices.on_demand_price))
+    assert (
+        f"| alpha | main | g5.xlarge, g5.2xlarge | 2 -> 3 | 0 + 0% above | {2 * dearest:.2f} -> {3 * dearest:.2f} | - |"
+        in text
+    )
+    # a changed type list, and a cluster the base does not have
+    before, after = _group_stack(["g5.xlarge"], 2), _group_stack(TYPES, 2)
+    text = review.summary({after.name: after}, prices, base={before.name: before})
+    one = prices.on_demand_price("g5.xlarge")
+    assert (
+        f"| alpha | main | g5.xlarge -> g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * one:.2f} -> {2 * dearest:.2f} "
+        "| - |" in text
+    )
+    text = review.summary({after.name: after}, prices, base={before.name: review.Stack(before.name, {}, [])})
+    assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
+
+
+def test_a_new_vpc_range_replaces_every_resource_whose_create_only_property_refers_to_a_replaced_one(
+    assemblies: tuple[Path, Path],
+) -> None:
+    """Only the VPC and its subnets used to be listed; their security groups, route tables, routes, endpoint,
+    gateway attachment, NAT gateway and flow log are replaced with them."""
+    base, head = assemblies
+    text = review.summary(review.load_assembly(head), load_prices(), base=review.load_assembly(base))
+    resources = _template(head)["Resources"]
+    [vpc] = [k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC"]
+    by_vpc = (
+        "AWS::EC2::SecurityGroup",
+        "AWS::EC2::RouteTable",
+        "AWS::EC2::VPCEndpoint",
+        "AWS::EC2::VPCGatewayAttachment",
+    )
+    followers = [(k, r) for k, r in resources.items() if r["Type"] in by_vpc]
+    assert {r["Type"] for _, r in followers} == set(by_vpc)
+    for logical_id, r in followers:
+        assert f"| {logical_id} | {r['Type']} | replaced: VpcId refers to {vpc} (replaced) |" in text
+    routes = [(k, r) for k, r in resources.items() if r["Type"] == "AWS::EC2::Route"]
+    assert routes
+    for logical_id, r in routes:  # a route refers to a route table, which refers to the VPC: a fixed point
+        table = r["Properties"]["RouteTableId"]["Ref"]
+        assert f"| {logical_id} | AWS::EC2::Route | replaced: RouteTableId refers to {table} (replaced) |" in text
+    for kind in ("AWS::EC2::SubnetRouteTableAssociation", "AWS::EC2::NatGateway", "AWS::EC2::FlowLog"):
+        ids = [k for k, r in resources.items() if r["Type"] == kind]
+        assert ids and all(f"| {k} | {kind} | replaced: " in text for k in ids)
+    launch = [k for k, r in resources.items() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    assert launch and not any(f"| {k} |" in text for k in launch)  # its security group ids are updated, not create-only
+
+
+def test_the_reference_create_only_properties_are_create_only_in_the_cloudformation_schemas() -> None:
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    for kind, props in review.REFERENCE_CREATE_ONLY.items():
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=kind).schema
+        assert {f"/properties/{p}" for p in props} <= set(schema["createOnlyProperties"]), kind
+
+
+@pytest.fixture(scope="module")
+def everything() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Templates of the team using every feature (a warm pool, whose volumes are deleted with the stack) and of a
+    change: the checkpoint bucket deleted with the stack and replaced versions kept 1 day, the volumes retained."""
+    changed = copy.deepcopy(EVERYTHING)
+    changed["checkpoint_bucket"] = {"removal_policy": "destroy", "noncurrent_version_expiration_days": 1}
+    changed["clusters"][0]["warm_pool"]["removal_policy"] = "retain"
+    _, base = synth(team_config(**EVERYTHING))
+    _, head = synth(team_config(**changed))
+    return dict(base.to_json()), dict(head.to_json())
+
+
+def _prices() -> PriceTable:
+    """The table, and prices (inputs, any positive number) for the arm cluster's types it lacks."""
+    table = load_prices()
+    return dataclasses.replace(table, on_demand={**table.on_demand, "c7g.large": 0.1, "m7g.large": 0.2})
+
+
+def _checkpoint_bucket(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    [(logical_id, bucket)] = [
+        (k, r)
+        for k, r in template["Resources"].items()
+        if k.startswith("CheckpointsBucket") and r["Type"] == "AWS::S3::Bucket"
+    ]
+    return logical_id, bucket
+
+
+def test_data_retention_changes_are_listed_against_the_base(everything: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """A bucket going from Retain to Delete, losing versioning, gaining a 1-day expiration: "None" used to be all
+    the review said."""
+    base, head = copy.deepcopy(everything)
+    bucket_id, bucket = _checkpoint_bucket(head)
+    del bucket["Properties"]["VersioningConfiguration"]  # a change of the construct, as a reviewer would make it
+    expire = {"Id": "ExpireAll", "Status": "Enabled", "ExpirationInDays": 1}
+    bucket["Properties"]["LifecycleConfiguration"]["Rules"].append(expire)
+    text = review.summary({"S": review.Stack("S", head, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    assert "### Data retention changes" in text
+    section = text.split("### Data retention changes", 1)[1]
+    _, old = _checkpoint_bucket(base)
+    assert (old["DeletionPolicy"], bucket["DeletionPolicy"]) == ("Retain", "Delete")
+    row = f"| S | {bucket_id} | AWS::S3::Bucket |"
+    assert f"{row} DeletionPolicy | Retain | Delete |" in section
+    assert f"{row} UpdateReplacePolicy | Retain | Delete |" in section
+    assert (
+        f"{row} versioning | {old['Properties']['VersioningConfiguration']['Status']} | none (unversioned) |" in section
+    )
+    assert f"{row} lifecycle rule ExpireAll | none | {json.dumps(expire, sort_keys=True)} |" in section
+    [(old_rule, new_rule)] = [
+        (a, b)
+        for a, b in zip(  # noqa: B905 (the head has one rule more)
+            old["Properties"]["LifecycleConfiguration"]["Rules"],
+            bucket["Properties"]["LifecycleConfiguration"]["Rules"],
+        )
+        if a != b
+    ]
+    assert (
+        f"{row} lifecycle rule {old_rule['Id']} | {json.dumps(old_rule, sort_keys=True)} | "
+        f"{json.dumps(new_rule, sort_keys=True)} |" in section
+    )
+    volumes = [k for k, r in head["Resources"].items() if r["Type"] == "AWS::EC2::Volume"]
+    assert volumes and {base["Resources"][k]["DeletionPolicy"] for k in volumes} == {"Delete"}
+    assert all(f"| S | {k} | AWS::EC2::Volume | DeletionPolicy | Delete | Retain |" in section for k in volumes)
+    same = review.summary({"S": review.Stack("S", base, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    assert same.split("### Data retention changes", 1)[1].strip() == "None."
+
+
+def _policy(template: dict[str, Any], name: str) -> dict[str, Any]:
+    [policy] = [r for k, r in template["Resources"].items() if name in k and r["Type"] == "AWS::IAM::Policy"]
+    return dict(policy)
+
+
+def _iam_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    text = review.summary({"S": review.Stack("S", head, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    section = text.split("### IAM, resource policies and security group rules", 1)[1].split("###", 1)[0]
+    return [line for line in section.strip().splitlines() if line]
+
+
+def test_not_action_and_not_resource_are_labelled_so_turning_a_statement_into_them_is_a_change(
+    everything: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """A statement whose Action became NotAction (it grants everything but those actions) read the same as before:
+    "0 added, 0 removed"; NotResource read as "on *"."""
+    base, _ = everything
+    head = copy.deepcopy(base)
+    statements = _policy(head, "ClusterpoolCheckpointAccess")["Properties"]["PolicyDocument"]["Statement"]
+    first, second = statements[0], statements[1]
+    first["NotAction"] = first.pop("Action")
+    second["NotResource"] = second.pop("Resource")
+    lines = _iam_changes(base, head)
+    assert lines[0] == "S: 2 added, 2 removed"
+    added = [line for line in lines if line.startswith("- added")]
+    assert sum(" NotAction " in line for line in added) == 1 and sum(" on NotResource " in line for line in added) == 1
+    stack = review.Stack("S", {"Resources": {"P": {"Type": "AWS::S3::BucketPolicy", "Properties": {
+        "Bucket": "b", "PolicyDocument": {"Statement": [
+            {"Effect": "Deny", "NotPrincipal": {"AWS": "arn:aws:iam::1:root"}, "Action": "s3:*", "NotResource": "x"}
+        ]}}}}}, [])  # fmt: skip
+    assert review.iam_statements(stack) == {
+        'P (bucket b): Deny NotPrincipal {"AWS": "arn:aws:iam::1:root"} s3:* on NotResource x'
+    }
+
+
+def test_a_policy_attached_to_another_role_is_a_change(everything: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """Attaching the checkpoint policy to one more role gave "0 added, 0 removed": attachments were not shown."""
+    base, _ = everything
+    head = copy.deepcopy(base)
+    policy = _policy(head, "ClusterpoolCheckpointAccess")
+    roles = {r["Ref"] for r in policy["Properties"]["Roles"]}
+    other = next(k for k, r in head["Resources"].items() if r["Type"] == "AWS::IAM::Role" and k not in roles)
+    policy["Properties"]["Roles"].append({"Ref": other})
+    n = len(policy["Properties"]["PolicyDocument"]["Statement"])
+    lines = _iam_changes(base, head)
+    assert lines[0] == f"S: {n} added, {n} removed"
+    assert all(f"<{other}>" in line for line in lines[1:] if line.startswith("- added"))
+    assert not any(f"<{other}>" in line for line in lines[1:] if line.startswith("- removed"))

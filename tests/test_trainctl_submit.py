@@ -7,6 +7,8 @@ idle (and billed). AWS is moto in-process here: no server, no network.
 from __future__ import annotations
 
 import json
+import random
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +16,12 @@ from typing import Any
 
 import boto3
 import pytest
+from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from team_config.model import JobConfig
-from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
+from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
@@ -335,3 +338,184 @@ def test_the_newest_plan_line_is_read_past_the_first_page(aws: None) -> None:
     ship("i-000", *plans[:5000])
     ship("i-000", *plans[5000:])
     assert jobs.planned_steps(client, ref, "run-1") == 250  # the newest plan, on the second page
+
+
+def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both find the group idle; another submit writes the current-job parameter (and scales the group) between
+    this one's check and its write. Before, both succeeded and the parameter named the last writer: the first
+    job's nodes booted into the second job, and the first job never ran."""
+    assert submit(capsys, tmp_path, "--job-id", "run-0") == (0, "")  # a parameter with a version history
+    boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
+    client = client_factory("us-east-1")
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    real, raced = jobs.job_exists, list[str]()
+
+    def other_submit_meanwhile(c: Any, r: Any, job_id: str) -> bool:  # after check_idle, before the writes
+        if job_id == "loser" and not raced:
+            raced.append(jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="winner"))
+        return real(c, r, job_id)
+
+    monkeypatch.setattr(jobs, "job_exists", other_submit_meanwhile)
+    rc, err = submit(capsys, tmp_path, "--job-id", "loser")
+    assert raced == ["winner"]
+    assert (rc, err) == (
+        2,
+        f"trainctl: error: another submit to {TEAM}/{CLUSTER} got there first: job winner; nothing of this one "
+        f"(loser) was kept (trainctl status --team {TEAM} --cluster {CLUSTER})\n",
+    )
+    assert current_job()["job_id"] == "winner"
+    assert state()["desired"] == 1  # the winner's --nodes 1, not the loser's 2
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert keys == [f"{CLUSTER}/code/run-0.tar.gz", f"{CLUSTER}/code/winner.tar.gz"]
+
+
+@pytest.mark.parametrize("case", ["typo", "symlink", "ignored"])
+def test_a_command_whose_script_is_not_in_the_archive_is_refused_before_anything_starts(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str
+) -> None:
+    """A billed node would boot, unpack the code and fail at once."""
+    code, elsewhere = tmp_path / "code", tmp_path / "elsewhere"
+    code.mkdir()
+    elsewhere.mkdir()
+    script = "nothere.py" if case == "typo" else "train.py"
+    (code / "helper.py").write_text("X = 1\n")
+    if case == "symlink":  # pack_code leaves symbolic links out
+        (elsewhere / "train.py").write_text("print('training')\n")
+        (code / "train.py").symlink_to(elsewhere / "train.py")
+    elif case == "ignored":
+        (code / "train.py").write_text("print('training')\n")
+        (code / ".gitignore").write_text("*.py\n")
+    argv = ["submit", "--team", TEAM, "--cluster", CLUSTER, "--code", str(code), "--command", f"python ./{script}"]
+    rc = trainctl_main(argv)
+    assert (rc, capsys.readouterr().err) == (
+        2,
+        f"trainctl: error: the command's script ./{script} is not in the code archive of {code} (not there, left "
+        "out by .gitignore or always skipped, or a symbolic link: links are left out)\n",
+    )
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}
+
+
+def test_a_module_command_and_a_script_in_a_folder_are_accepted(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('training')\n")
+    argv = ["submit", "--team", TEAM, "--cluster", CLUSTER, "--code", str(tmp_path), "--nodes", "1", "--command"]
+    assert trainctl_main([*argv, "python src/train.py --epochs 1", "--job-id", "run-1"]) == 0
+    boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
+    assert trainctl_main([*argv, "python -m src.train", "--job-id", "run-2"]) == 0  # a module is not looked for
+    assert capsys.readouterr().err == ""
+
+
+def test_the_code_goes_up_from_a_temporary_file_in_parts_and_a_large_one_is_warned_about(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the archive was built in memory and sent with one PutObject (at most 5 GB)."""
+    code, temp = tmp_path / "code", tmp_path / "temp"
+    code.mkdir()
+    temp.mkdir()
+    (code / "weights.bin").write_bytes(random.Random(0).randbytes(6 << 20))  # does not compress
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    parts = TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
+    monkeypatch.setattr(jobs, "TRANSFER", parts, raising=False)  # raising: the old code has neither
+    monkeypatch.setattr(jobs, "LARGE_CODE_BYTES", 1 << 20, raising=False)
+    rc, err = submit(capsys, code, "--job-id", "run-1")
+    assert (rc, err) == (
+        0,
+        f"the code archive of {code} is 6 MiB (above 1 MiB): data belongs in S3 (the job reads it from there), not "
+        "in --code\n",
+    )
+    uploaded = boto3.client("s3").head_object(Bucket=BUCKET, Key=f"{CLUSTER}/code/run-1.tar.gz")
+    assert uploaded["ETag"].endswith('-2"')  # two parts: a multipart upload
+    assert list(temp.iterdir()) == []  # the archive's temporary folder is gone
+
+
+class DeniedBudgets:
+    """The real clients, but AWS Budgets answers AccessDenied (an operator without budgets:ViewBudget)."""
+
+    def __init__(self, region: Any = None) -> None:
+        self.real = client_factory("us-east-1")
+
+    def __call__(self, service: str) -> Any:
+        client = self.real(service)
+        if service == "budgets":
+
+            def denied(**_: Any) -> Any:
+                error = {"Code": "AccessDeniedException", "Message": "not authorized to perform budgets:ViewBudget"}
+                raise ClientError({"Error": error}, "DescribeBudget")
+
+            client.describe_budget = denied
+        return client
+
+
+def test_without_budgets_view_budget_the_budget_is_unknown_and_the_job_goes_on(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("trainctl.cli._client_factory", DeniedBudgets)
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-1")
+    assert (rc, err) == (0, f"budget of team {TEAM}: unknown (no budgets:ViewBudget); not checked\n")
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    rc, out, err = trainctl(capsys, "status", "run-1")
+    assert (rc, err) == (0, "") and "\nbudget: unknown (no budgets:ViewBudget)\n" in out
+    rc = trainctl_main(["--json", "status", "--team", TEAM, "--cluster", CLUSTER, "run-1"])
+    assert (rc, json.loads(capsys.readouterr().out)["budget"]) == (0, "unknown (no budgets:ViewBudget)")
+
+
+def test_a_readable_spent_budget_still_refuses_a_job(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    account = boto3.client("sts").get_caller_identity()["Account"]
+    boto3.client("budgets").create_budget(
+        AccountId=account,
+        Budget={
+            "BudgetName": budget_name(TEAM),
+            "BudgetLimit": {"Amount": "100", "Unit": "USD"},
+            "TimeUnit": "MONTHLY",
+            "BudgetType": "COST",
+            "CalculatedSpend": {"ActualSpend": {"Amount": "120", "Unit": "USD"}},
+        },
+    )
+    rc, err = submit(capsys, tmp_path)
+    assert (rc, err) == (
+        2,
+        f"trainctl: error: team {TEAM} has spent 120.00 of its 100.00 USD budget this month ({budget_name(TEAM)}); "
+        "raise budget.usd_per_month in its team file or wait for the next month\n",
+    )
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}
+
+
+class SlowCodeUpload(FailingScale):
+    """The real clients, but S3 answers SlowDown to the code archive's PutObject."""
+
+    def __init__(self, region: Any = None) -> None:
+        self.real = client_factory("us-east-1")
+
+    def __call__(self, service: str) -> Any:
+        client = self.real(service)
+        if service == "s3" and not hasattr(client, "real_put_object"):
+            client.real_put_object = client.put_object
+
+            def put_object(**kwargs: Any) -> Any:
+                if "/code/" in kwargs["Key"]:
+                    error = {"Code": "SlowDown", "Message": "Please reduce your request rate."}
+                    raise ClientError({"Error": error}, "PutObject")
+                return client.real_put_object(**kwargs)
+
+            client.put_object = put_object
+        return client
+
+
+def test_a_code_upload_s3_refuses_is_one_line_and_leaves_nothing_behind(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3's upload_file wraps S3's answer in S3UploadFailedError (no ClientError): it must still be one line."""
+    monkeypatch.setattr("trainctl.cli._client_factory", SlowCodeUpload)
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-1")
+    assert (rc, err) == (
+        3,
+        "trainctl: error: AWS call failed: An error occurred (SlowDown) when calling the PutObject operation: "
+        "Please reduce your request rate.\n",
+    )
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}

@@ -12,7 +12,7 @@ The AWS endpoint, region and credentials come from the environment, as for the A
 for the emulator: ``python -m emulator up`` prints the exports). ``--json`` prints machine-readable output.
 ``review`` needs no AWS access: it synthesizes the app (or reads ``--assembly``) and prints Markdown.
 Errors are one line on stderr with exit code 2 (bad input, unknown team/cluster/job) or 3 (AWS unreachable
-or no credentials).
+or no credentials); Ctrl-C exits 130 without a traceback.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import boto3
+from boto3.exceptions import Boto3Error
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
 from trainctl import cost, jobs, prices, review
 
-EXIT_BAD_INPUT, EXIT_AWS = 2, 3
+EXIT_BAD_INPUT, EXIT_AWS, EXIT_INTERRUPTED = 2, 3, 130
 FOLLOW_LIMIT_S = 24 * 3600.0
 
 
@@ -106,17 +107,17 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
     last = checkpoints[-1] if checkpoints else None
     budget = jobs.team_budget(client, ref.team)
     state = job_state(client, ref, job_id)
+    failed = jobs.marker(client, ref, job_id, "FAILED") if state == "FAILED" else None
     planned = jobs.planned_steps(client, ref, job_id)
     eta_s = None
-    if state == "RUNNING" and planned and len(checkpoints) >= 2:  # the pace between the last two checkpoints
-        a, b = checkpoints[-2], checkpoints[-1]
-        if b.manifest_time > a.manifest_time and b.step > a.step:
-            eta_s = round(max(planned - b.step, 0) * (b.manifest_time - a.manifest_time) / (b.step - a.step))
+    if state == "RUNNING" and planned:  # the pace of the current run (no restart between its checkpoints)
+        eta_s = jobs.eta_s(checkpoints, planned, jobs.run_starts(client, ref, job_id))
     return {
         "job_id": job_id,
         "team": ref.team,
         "cluster": ref.cluster,
         "state": state,
+        "reason": None if failed is None else str(failed.get("reason") or "(the FAILED marker gives no reason)"),
         "group": ref.group,
         "group_job": group_job,
         "desired_capacity": group["DesiredCapacity"],
@@ -126,15 +127,19 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
         "planned_steps": planned,
         "eta_s": eta_s,
         "interruptions": len(jobs.leaving_nodes(client, ref, job_id)),
-        "budget": None if budget is None else asdict(budget),
+        "budget": asdict(budget) if isinstance(budget, jobs.Budget) else budget,  # None, a dict or BUDGET_UNKNOWN
     }
 
 
 def format_status(info: dict[str, Any]) -> str:
     shown = dict(info)
-    if info["budget"]:
+    if isinstance(info["budget"], dict):
         b = info["budget"]
         shown["budget"] = f"spent {b['spent_usd']:.2f} of {b['limit_usd']:.2f} USD this month ({b['name']})"
+    if info["eta_s"] is None and info["state"] == "RUNNING" and info["planned_steps"]:
+        shown["eta_s"] = "unknown (fewer than 2 checkpoints since the last node boot, restart or interruption)"
+    if info["reason"] is None:
+        del shown["reason"]  # only a FAILED job has one
     head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))
     nodes = table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
     if info["group_job"] not in (None, info["job_id"]):
@@ -170,6 +175,12 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
         s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOPPED", Body=json.dumps(body).encode())
         client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
         return f"job {job_id}: no node running; STOPPED, group set to 0"
+    asked = jobs.object_time(client, ref, f"{prefix}STOP")
+    if asked is not None:  # not rewritten: the budget guard times an overdue stop from when S3 stored it
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(asked))
+        return (
+            f"job {job_id}: stop already requested at {when}; not asked again (the nodes are saving a final checkpoint)"
+        )
     s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOP", Body=json.dumps({"requested_at": time.time()}).encode())
     return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0"
 
@@ -210,8 +221,6 @@ def format_cost(info: dict[str, Any]) -> str:
         for r in info["by_type"]
     ]  # fmt: skip
     nodes = [dict(n, hours=f"{n['hours']:.3f}", cost_usd=money(n["cost_usd"])) for n in info["nodes"]]
-    redone = info["redone"]
-    gpu = "-" if redone["gpu_hours"] is None else f"{redone['gpu_hours']:.3f}"
     return "\n".join(
         [
             f"job {info['job_id']}: {len(info['nodes'])} instance(s)",
@@ -222,10 +231,10 @@ def format_cost(info: dict[str, Any]) -> str:
             "",
             f"total: {money(info['total_usd'])} USD; the same hours on demand: {money(info['on_demand_usd'])} USD; "
             f"savings {info['savings_pct']:.1f} %",
-            f"interruptions: {info['interruptions']}; redone after restarts: {redone['steps']} step(s), "
-            f"{redone['node_hours']:.3f} node-hours ({gpu} GPU-hours), {money(redone['usd'])} USD",
+            f"interruptions: {info['interruptions']}; {cost.redone_text(info['redone'])}",
             f"on-demand prices: {info['on_demand_prices']}",
             f"spot prices: {info['spot_prices']}",
+            *(f"warning: {w}" for w in info["warnings"]),
         ]
     )
 
@@ -291,9 +300,11 @@ def run_review(args: argparse.Namespace) -> str:
     try:
         table_ = prices.load_prices(args.prices)
         spot = prices.read_price_file(args.spot_prices) if args.spot_prices else None
-        if args.assembly is None:
-            args.assembly = review.synthesize(Path(tempfile.mkdtemp(prefix="trainctl-review-")), args.teams_dir)
-        head = review.load_assembly(args.assembly)
+        if args.assembly is None:  # synthesized into a temporary folder, read, removed (--assembly: kept)
+            with tempfile.TemporaryDirectory(prefix="trainctl-review-") as tmp:
+                head = review.load_assembly(review.synthesize(Path(tmp), args.teams_dir))
+        else:
+            head = review.load_assembly(args.assembly)
         base = review.load_assembly(args.base) if args.base else None
         text = review.summary(head, table_, spot, base)
     except (prices.PriceError, review.ReviewError) as exc:
@@ -311,10 +322,7 @@ def run(args: argparse.Namespace) -> int:
         print(run_review(args), end="")
         return 0
     client = _client_factory(args.region)
-    try:
-        ref = jobs.find_cluster(client, args.team, args.cluster)
-    except jobs.JobError as exc:
-        raise CliError(str(exc)) from None
+    ref = jobs.find_cluster(client, args.team, args.cluster)  # a JobError is one line, exit 2 (main)
     out: Any
     if args.action == "submit":
         given = {
@@ -323,15 +331,12 @@ def run(args: argparse.Namespace) -> int:
             "checkpoint_wait_for_upload": args.checkpoint_wait_for_upload,
         }
         overrides = {k: v for k, v in given.items() if v is not None}
-        try:
-            job_id = jobs.submit(
-                client, ref, args.code, command=args.entry_command or str(ref.spec["command"]),
-                nodes=int(ref.spec["desired_nodes"]) if args.nodes is None else args.nodes,
-                job_id=args.job_id, resume_from=args.resume_from, report=lambda line: print(line, file=sys.stderr),
-                **overrides,
-            )  # fmt: skip
-        except jobs.JobError as exc:
-            raise CliError(str(exc)) from None
+        job_id = jobs.submit(
+            client, ref, args.code, command=args.entry_command or str(ref.spec["command"]),
+            nodes=int(ref.spec["desired_nodes"]) if args.nodes is None else args.nodes,
+            job_id=args.job_id, resume_from=args.resume_from, report=lambda line: print(line, file=sys.stderr),
+            **overrides,
+        )  # fmt: skip
         out = {"job_id": job_id} if args.json else job_id
     elif args.action == "status":
         info = status(client, ref, known_job(client, ref, args.job or current_job(client, ref)))
@@ -363,12 +368,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except CliError as exc:
         print(f"trainctl: error: {exc}", file=sys.stderr)
         return exc.code
+    except jobs.JobError as exc:  # a one-line reason (unknown cluster, bad code, a current-job that is not a job)
+        print(f"trainctl: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C (logs --follow): quietly, as a shell expects of an interrupted command
+        return EXIT_INTERRUPTED
     except NoCredentialsError:
         print("trainctl: error: no AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID/...)", file=sys.stderr)
         return EXIT_AWS
     except EndpointConnectionError as exc:
         print(f"trainctl: error: the AWS endpoint does not answer: {exc.kwargs.get('endpoint_url')}", file=sys.stderr)
         return EXIT_AWS
-    except (ClientError, BotoCoreError) as exc:
+    except (ClientError, BotoCoreError, Boto3Error) as exc:
         print(f"trainctl: error: AWS call failed: {exc}", file=sys.stderr)
         return EXIT_AWS

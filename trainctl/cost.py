@@ -1,7 +1,8 @@
 """``trainctl cost JOB``: what a job's instances cost, what interruptions wasted, and the same hours on demand.
 
 Which instances ran the job: the node agent's ``nodes/<id>/boot`` markers in S3 (instance type, spot or
-on-demand, AZ) and the job's log streams. How long each ran: the Auto Scaling group's activity
+on-demand, AZ; a missing marker, or a fact missing from one, comes from DescribeInstances) and the job's log
+streams. How long each ran: the Auto Scaling group's activity
 (``Launching a new EC2 instance: i-...`` to ``Terminating EC2 instance: i-...``, i.e. billed time including
 boot); when the group no longer reports an instance (EC2 Auto Scaling keeps six weeks), from the boot marker to
 the node's last log line. Prices: spot instances at the time-weighted spot price of their type and AZ from EC2's
@@ -9,7 +10,10 @@ spot price history; on-demand instances and the on-demand comparison from :mod:`
 Redone work: from the log lines, for each restart the steps between the checkpoint it resumed from (the agent's
 ``resume step: N``, logged before it launches the trainer; ``none``: from scratch) and the furthest step the
 trainer run before it logged (the run since the restart before, not the whole job), timed by when that run
-logged them, times the nodes that ran them.
+logged them, times the nodes that ran them. Steps are read from the trainer's ``step N epoch M loss ...`` lines
+(and the checkpoint helper's ``interrupted: checkpoint N saved``); a trainer that logs none leaves redone work
+unknown, never 0. The output warns when on-demand prices are the table's us-east-1 ones for a job in another
+region, and names the P-family types priced from before the June 2025 cut.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from itertools import islice
@@ -26,13 +30,14 @@ from typing import Any, Optional
 from botocore.exceptions import ClientError
 
 from trainctl import jobs
-from trainctl.prices import PriceError, PriceTable, average_price, spot_history
+from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTable, average_price, spot_history
 
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
 _STEP = re.compile(r"\bstep (\d+) epoch \d+ loss|interrupted: checkpoint (\d+) saved")
 # The agent's line before it launches a (re)started trainer: no step of that trainer can be logged before it.
 _RESUMED = re.compile(r"resume step: (\d+|none)")
 ACTIVITY_PAGES = 50  # bounded: 50 pages of 100 activities
+NODE_FACTS = ("instance_type", "lifecycle", "availability_zone")  # what a node's price needs (boot marker or EC2)
 
 
 @dataclass
@@ -58,10 +63,26 @@ class NodeCost:
 
 @dataclass
 class Redone:
-    steps: int
-    node_hours: float
+    """Work done twice. Every field None when unknown: the trainer logged no ``step N epoch M loss`` line."""
+
+    steps: Optional[int]
+    node_hours: Optional[float]
     gpu_hours: Optional[float]
-    usd: float
+    usd: Optional[float]
+
+
+REDONE_UNKNOWN = "redone: unknown (the trainer logs no 'step N ...' lines)"
+
+
+def redone_text(redone: Mapping[str, Any]) -> str:
+    """The redone work of :func:`job_cost`'s ``redone`` as one line: figures, or that they are unknown."""
+    if redone["steps"] is None:
+        return REDONE_UNKNOWN
+    gpu = "-" if redone["gpu_hours"] is None else f"{redone['gpu_hours']:.3f}"
+    return (
+        f"redone after restarts: {redone['steps']} step(s), {redone['node_hours']:.3f} node-hours ({gpu} GPU-hours), "
+        f"{redone['usd']:.4f} USD"
+    )
 
 
 def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, float]]:
@@ -102,12 +123,16 @@ def node_costs(
         last_line[stream.rsplit("/", 1)[-1]] = ts
     activity = _activities(client, ref.group)
     in_group = {m["InstanceId"] for m in jobs.group(client, ref)["Instances"]}
-    described = _describe(client, [i for i in set(markers) | set(last_line) if i not in markers])
+    instances = sorted(set(markers) | set(last_line))
+    # a marker the agent wrote without some fact (IMDS did not answer) is completed from EC2, as is a missing one
+    described = _describe(client, [i for i in instances if _missing(markers.get(i, {}))])
     nodes = []
-    for instance in sorted(set(markers) | set(last_line)):
-        facts = markers.get(instance) or described.get(instance)
-        if not facts or not facts.get("instance_type") or not facts.get("availability_zone"):
-            raise PriceError(f"instance {instance} of job {job_id}: no boot marker and EC2 no longer describes it")
+    for instance in instances:
+        marker = markers.get(instance)
+        facts = {**described.get(instance, {}), **{k: v for k, v in (marker or {}).items() if v}}
+        if missing := _missing(facts):
+            why = f"its boot marker lacks {', '.join(missing)};" if marker is not None else "no boot marker and"
+            raise PriceError(f"instance {instance} of job {job_id}: {why} EC2 no longer describes it")
         times = activity.get(instance, {})
         if "launch" in times:
             end = times.get("end") or (now if instance in in_group else last_line.get(instance, now))
@@ -127,6 +152,11 @@ def node_costs(
             price = on_demand
         nodes.append(NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand))
     return nodes
+
+
+def _missing(facts: Mapping[str, Any]) -> list[str]:
+    """The facts a node's price needs that ``facts`` (a boot marker, or what EC2 describes) lacks."""
+    return [k for k in NODE_FACTS if not facts.get(k)]
 
 
 def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
@@ -156,13 +186,15 @@ def _dt(ts: float) -> datetime:
 
 def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost], prices: PriceTable) -> Redone:
     """Work done twice: for each restart, the steps from the checkpoint it resumed from to the furthest step of the
-    trainer run before it (the steps logged since the restart before), timed by when that run logged them."""
+    trainer run before it (the steps logged since the restart before), timed by when that run logged them.
+    Unknown (None) when the trainer logged no ``step N epoch M loss`` line."""
     run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
     steps, node_s, gpu_s, usd = 0, 0.0, 0.0, 0.0
-    gpus_known = True
+    gpus_known, step_lines = True, False
     for ts, _, message in events:
         if m := _STEP.search(message):
             run.setdefault(int(m.group(1) or m.group(2)), ts)
+            step_lines = step_lines or m.group(1) is not None  # not just the checkpoint helper's line
             continue
         if not (m := _RESUMED.search(message)) or not run:
             continue  # every node's agent logs the same restart: the first line ends the run, the others find none
@@ -182,6 +214,8 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
                 gpus = prices.gpus.get(node.type)
                 gpus_known = gpus_known and gpus is not None
                 gpu_s += overlap * (gpus or 0)
+    if not step_lines:  # no restart can be measured: "0 redone" would be a guess, not a fact
+        return Redone(None, None, None, None)
     return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
 
 
@@ -202,6 +236,7 @@ def job_cost(
         row["on_demand_usd"] = row.get("on_demand_usd", 0.0) + n.hours * n.on_demand_usd_per_hour
     for row in by_type.values():
         row["usd_per_hour"] = row["cost_usd"] / row["hours"] if row["hours"] else 0.0
+    warnings = price_warnings(nodes, prices, _region(client))
     total = sum(n.cost_usd for n in nodes)
     on_demand = sum(n.hours * n.on_demand_usd_per_hour for n in nodes)
     return {
@@ -215,4 +250,27 @@ def job_cost(
         "redone": asdict(redone),
         "on_demand_prices": prices.source,
         "spot_prices": "EC2 spot price history (DescribeSpotPriceHistory), per type and AZ",
+        "warnings": warnings,
     }
+
+
+def price_warnings(nodes: list[NodeCost], prices: PriceTable, region: Optional[str]) -> list[str]:
+    """One line per doubt about the on-demand prices used: the table's us-east-1 prices for a job in another region
+    (on-demand nodes and the on-demand comparison), and P-family list prices from before the June 2025 cut."""
+    types = sorted({n.type for n in nodes})
+    out = []
+    from_table = [t for t in types if prices.from_table(t)]
+    if region is not None and region != TABLE_REGION and from_table:
+        out.append(
+            f"on-demand prices of {', '.join(from_table)} are {TABLE_REGION} list prices, but the job ran in "
+            f"{region}: pass --prices FILE with {region}'s prices"
+        )
+    out += [f"{t}: {BEFORE_CUT_NOTE}" for t in types if prices.before_cut(t)]
+    return out
+
+
+def _region(client: jobs.ClientFactory) -> Optional[str]:
+    """The region the EC2 client asks (boto3: ``client.meta.region_name``)."""
+    meta = getattr(client("ec2"), "meta", None)
+    region = getattr(meta, "region_name", None)
+    return str(region) if region else None

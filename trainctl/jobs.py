@@ -9,20 +9,23 @@ desired capacity. Everything the node agent writes (checkpoints, markers) is rea
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import posixpath
 import re
 import secrets
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Optional, Union
 
 import pathspec
+from boto3.exceptions import S3UploadFailedError
+from boto3.s3.transfer import S3Transfer, TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER, JobSpecError, check_job
@@ -38,6 +41,13 @@ _PLAN = re.compile(r"\bplan: (\d+) steps\b")
 STREAM_PAGES = 200  # bounded: 200 pages of up to 50 log streams (one per node of a job)
 FILTER_PAGES = 1000  # bounded: 1000 pages of FilterLogEvents (a page may be empty while CloudWatch searches)
 ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
+LARGE_CODE_BYTES = 1 << 30  # a code archive above this gets a warning: data belongs in S3, not in --code
+TRANSFER = TransferConfig()  # boto3's managed upload: multipart above 8 MiB (no 5 GB PutObject limit)
+BUDGET_UNKNOWN = "unknown (no budgets:ViewBudget)"
+ACCESS_DENIED = ("AccessDeniedException", "AccessDenied")
+# Node markers written when a training attempt starts or ends (a boot, each torchrun attempt, a notice): a
+# checkpoint before one of them and one after are of different runs, and their pace includes the restart.
+RUN_MARKERS = ("boot", "training", "leaving")
 
 
 class JobError(Exception):
@@ -86,22 +96,23 @@ def find_cluster(client: ClientFactory, team: str, cluster: str) -> ClusterRef:
     raise JobError(f"no Auto Scaling group tagged {TEAM_TAG}={team}, {CLUSTER_TAG}={cluster}")
 
 
-def pack_code(directory: Path) -> bytes:
-    """A gzipped tarball of ``directory`` (relative paths, regular files only), minus what its ``.gitignore``
-    leaves out (git's rules, by pathspec; nested ``.gitignore`` files are not read) and ``ALWAYS_SKIPPED``. A file
-    that cannot be read is a one-line :class:`JobError` naming it.
+def pack_code(directory: Path, out: IO[bytes]) -> list[str]:
+    """Write to ``out`` a gzipped tarball of ``directory`` (relative paths, regular files only), minus what its
+    ``.gitignore`` leaves out (git's rules, by pathspec; nested ``.gitignore`` files are not read) and
+    ``ALWAYS_SKIPPED``; returns the members' names. A file that cannot be read is a one-line :class:`JobError`
+    naming it.
     """
     if not directory.is_dir():
         raise JobError(f"code directory {directory} does not exist")
     try:
-        return _pack(directory)
+        return _pack(directory, out)
     except UnicodeDecodeError as exc:
         raise JobError(f"{directory / '.gitignore'}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise JobError(f"{exc.filename}: cannot read it for the code archive ({exc.strerror})") from None
 
 
-def _pack(directory: Path) -> bytes:
+def _pack(directory: Path, out: IO[bytes]) -> list[str]:
     always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_SKIPPED)  # a "!" line of the .gitignore cannot bring them back
     gitignore = directory / ".gitignore"
     ignored = pathspec.GitIgnoreSpec.from_lines(
@@ -117,8 +128,8 @@ def _pack(directory: Path) -> bytes:
     def skipped_folder(rel: str) -> bool:
         return always.match_file(rel) or (not negated and ignored.match_file(rel))
 
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    names: list[str] = []
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
         for root, dirs, files in os.walk(directory):
             rel_root = Path(root).relative_to(directory).as_posix()
             prefix = "" if rel_root == "." else rel_root + "/"
@@ -127,7 +138,21 @@ def _pack(directory: Path) -> bytes:
                 path = Path(root) / name
                 if path.is_file() and not path.is_symlink() and not left_out(prefix + name):
                     tar.add(path, arcname=prefix + name, recursive=False)
-    return buf.getvalue()
+                    names.append(prefix + name)
+    return names
+
+
+def check_script(argv: list[str], names: list[str], directory: Path) -> None:
+    """A one-line :class:`JobError` unless the command's script (``argv[0]``, the parsed command; a ``-m`` module
+    is not checked) is a member of the code archive: else a billed node would boot only to fail."""
+    if argv[0] == "-m":
+        return
+    script = posixpath.normpath(argv[0])
+    if script not in names:
+        raise JobError(
+            f"the command's script {argv[0]} is not in the code archive of {directory} (not there, left out by "
+            ".gitignore or always skipped, or a symbolic link: links are left out)"
+        )
 
 
 @dataclass(frozen=True)
@@ -141,8 +166,9 @@ class Budget:
         return self.spent_usd >= self.limit_usd
 
 
-def team_budget(client: ClientFactory, team: str) -> Optional[Budget]:
-    """The team's AWS Budgets budget (``budget:`` in its team file), or None if it has none."""
+def team_budget(client: ClientFactory, team: str) -> Union[Budget, str, None]:
+    """The team's AWS Budgets budget (``budget:`` in its team file), None if it has none, or
+    :data:`BUDGET_UNKNOWN` when the caller may not read it (no ``budgets:ViewBudget``)."""
     account = client("sts").get_caller_identity()["Account"]
     name = budget_name(team)
     budgets = client("budgets")
@@ -150,6 +176,10 @@ def team_budget(client: ClientFactory, team: str) -> Optional[Budget]:
         found = budgets.describe_budget(AccountId=account, BudgetName=name)["Budget"]
     except budgets.exceptions.NotFoundException:
         return None
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ACCESS_DENIED:
+            return BUDGET_UNKNOWN
+        raise
     spent = found.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)
     return Budget(name, float(found["BudgetLimit"]["Amount"]), float(spent))
 
@@ -177,13 +207,18 @@ def submit(
     ``resume_from``: an earlier job of the cluster (nothing writes to it any more: the group is idle, see
     :func:`check_idle`); its newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so
     the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from,
-    and one when ``nodes`` is below the cluster's min_nodes: the job's min_nodes is lowered to ``nodes``.
-    Nothing is left of a submit that fails halfway (:func:`take_back`).
+    one when ``nodes`` is below the cluster's min_nodes (the job's min_nodes is lowered to ``nodes``), one when
+    the budget cannot be read, and one when the code archive is above :data:`LARGE_CODE_BYTES`.
+    Nothing is left of a submit that fails halfway (:func:`take_back`), nor of one that loses a race with another
+    submit to the cluster: the current-job parameter is written compare-and-set (its version, read before the
+    cluster was found idle, must be the one this write replaced).
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
     budget = team_budget(client, ref.team)
-    if budget is not None and budget.exceeded:
+    if isinstance(budget, str):
+        report(f"budget of team {ref.team}: {budget}; not checked")
+    elif budget is not None and budget.exceeded:
         raise JobError(
             f"team {ref.team} has spent {budget.spent_usd:.2f} of its {budget.limit_usd:.2f} USD budget this month "
             f"({budget.name}); raise budget.usd_per_month in its team file or wait for the next month"
@@ -195,32 +230,55 @@ def submit(
     lowered = "min_nodes" not in job and nodes < cluster_min  # else the job could never start: made visible below
     job.setdefault("min_nodes", min(cluster_min, nodes))
     try:  # the agent's own checks: a job it would refuse must not start (and bill) any node
-        check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))
+        argv = check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))["argv"]
     except JobSpecError as exc:
         raise JobError(f"the node agent would refuse this job: {exc}") from None
-    code = pack_code(code_dir)  # every refusal comes before the first write
-    check_idle(client, ref)
-    if job_exists(client, ref, job_id):  # its code, checkpoints and markers would mix with the new job's
-        if submitted(client, ref, job_id):
-            why = f"to go on from its checkpoint: --resume-from {job_id}"
-        else:
-            why = f"objects of a submit that did not finish are under s3://{ref.bucket}/{ref.job_prefix(job_id)}"
-        raise JobError(f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id ({why})")
-    if resume_from is not None and not submitted(client, ref, resume_from):
-        raise JobError(f"--resume-from {resume_from}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')")
-    previous = current_job_value(client, ref)
-    written: list[str] = []  # keys this submit wrote, for the clean-up
-    steps: list[int] = []
-    try:
-        if resume_from is not None:
-            steps = copy_checkpoints(client, ref, resume_from, job_id, written)
-        written.append(code_key)
-        client("s3").put_object(Bucket=ref.bucket, Key=code_key, Body=code)
-        set_current_job(client, ref, json.dumps(job))
-        client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
-    except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
-        take_back(client, ref, previous, written, report)
-        raise
+    with tempfile.TemporaryDirectory(prefix="trainctl-code-") as tmp:  # on disk: no archive held in memory
+        archive = Path(tmp) / f"{job_id}.tar.gz"
+        with archive.open("wb") as out:
+            names = pack_code(code_dir, out)  # every refusal comes before the first write
+        check_script(argv, names, code_dir)
+        size = archive.stat().st_size
+        if size > LARGE_CODE_BYTES:
+            report(
+                f"the code archive of {code_dir} is {size / (1 << 20):,.0f} MiB (above {LARGE_CODE_BYTES >> 20:,} "
+                "MiB): data belongs in S3 (the job reads it from there), not in --code"
+            )
+        before = check_idle(client, ref)
+        if job_exists(client, ref, job_id):  # its code, checkpoints and markers would mix with the new job's
+            if submitted(client, ref, job_id):
+                why = f"to go on from its checkpoint: --resume-from {job_id}"
+            else:
+                why = f"objects of a submit that did not finish are under s3://{ref.bucket}/{ref.job_prefix(job_id)}"
+            raise JobError(f"job {job_id} already exists on {ref.team}/{ref.cluster}; choose another --job-id ({why})")
+        if resume_from is not None and not submitted(client, ref, resume_from):
+            raise JobError(
+                f"--resume-from {resume_from}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')"
+            )
+        restore: Optional[str] = before.value  # the parameter as a failed or beaten submit leaves it
+        put_back = True
+        written: list[str] = []  # keys this submit wrote, for the clean-up
+        steps: list[int] = []
+        try:
+            if resume_from is not None:
+                steps = copy_checkpoints(client, ref, resume_from, job_id, written)
+            written.append(code_key)
+            upload(client("s3"), archive, ref.bucket, code_key)
+            if set_current_job(client, ref, json.dumps(job)) != before.version + 1:
+                # Another submit wrote the parameter since this one read it: the first write after the read won
+                # (SSM has no conditional put; its version numbers order the writes). Its value goes back.
+                put_back = False  # until the winner's value is known
+                restore = parameter_version(client, ref, before.version + 1)
+                put_back = True
+                raise JobError(
+                    f"another submit to {ref.team}/{ref.cluster} got there first: job {job_id_in(ref, restore)}; "
+                    f"nothing of this one ({job_id}) was kept (trainctl status --team {ref.team} --cluster "
+                    f"{ref.cluster})"
+                )
+            client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
+        except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
+            take_back(client, ref, restore, written, report, put_back=put_back)
+            raise
     if lowered:
         report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
     if steps:
@@ -228,6 +286,17 @@ def submit(
             f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
         )
     return job_id
+
+
+def upload(s3: Any, path: Path, bucket: str, key: str) -> None:
+    """boto3's managed upload (multipart above :data:`TRANSFER`'s threshold: no 5 GB PutObject limit); S3's answer
+    to a failed part or PutObject is raised as the ClientError it is (boto3 wraps it in S3UploadFailedError)."""
+    try:
+        S3Transfer(s3, TRANSFER).upload_file(str(path), bucket, key)
+    except S3UploadFailedError as exc:
+        if isinstance(exc.__context__, ClientError):
+            raise exc.__context__ from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -270,17 +339,27 @@ def job_exists(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
     return bool(found.get("KeyCount")) or submitted(client, ref, job_id)
 
 
-def check_idle(client: ClientFactory, ref: ClusterRef) -> None:
-    """A one-line :class:`JobError` unless the cluster's group is at 0 with no instance in it. Nodes read the job
+@dataclass(frozen=True)
+class CurrentJob:
+    """The current-job parameter as read: its value (None: never submitted) and SSM version (0: none)."""
+
+    value: Optional[str]
+    version: int
+
+
+def check_idle(client: ClientFactory, ref: ClusterRef) -> CurrentJob:
+    """The current-job parameter, read before the group (a submit's compare-and-set starts from its version); a
+    one-line :class:`JobError` unless the cluster's group is at 0 with no instance in it. Nodes read the job
     when they boot: a new job submitted while the group runs another would share the group with it (its
     replacements would boot into the new job), and the first job to end would scale the group to 0 under the
     other. An ended job's nodes may also still save, prune and scale the group to 0 for the grace."""
+    before = read_current_job(client, ref)
     members = group(client, ref)
     desired, nodes = int(members["DesiredCapacity"]), len(members["Instances"])
     if desired == 0 and not nodes:
-        return
+        return before
     busy = f"cluster {ref.team}/{ref.cluster} is busy: its group is at {desired} with {nodes} node(s)"
-    current = current_job_id(client, ref)
+    current = None if before.value is None else job_id_in(ref, before.value)
     state = None if current is None else job_state(client, ref, current)
     where = f"--team {ref.team} --cluster {ref.cluster} {current}"
     if state in ("RUNNING", "WAITING"):
@@ -297,12 +376,21 @@ def check_idle(client: ClientFactory, ref: ClusterRef) -> None:
 
 
 def take_back(
-    client: ClientFactory, ref: ClusterRef, previous: Optional[str], written: list[str], report: Callable[[str], None]
+    client: ClientFactory,
+    ref: ClusterRef,
+    previous: Optional[str],
+    written: list[str],
+    report: Callable[[str], None],
+    *,
+    put_back: bool = True,
 ) -> None:
-    """Undo a submit that failed halfway: the current-job parameter as it was, the objects it wrote deleted. What
-    cannot be undone is reported."""
+    """Undo a submit that failed halfway: the current-job parameter set to ``previous`` (as it was; for a submit
+    another one beat, the winner's value) unless not ``put_back``, the objects it wrote deleted. What cannot be
+    undone is reported."""
     try:
-        if current_job_value(client, ref) != previous:
+        if not put_back:
+            report(f"{ref.spec['current_job_parameter']} left as it is: the value to put back is unknown")
+        elif current_job_value(client, ref) != previous:
             set_current_job(client, ref, previous)
     except (ClientError, BotoCoreError) as exc:
         report(f"could not put back {ref.spec['current_job_parameter']} as it was ({exc})")
@@ -376,31 +464,59 @@ def delete_keys(s3: Any, bucket: str, keys: list[str]) -> list[str]:
     return left
 
 
-def current_job_value(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
-    """The cluster's current-job parameter (the submitted job, JSON), or None if no job was ever submitted."""
+def read_current_job(client: ClientFactory, ref: ClusterRef) -> CurrentJob:
+    """The cluster's current-job parameter (the submitted job, JSON) and its version."""
     ssm = client("ssm")
     try:
-        return str(ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]["Value"])
+        found = ssm.get_parameter(Name=str(ref.spec["current_job_parameter"]))["Parameter"]
     except ssm.exceptions.ParameterNotFound:
-        return None
+        return CurrentJob(None, 0)
+    return CurrentJob(str(found["Value"]), int(found["Version"]))
 
 
-def set_current_job(client: ClientFactory, ref: ClusterRef, value: Optional[str]) -> None:
-    """Write the current-job parameter (None: delete it, as before the first submit)."""
+def current_job_value(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
+    """The cluster's current-job parameter (the submitted job, JSON), or None if no job was ever submitted."""
+    return read_current_job(client, ref).value
+
+
+def parameter_version(client: ClientFactory, ref: ClusterRef, version: int) -> str:
+    """The current-job parameter's value at ``version`` (SSM keeps a parameter's last 100 versions)."""
+    name = f"{ref.spec['current_job_parameter']}:{version}"
+    return str(client("ssm").get_parameter(Name=name)["Parameter"]["Value"])
+
+
+def set_current_job(client: ClientFactory, ref: ClusterRef, value: Optional[str]) -> Optional[int]:
+    """Write the current-job parameter (None: delete it, as before the first submit); returns the version the
+    write made (None for a delete)."""
     ssm, name = client("ssm"), str(ref.spec["current_job_parameter"])
     if value is not None:
-        ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
-        return
+        return int(ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)["Version"])
     try:
         ssm.delete_parameter(Name=name)
     except ssm.exceptions.ParameterNotFound:
         pass
+    return None
+
+
+def job_id_in(ref: ClusterRef, value: str) -> str:
+    """The job id in a current-job parameter's value; a one-line :class:`JobError` if it is not a job."""
+    try:
+        job = json.loads(value)
+        if isinstance(job, dict) and isinstance(job.get("job_id"), str):
+            return job["job_id"]
+    except ValueError:
+        pass
+    name = ref.spec["current_job_parameter"]
+    raise JobError(
+        f"SSM parameter {name} is not a job trainctl submitted (a JSON object with a job_id): {value[:40]!r}; "
+        f"with the group at 0, the next submit replaces it (or: aws ssm delete-parameter --name {name})"
+    )
 
 
 def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
     """The job id in the cluster's current-job parameter, or None if no job was ever submitted."""
     value = current_job_value(client, ref)
-    return None if value is None else str(json.loads(value)["job_id"])
+    return None if value is None else job_id_in(ref, value)
 
 
 def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
@@ -423,8 +539,44 @@ def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
 
 
 def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:
-    """The job's marker ``name`` (``DONE``, ``FAILED``, ``STOP`` ...; JSON), or None."""
-    return read_marker(client("s3"), ref.bucket, ref.job_prefix(job_id) + name)
+    """The job's marker ``name`` (``DONE``, ``FAILED``, ``STOP`` ...; JSON), or None. One that is not a JSON
+    object is there all the same: ``{}``."""
+    try:
+        return read_marker(client("s3"), ref.bucket, ref.job_prefix(job_id) + name)
+    except (ValueError, TypeError):
+        return {}
+
+
+def object_time(client: ClientFactory, ref: ClusterRef, key: str) -> Optional[float]:
+    """When S3 stored the object at ``key`` (its LastModified; listed, as :func:`marker` reads), or None."""
+    listed = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    return listed[0]["LastModified"].timestamp() if listed and listed[0]["Key"] == key else None
+
+
+def run_starts(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[float]:
+    """When a node of the job booted, started a training attempt or announced leaving (S3's LastModified of its
+    ``nodes/<id>/boot``, ``training`` and ``leaving`` markers; ``training`` is rewritten at each attempt)."""
+    prefix = f"{ref.job_prefix(job_id)}nodes/"
+    return sorted(
+        obj["LastModified"].timestamp()
+        for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix)
+        for obj in page.get("Contents", [])
+        if obj["Key"].rsplit("/", 1)[-1] in RUN_MARKERS
+    )
+
+
+def eta_s(done: list[Checkpoint], planned: int, starts: list[float]) -> Optional[int]:
+    """Seconds left to ``planned`` steps at the pace of the current run: its checkpoints made durable after the
+    last node boot, training attempt or leaving (``starts``), first to last; None with fewer than two. A pace
+    across a restart would count the restart (the boot, the restore) as training time."""
+    since = max(starts, default=float("-inf"))
+    run = [c for c in done if c.manifest_time > since]  # S3 times are to the second: a tie is left out
+    if len(run) < 2:
+        return None
+    first, last = run[0], run[-1]
+    if last.step <= first.step or last.manifest_time <= first.manifest_time:
+        return None
+    return round(max(planned - last.step, 0) * (last.manifest_time - first.manifest_time) / (last.step - first.step))
 
 
 def node_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, str]]:
@@ -460,7 +612,13 @@ def planned_steps(client: ClientFactory, ref: ClusterRef, job_id: str) -> Option
         .get_paginator("filter_log_events")
         .paginate(logGroupName=str(ref.spec["log_group"]), logStreamNamePrefix=f"{job_id}/", filterPattern='"plan:"')
     )
-    found = [e for page in islice(pages, FILTER_PAGES) for e in page["events"]]
+    # only the job's own streams: the emulator's FilterLogEvents (moto) ignores logStreamNamePrefix
+    found = [
+        e
+        for page in islice(pages, FILTER_PAGES)
+        for e in page["events"]
+        if str(e.get("logStreamName", "")).startswith(f"{job_id}/")
+    ]
     plans = [m for e in sorted(found, key=lambda e: e["timestamp"]) if (m := _PLAN.search(e["message"]))]
     return int(plans[-1].group(1)) if plans else None
 

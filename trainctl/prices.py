@@ -21,9 +21,11 @@ import yaml
 
 from team_config.text import not_utf8
 
-SOURCE = "https://aws.amazon.com/ec2/pricing/on-demand/ (Linux, us-east-1)"
+TABLE_REGION = "us-east-1"
+SOURCE = f"https://aws.amazon.com/ec2/pricing/on-demand/ (Linux, {TABLE_REGION})"
 AS_OF = "2026-11-23"
-# instance type: (on-demand USD per hour, GPUs). P-family values are list prices before the June 2025 cut.
+# instance type: (on-demand USD per hour, GPUs). P-family values are list prices before the June 2025 cut
+# (BEFORE_CUT): outputs that use them say so.
 ON_DEMAND: dict[str, tuple[float, int]] = {
     "g4dn.xlarge": (0.526, 1),
     "g4dn.2xlarge": (0.752, 1),
@@ -36,6 +38,8 @@ ON_DEMAND: dict[str, tuple[float, int]] = {
     "p4de.24xlarge": (40.9657, 8),
     "p5.48xlarge": (98.32, 8),
 }
+BEFORE_CUT = frozenset({"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"})
+BEFORE_CUT_NOTE = "list price before the June 2025 cut; pass --prices FILE with current prices"
 
 
 class PriceError(Exception):
@@ -47,6 +51,15 @@ class PriceTable:
     on_demand: Mapping[str, float]
     gpus: Mapping[str, int]
     source: str
+    from_file: frozenset[str] = frozenset()  # the types whose price a --prices file gave
+
+    def from_table(self, instance_type: str) -> bool:
+        """Whether the type's on-demand price is the built-in table's (us-east-1), not the --prices file's."""
+        return instance_type not in self.from_file
+
+    def before_cut(self, instance_type: str) -> bool:
+        """Whether the type's price is the table's list price from before the June 2025 P-family price cut."""
+        return instance_type in BEFORE_CUT and self.from_table(instance_type)
 
     def on_demand_price(self, instance_type: str) -> float:
         if instance_type not in self.on_demand:
@@ -81,8 +94,9 @@ def load_prices(path: Optional[Path] = None) -> PriceTable:
     gpus = {t: g for t, (_, g) in ON_DEMAND.items()}
     if path is None:
         return PriceTable(on_demand, gpus, f"{SOURCE}, as of {AS_OF}")
-    on_demand.update(read_price_file(path))
-    return PriceTable(on_demand, gpus, f"{path} (and {SOURCE}, as of {AS_OF}, for other types)")
+    given = read_price_file(path)
+    on_demand.update(given)
+    return PriceTable(on_demand, gpus, f"{path} (and {SOURCE}, as of {AS_OF}, for other types)", frozenset(given))
 
 
 def spot_history(client: Any, instance_type: str, az: str, start: datetime, end: datetime) -> list[tuple[float, float]]:

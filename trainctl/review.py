@@ -2,10 +2,13 @@
 
 Per team and cluster: instance types, max nodes, on-demand base, worst-case hourly cost (max nodes at the dearest
 type's on-demand price) and the same at spot when spot prices are given (the spot nodes at the dearest given spot
-price of the cluster's types, which need not be the type dearest on demand); team budgets; the IAM statements
-(added and removed ones when a base assembly is given); the cdk-nag acknowledgements with their reasons; and,
-against a base, the resources CloudFormation would replace or delete. Replacement is decided with cfn-lint's copy
-of the CloudFormation resource schemas (``createOnlyProperties``: changing one replaces the resource).
+price of the cluster's types, which need not be the type dearest on demand), changed values as base -> head
+against a base; team budgets; the IAM statements with what each policy is attached to (added and removed ones when
+a base assembly is given); the cdk-nag acknowledgements with their reasons; and, against a base, the resources
+CloudFormation would replace or delete and the data retention changes (DeletionPolicy, UpdateReplacePolicy, a
+bucket's versioning and lifecycle rules). Replacement is decided with cfn-lint's copy of the CloudFormation
+resource schemas (``createOnlyProperties``: changing one replaces the resource), then carried to the resources
+whose create-only references point at a replaced one (:data:`REFERENCE_CREATE_ONLY`).
 Reads a cloud assembly (``cdk.out``): the one it synthesizes, or one given with ``--assembly``.
 """
 
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from team_config.naming import CLUSTER_TAG, TEAM_TAG
-from trainctl.prices import PriceTable
+from trainctl.prices import BEFORE_CUT_NOTE, PriceTable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
@@ -129,19 +132,22 @@ def _render(value: Any) -> str:
 
 
 def iam_statements(stack: Stack) -> set[str]:
-    """Who may do what: identity policies, trust policies, managed policies, resource policies (bucket policies,
-    Lambda permissions) and security group rules, one line each."""
+    """Who may do what: identity policies (with the roles, users and groups they are attached to), trust policies,
+    managed policies, resource policies (bucket policies, Lambda permissions) and security group rules, one line
+    each. ``NotPrincipal``/``NotAction``/``NotResource`` are labelled: turning ``Action`` into ``NotAction`` is a
+    removed and an added line."""
     found: set[str] = set()
     for logical_id, resource in stack.resources.items():
         kind, props = resource["Type"], resource.get("Properties", {})
         documents = []
         if kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy"):
             documents.append(props.get("PolicyDocument", {}))
-        if kind == "AWS::IAM::Role":
+        if kind in ("AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group"):
             documents += [p.get("PolicyDocument", {}) for p in props.get("Policies", [])]
-            for s in props.get("AssumeRolePolicyDocument", {}).get("Statement", []):
-                found.add(f"{logical_id}: trusts {_render(s.get('Principal'))} to {_render(s.get('Action'))}")
             found |= {f"{logical_id}: managed policy {_render(arn)}" for arn in props.get("ManagedPolicyArns", [])}
+        if kind == "AWS::IAM::Role":
+            for s in props.get("AssumeRolePolicyDocument", {}).get("Statement", []):
+                found.add(f"{logical_id}: trust policy {_statement(s)}")
         if kind == "AWS::Lambda::Permission":
             source = f" from {_render(props['SourceArn'])}" if "SourceArn" in props else ""
             found.add(
@@ -153,15 +159,35 @@ def iam_statements(stack: Stack) -> set[str]:
                 found |= {f"{logical_id}: {_rule(direction, r)}" for r in props.get(f"SecurityGroup{direction}", [])}
         if kind in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress"):
             found.add(f"{_render(props.get('GroupId'))}: {_rule(kind.rsplit('Group', 1)[1], props)}")
+        # whom the document applies to: a policy's roles, users and groups, a bucket policy's bucket
+        attached = [
+            f"{key.lower()} {', '.join(sorted(_render(v) for v in props[key]))}"
+            for key in ("Roles", "Users", "Groups")
+            if kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and props.get(key)
+        ]
+        if kind == "AWS::S3::BucketPolicy":
+            attached.append(f"bucket {_render(props.get('Bucket'))}")
+        where = f" ({'; '.join(attached)})" if attached else ""
         for document in documents:
             for s in document.get("Statement", []):
-                actions = s.get("Action", s.get("NotAction"))
-                what = ", ".join(actions) if isinstance(actions, list) else str(actions)
-                who = f" {_render(s['Principal'])}" if "Principal" in s else ""
-                cond = f" if {json.dumps(s['Condition'], sort_keys=True)}" if "Condition" in s else ""
-                found.add(f"{logical_id}: {s['Effect']}{who} {what} on {_render(s.get('Resource', '*'))}{cond}")
+                found.add(f"{logical_id}{where}: {_statement(s)}")
     # an asset's hash changes with its content, not with what the statement grants
     return {ASSET_HASH.sub("<asset hash>", f) for f in found}
+
+
+def _statement(s: Mapping[str, Any]) -> str:
+    """A policy statement as text: effect, principal, actions, resources, condition; the Not* forms labelled."""
+    parts = [str(s.get("Effect", "?"))]
+    for key in ("Principal", "NotPrincipal", "Action", "NotAction"):
+        if key in s:
+            parts.append(f"{'' if key in ('Principal', 'Action') else key + ' '}{_render(s[key])}")
+    if "NotResource" in s:
+        parts.append(f"on NotResource {_render(s['NotResource'])}")
+    elif "Resource" in s:
+        parts.append(f"on {_render(s['Resource'])}")
+    if "Condition" in s:
+        parts.append(f"if {json.dumps(s['Condition'], sort_keys=True)}")
+    return " ".join(parts)
 
 
 def _rule(direction: str, rule: Mapping[str, Any]) -> str:
@@ -192,38 +218,174 @@ def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
             "types": types,
             "max_nodes": int(props["MaxSize"]),
             "on_demand_base": int(distribution.get("OnDemandBaseCapacity", 0)),
-            "on_demand_pct": int(distribution.get("OnDemandPercentageAboveBaseCapacity", 0)),
+            # CloudFormation's default is 100: a group that does not say is all on demand above the base
+            "on_demand_pct": int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)),
         }
 
 
+# Create-only properties that hold a reference to another resource of our stacks, per resource type: a resource
+# whose such property refers (Ref, Fn::GetAtt, Fn::Sub) to a replaced resource gets a new value, so it is replaced
+# too. Source: the `createOnlyProperties` of the CloudFormation resource schemas (cfn-lint's copy; a test checks
+# each entry against it), kept to the types the app's templates hold; extend it when a new type refers to another.
+REFERENCE_CREATE_ONLY: dict[str, tuple[str, ...]] = {
+    "AWS::EC2::Subnet": ("VpcId",),
+    "AWS::EC2::RouteTable": ("VpcId",),
+    "AWS::EC2::SecurityGroup": ("VpcId",),
+    "AWS::EC2::VPCEndpoint": ("VpcId",),
+    "AWS::EC2::VPCGatewayAttachment": ("VpcId",),
+    "AWS::EC2::Route": ("RouteTableId",),
+    "AWS::EC2::SubnetRouteTableAssociation": ("SubnetId", "RouteTableId"),
+    "AWS::EC2::NatGateway": ("SubnetId", "AllocationId"),
+    "AWS::EC2::FlowLog": ("ResourceId", "LogGroupName", "DeliverLogsPermissionArn"),
+    "AWS::EC2::SecurityGroupIngress": ("GroupId", "SourceSecurityGroupId"),
+    "AWS::EC2::SecurityGroupEgress": ("GroupId", "DestinationSecurityGroupId"),
+    "AWS::S3::BucketPolicy": ("Bucket",),
+    "AWS::Lambda::Permission": ("FunctionName", "SourceArn"),
+}
+_SUB_REF = re.compile(r"\$\{(?!!)([^}.]+)")
+
+
 def replaced(base: Stack, head: Stack) -> list[tuple[str, str, str]]:
-    """(logical id, type, why) of every resource of ``base`` that deploying ``head`` replaces or deletes."""
+    """(logical id, type, why) of every resource of ``base`` that deploying ``head`` replaces or deletes: a changed
+    create-only property (or type), and then, to a fixed point, a :data:`REFERENCE_CREATE_ONLY` property that refers
+    to a replaced resource (a new VPC range replaces the VPC, so its subnets, security groups, route tables ...)."""
     from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-    out = []
+    found: dict[str, tuple[str, str]] = {}
     for logical_id, old in sorted(base.resources.items()):
         if old["Type"] == "AWS::CDK::Metadata":  # the CLI's usage analytics (absent from in-process synths)
             continue
         new = head.resources.get(logical_id)
         if new is None:
-            out.append((logical_id, old["Type"], "deleted (not in the new template)"))
+            policy = str(old.get("DeletionPolicy", "Delete"))
+            why = "deleted (not in the new template)"
+            if policy.startswith("Retain"):  # Retain, RetainExceptOnCreate: CloudFormation leaves the resource
+                why = f"removed from the stack, resource kept (DeletionPolicy {policy})"
+            found[logical_id] = (old["Type"], why)
             continue
         if new["Type"] != old["Type"]:
-            out.append((logical_id, old["Type"], f"replaced: type changes to {new['Type']}"))
+            found[logical_id] = (old["Type"], f"replaced: type changes to {new['Type']}")
             continue
         schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=old["Type"]).schema
         for path in schema.get("createOnlyProperties", []):
             keys = path.split("/")[2:]
             if _at(old.get("Properties", {}), keys) != _at(new.get("Properties", {}), keys):
-                out.append((logical_id, old["Type"], f"replaced: {'.'.join(keys)} changes"))
+                found[logical_id] = (old["Type"], f"replaced: {'.'.join(keys)} changes")
                 break
+    gone = {k for k, (_, why) in found.items() if why.startswith("replaced")}
+    while True:  # to a fixed point: a route refers to a route table that refers to the replaced VPC
+        more = {}
+        for logical_id, new in sorted(head.resources.items()):
+            old = base.resources.get(logical_id)
+            if logical_id in found or old is None or old["Type"] != new["Type"]:
+                continue
+            for prop in REFERENCE_CREATE_ONLY.get(new["Type"], ()):
+                if targets := sorted(_refs(new.get("Properties", {}).get(prop)) & gone):
+                    more[logical_id] = (new["Type"], f"replaced: {prop} refers to {', '.join(targets)} (replaced)")
+                    break
+        if not more:
+            break
+        found.update(more)
+        gone |= set(more)
+    return [(logical_id, kind, why) for logical_id, (kind, why) in sorted(found.items())]
+
+
+def _refs(value: Any) -> set[str]:
+    """The logical ids ``value`` refers to with Ref, Fn::GetAtt or Fn::Sub (not pseudo parameters)."""
+    found: set[str] = set()
+    if isinstance(value, Mapping):
+        for key, arg in value.items():
+            if key == "Ref" and isinstance(arg, str):
+                found.add(arg)
+            elif key == "Fn::GetAtt":
+                found.add(arg[0] if isinstance(arg, list) else str(arg).split(".", 1)[0])
+            elif key == "Fn::Sub":
+                text = arg if isinstance(arg, str) else arg[0]
+                found |= {m.split(".", 1)[0] for m in _SUB_REF.findall(str(text))}
+                found |= _refs(arg[1:] if isinstance(arg, list) else None)
+            else:
+                found |= _refs(arg)
+    elif isinstance(value, list):
+        for item in value:
+            found |= _refs(item)
+    return {f for f in found if not f.startswith("AWS::")}
+
+
+def retention_changes(base: Stack, head: Stack) -> list[tuple[str, str, str, str, str]]:
+    """(logical id, type, what, base value, head value) of every change to how long data outlives its resource or
+    its objects: DeletionPolicy and UpdateReplacePolicy of any resource (an EC2 volume's or the checkpoint bucket's
+    going from Retain to Delete), and of an S3 bucket its versioning and each lifecycle rule (by ``Id``)."""
+    out = []
+    for logical_id, new in sorted(head.resources.items()):
+        old = base.resources.get(logical_id)
+        if old is None or old["Type"] != new["Type"]:
+            continue
+        kind = new["Type"]
+        # CloudFormation's default for both is Delete (a few database types snapshot; none is in these stacks)
+        changes = [(key, _text(old.get(key, "Delete")), _text(new.get(key, "Delete")))
+                   for key in ("DeletionPolicy", "UpdateReplacePolicy")]  # fmt: skip
+        if kind == "AWS::S3::Bucket":
+            before, after = old.get("Properties", {}), new.get("Properties", {})
+            status = [_at(p, ["VersioningConfiguration", "Status"]) or "none (unversioned)" for p in (before, after)]
+            changes.append(("versioning", _text(status[0]), _text(status[1])))
+            changes += _lifecycle_changes(before.get("LifecycleConfiguration"), after.get("LifecycleConfiguration"))
+        out += [(logical_id, kind, what, was, now) for what, was, now in changes if was != now]
     return out
+
+
+def _lifecycle_changes(before: Any, after: Any) -> list[tuple[str, str, str]]:
+    """A bucket's lifecycle configuration, base -> head: a row per added, removed or changed rule (by ``Id``, else
+    by position), and one for the rest of the configuration."""
+
+    def rules(config: Any) -> dict[str, Any]:
+        found = config.get("Rules", []) if isinstance(config, Mapping) else []
+        return {str(r.get("Id", f"#{i + 1}")) if isinstance(r, Mapping) else f"#{i + 1}": r
+                for i, r in enumerate(found)}  # fmt: skip
+
+    def rest(config: Any) -> Any:
+        return {k: v for k, v in config.items() if k != "Rules"} if isinstance(config, Mapping) else None
+
+    old, new = rules(before), rules(after)
+    out = [
+        (f"lifecycle rule {name}", _text(old.get(name, "none")), _text(new.get(name, "none")))
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
+    if (rest(before) or None) != (rest(after) or None):
+        out.append(("LifecycleConfiguration", _text(rest(before) or "none"), _text(rest(after) or "none")))
+    return out
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def _at(props: Any, keys: list[str]) -> Any:
     for key in keys:
         props = props.get(key) if isinstance(props, Mapping) else None
     return props
+
+
+def _cluster_rows(
+    stack: Stack, prices: PriceTable, spot: Optional[Mapping[str, float]]
+) -> Iterator[tuple[tuple[str, str, str], list[str]]]:
+    """Per cluster of the stack, (stack, team, cluster) and its cells: types, max nodes, on-demand share, worst-case
+    USD/h on demand and at spot (``-`` unless ``spot`` prices every type)."""
+    for c in clusters(stack):
+        dearest = max(c["types"], key=prices.on_demand_price)
+        on_demand = c["max_nodes"] * prices.on_demand_price(dearest)
+        spot_cost = "-"
+        # spot prices do not follow the on-demand order: the dearest at spot is the dearest spot price, and a
+        # worst case needs every type's (a type the file leaves out may be the dearest)
+        if spot is not None and all(t in spot for t in c["types"]):
+            above = max(c["max_nodes"] - c["on_demand_base"], 0)
+            on_demand_nodes = c["max_nodes"] - above + math.ceil(above * c["on_demand_pct"] / 100)  # worst: up
+            spot_nodes = c["max_nodes"] - on_demand_nodes
+            dearest_spot = max(spot[t] for t in c["types"])
+            spot_cost = f"{spot_nodes * dearest_spot + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
+        cells = [", ".join(c["types"]), str(c["max_nodes"]), f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
+                 f"{on_demand:.2f}", spot_cost]  # fmt: skip
+        yield (stack.name, c["team"], c["cluster"]), cells
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -242,27 +404,21 @@ def summary(
         f"Stacks: {', '.join(head)}" + (f"; compared with a base assembly of {', '.join(base)}." if base else ".")
     )
     out += ["", "### Clusters", ""]
+    head_rows = {key: row for stack in head.values() for key, row in _cluster_rows(stack, prices, spot)}
+    base_rows = {key: row for stack in (base or {}).values() for key, row in _cluster_rows(stack, prices, spot)}
     rows = []
-    for stack in head.values():
-        for c in clusters(stack):
-            dearest = max(c["types"], key=prices.on_demand_price)
-            on_demand = c["max_nodes"] * prices.on_demand_price(dearest)
-            spot_cost = "-"
-            # spot prices do not follow the on-demand order: the dearest at spot is the dearest spot price, and a
-            # worst case needs every type's (a type the file leaves out may be the dearest)
-            if spot is not None and all(t in spot for t in c["types"]):
-                above = max(c["max_nodes"] - c["on_demand_base"], 0)
-                on_demand_nodes = c["max_nodes"] - above + math.ceil(above * c["on_demand_pct"] / 100)  # worst: up
-                spot_nodes = c["max_nodes"] - on_demand_nodes
-                dearest_spot = max(spot[t] for t in c["types"])
-                spot_cost = f"{spot_nodes * dearest_spot + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
-            rows.append(
-                [c["team"], c["cluster"], ", ".join(c["types"]), str(c["max_nodes"]),
-                 f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
-                 f"{on_demand:.2f}", spot_cost]
-            )  # fmt: skip
+    for key, now in head_rows.items():  # the head's clusters, then the base's removed ones
+        was = base_rows.get(key)
+        if was is None:
+            rows.append([key[1], f"{key[2]} (new)" if base is not None and key[0] in base else key[2], *now])
+        else:  # a changed value as base -> head: max nodes 2 -> 40 is what a reviewer must see
+            rows.append([key[1], key[2], *(v if v == b else f"{b} -> {v}" for b, v in zip(was, now, strict=True))])
+    rows += [[key[1], f"{key[2]} (removed)", *(f"{b} -> -" for b in was)]
+             for key, was in base_rows.items() if key not in head_rows and key[0] in head]  # fmt: skip
     out += _table(["team", "cluster", "instance types", "max nodes", "on-demand", "worst case USD/h on demand",
                    "worst case USD/h at spot"], rows)  # fmt: skip
+    used = {t for stack in [*head.values(), *(base or {}).values()] for c in clusters(stack) for t in c["types"]}
+    before_cut = sorted(t for t in used if prices.before_cut(t))
     out += [
         "",
         f"Worst case: every node of the group running as its dearest listed type. On-demand prices: {prices.source}. "
@@ -270,7 +426,9 @@ def summary(
             "Spot prices: as given; spot nodes at the dearest spot price given for the cluster's types."
             if spot is not None
             else "Spot: no spot prices given (--spot-prices FILE)."
-        ),
+        )
+        + (f" {', '.join(before_cut)}: {BEFORE_CUT_NOTE}." if before_cut else "")
+        + (" A changed value reads base -> head." if base is not None else ""),
     ]
     budgets = [
         [stack.name, _render(r["Properties"]["Budget"]["BudgetName"]),
@@ -299,4 +457,9 @@ def summary(
         rows = [[name, *r] for name, stack in head.items() if name in base for r in replaced(base[name], stack)]
         rows += [[name, "(whole stack)", "", "deleted"] for name in base if name not in head]
         out += _table(["stack", "resource", "type", "why"], rows) if rows else ["None."]
+        out += ["", "### Data retention changes", ""]
+        rows = [
+            [name, *r] for name, stack in head.items() if name in base for r in retention_changes(base[name], stack)
+        ]
+        out += _table(["stack", "resource", "type", "what", "base", "head"], rows) if rows else ["None."]
     return "\n".join(out) + "\n"

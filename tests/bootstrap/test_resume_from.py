@@ -211,6 +211,7 @@ def test_a_submit_that_fails_after_copying_takes_the_copies_back(
 
     ref = jobs.find_cluster(client, TEAM, cluster.name)
     (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('x')\n")
     with pytest.raises(ClientError, match="SlowDown"):
         jobs.submit(client, ref, tmp_path / "code", command="python train.py", nodes=1, resume_from=EARLIER)
     assert objects(cluster, "") == before

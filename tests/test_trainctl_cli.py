@@ -1,0 +1,203 @@
+"""``trainctl`` status, stop, logs and review against moto in-process (no server, no network), and the
+``.venv/bin/trainctl`` script the Makefile writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.test_trainctl_submit import CLUSTER, CURRENT, LOG_GROUP, TEAM, ship, submit, trainctl
+from tests.test_trainctl_submit import aws as aws  # the fixture: moto with a deployed cluster
+from trainctl import jobs, review
+from trainctl.cli import _client_factory as client_factory
+from trainctl.cli import main as trainctl_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)  # CloudWatch refuses lines older than 14 days
+
+
+def started(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> jobs.ClusterRef:
+    """Job run-1 submitted (moto launches its nodes at once: RUNNING), the log group there."""
+    assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    return jobs.find_cluster(client_factory("us-east-1"), TEAM, CLUSTER)
+
+
+def json_status(capsys: pytest.CaptureFixture[str], job: str = "run-1") -> dict[str, Any]:
+    assert trainctl_main(["--json", "status", "--team", TEAM, "--cluster", CLUSTER, job]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_status_shows_why_a_job_failed(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The node agent writes FAILED with a reason and its docs promise ``trainctl status`` shows it."""
+    ref = started(capsys, tmp_path)
+    rc, out, _ = trainctl(capsys, "status", "run-1")
+    assert rc == 0 and "reason" not in out  # only a FAILED job has one
+    failed = f"{ref.job_prefix('run-1')}FAILED"
+    boto3.client("s3").put_object(Bucket=ref.bucket, Key=failed, Body=b"<html>")  # not JSON: FAILED all the same
+    assert (json_status(capsys)["state"], json_status(capsys)["reason"]) == (
+        "FAILED",
+        "(the FAILED marker gives no reason)",
+    )
+    body = {"reason": "restore: S3 did not answer 3 times", "time": 1.0}
+    boto3.client("s3").put_object(Bucket=ref.bucket, Key=failed, Body=json.dumps(body))
+    rc, out, err = trainctl(capsys, "status", "run-1")
+    assert (rc, err) == (0, "") and "\nstate: FAILED\nreason: restore: S3 did not answer 3 times\n" in out
+    info = json_status(capsys)
+    assert (info["state"], info["reason"]) == ("FAILED", "restore: S3 did not answer 3 times")
+
+
+def test_eta_counts_only_checkpoints_of_the_current_run(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replacement booted between the last two checkpoints: their pace holds the restart, not training. Before,
+    status gave the time left at that pace (10045 s seen for a job that ended 60 s later)."""
+    ref = started(capsys, tmp_path)
+    ship("i-a", (now_ms() - 60_000, "plan: 200 steps"))
+    s3, boot = boto3.client("s3"), f"{ref.job_prefix('run-1')}nodes/i-b/boot"
+    s3.put_object(Bucket=ref.bucket, Key=boot, Body=b"{}")
+    booted = s3.head_object(Bucket=ref.bucket, Key=boot)["LastModified"].timestamp()
+    done = [jobs.Checkpoint(100, 1, 1, booted - 600), jobs.Checkpoint(110, 1, 1, booted - 500)]  # before: 10 s/step
+    done.append(jobs.Checkpoint(111, 1, 1, booted + 5))  # the replacement's first: 505 s after the one before
+    monkeypatch.setattr(jobs, "checkpoints", lambda *_: list(done))
+    info = json_status(capsys)
+    assert (info["state"], info["planned_steps"], info["eta_s"]) == ("RUNNING", 200, None)
+    rc, out, _ = trainctl(capsys, "status", "run-1")
+    assert rc == 0
+    assert "\neta_s: unknown (fewer than 2 checkpoints since the last node boot, restart or interruption)\n" in out
+    done.append(jobs.Checkpoint(121, 1, 1, booted + 25))  # 2 s/step since the boot
+    assert json_status(capsys)["eta_s"] == (200 - 121) * 2
+
+
+def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The emulator's FilterLogEvents (moto) ignores logStreamNamePrefix: another job's newer plan line was read."""
+    ref = started(capsys, tmp_path)
+    t0 = now_ms() - 60_000
+    ship("i-a", (t0, "plan: 100 steps"))
+    logs = boto3.client("logs")
+    logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName="run-2/i-b")
+    event = {"timestamp": t0 + 1000, "message": "plan: 999 steps"}
+    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName="run-2/i-b", logEvents=[event])
+    assert jobs.planned_steps(client_factory("us-east-1"), ref, "run-1") == 100
+
+
+def test_a_current_job_parameter_that_is_not_a_job_is_one_line(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    started(capsys, tmp_path)
+    boto3.client("ssm").put_parameter(Name=CURRENT, Value="<html>", Type="String", Overwrite=True)
+    for argv in (("status",), ("status", "run-1"), ("list",)):
+        try:
+            rc, out, err = trainctl(capsys, *argv)
+        except ValueError as exc:  # the old code's JSONDecodeError (a traceback)
+            rc, out, err = -1, "", repr(exc)
+        assert (rc, out, err) == (
+            2,
+            "",
+            f"trainctl: error: SSM parameter {CURRENT} is not a job trainctl submitted (a JSON object with a "
+            f"job_id): '<html>'; with the group at 0, the next submit replaces it (or: aws ssm delete-parameter "
+            f"--name {CURRENT})\n",
+        )
+
+
+def test_ctrl_c_during_logs_follow_exits_130_quietly(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started(capsys, tmp_path)
+    ship("i-a", (now_ms() - 1000, "step 1"))
+
+    def ctrl_c(_: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("trainctl.cli.time.sleep", ctrl_c)
+    try:
+        rc: Any = trainctl_main(["logs", "--team", TEAM, "--cluster", CLUSTER, "run-1", "--follow"])
+    except KeyboardInterrupt:  # the old code: a traceback
+        rc = "KeyboardInterrupt"
+    captured = capsys.readouterr()
+    assert (rc, captured.err) == (130, "")
+    assert captured.out.endswith(" i-a step 1\n")
+
+
+def test_a_repeated_stop_does_not_rewrite_the_request(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The budget guard forces the group to 0 once the stop, timed by S3's LastModified of STOP, is overdue: a
+    rewrite would postpone it."""
+    ref = started(capsys, tmp_path)
+    rc, out, _ = trainctl(capsys, "stop", "run-1")
+    assert (rc, out) == (0, "job run-1: stop requested; the nodes save a final checkpoint, then the group goes to 0\n")
+    s3, key = boto3.client("s3"), f"{ref.job_prefix('run-1')}STOP"
+    first = s3.get_object(Bucket=ref.bucket, Key=key)
+    asked = first["LastModified"].strftime("%Y-%m-%d %H:%M:%S UTC")
+    rc, out, err = trainctl(capsys, "stop", "run-1")
+    assert (rc, out, err) == (
+        0,
+        f"job run-1: stop already requested at {asked}; not asked again (the nodes are saving a final checkpoint)\n",
+        "",
+    )
+    again = s3.get_object(Bucket=ref.bucket, Key=key)
+    assert (again["ETag"], again["Body"].read()) == (first["ETag"], first["Body"].read())
+
+
+def test_review_removes_the_assembly_it_synthesized(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, every run left its cloud assembly (about 0.5 MB) in /tmp/trainctl-review-*."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    read: list[bool] = []
+
+    def synthesize(outdir: Path, teams_dir: Any = None) -> Path:
+        (outdir / "manifest.json").write_text("{}")
+        return outdir
+
+    def load_assembly(directory: Path) -> dict[str, Any]:
+        read.append((directory / "manifest.json").is_file())
+        return {}
+
+    monkeypatch.setattr(review, "synthesize", synthesize)
+    monkeypatch.setattr(review, "load_assembly", load_assembly)
+    monkeypatch.setattr(review, "summary", lambda *_: "## summary\n")
+    assert trainctl_main(["review"]) == 0
+    assert (capsys.readouterr().out, read) == ("## summary\n", [True])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_trainctl_script_silences_jsiis_node_banner_unless_told_otherwise(tmp_path: Path) -> None:
+    """The Makefile exports both JSII_SILENCE_* variables for its own commands; .venv/bin/trainctl ran without
+    them, so every `trainctl review` printed jsii's Node.js end-of-life banner."""
+    bin_dir = Path(os.path.relpath(tmp_path, REPO)) / "bin"  # the Makefile puts $(CURDIR)/ before it
+    recipe = subprocess.run(
+        ["make", "--dry-run", "--always-make", f"BIN={bin_dir}", f"{bin_dir}/.installed"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    start = recipe.index("printf ")
+    script_lines = recipe[start : recipe.index("\n", recipe.index("chmod", start))]  # printf ... chmod +x
+    (tmp_path / "bin").mkdir()
+    subprocess.run(["bash", "-c", script_lines], cwd=REPO, check=True, timeout=60)
+    fake_python = tmp_path / "bin" / "python"  # prints the variables instead of running trainctl
+    fake_python.write_text(
+        '#!/bin/sh\necho "${JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION-unset}'
+        ' ${JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION-unset} $*"\n'
+    )
+    fake_python.chmod(0o755)
+    script = tmp_path / "bin" / "trainctl"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JSII_SILENCE_")}
+    ran = subprocess.run([str(script), "review"], env=clean, capture_output=True, text=True, timeout=60)
+    assert ran.stdout == "20 1 -m trainctl review\n", ran.stderr
+    given = dict(
+        clean, JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="", JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="0"
+    )
+    ran = subprocess.run([str(script), "list"], env=given, capture_output=True, text=True, timeout=60)
+    assert ran.stdout == " 0 -m trainctl list\n", ran.stderr  # set by the caller: left as they are
