@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import boto3
 import pytest
@@ -366,9 +366,39 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
         f"(loser) was kept (trainctl status --team {TEAM} --cluster {CLUSTER})\n",
     )
     assert current_job()["job_id"] == "winner"
+    # the loser saw the winner's write before its own and wrote nothing: a node booting into the winner's job
+    # never read the loser's (whose code it deletes)
+    history = boto3.client("ssm").get_parameter_history(Name=CURRENT)["Parameters"]
+    assert [json.loads(h["Value"])["job_id"] for h in history] == ["run-0", "winner"]
     assert state()["desired"] == 1  # the winner's --nodes 1, not the loser's 2
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]
     assert keys == [f"{CLUSTER}/code/run-0.tar.gz", f"{CLUSTER}/code/winner.tar.gz"]
+
+
+def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_first_stays(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other submit writes the parameter after this one's last read and before its own write: SSM's version
+    numbers tell which write came first. The later one is refused and puts back the first one's value; a submit
+    that was not beaten is not touched (its nodes may be booting into it)."""
+    assert submit(capsys, tmp_path, "--job-id", "run-0") == (0, "")
+    boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
+    real, writes = jobs.set_current_job, list[str]()
+
+    def first_write_elsewhere(c: Any, r: Any, value: Optional[str]) -> Optional[int]:
+        if value is not None and json.loads(value)["job_id"] == "loser" and not writes:
+            winner = dict(json.loads(value), job_id="winner")
+            writes.append(str(real(c, r, json.dumps(winner))))  # the other submit's write lands first
+        return real(c, r, value)
+
+    monkeypatch.setattr(jobs, "set_current_job", first_write_elsewhere)
+    rc, err = submit(capsys, tmp_path, "--job-id", "loser")
+    assert writes and rc == 2
+    assert "got there first: job winner; nothing of this one (loser) was kept" in err
+    assert current_job()["job_id"] == "winner"  # the loser's later write was replaced by the winner's value
+    history = boto3.client("ssm").get_parameter_history(Name=CURRENT)["Parameters"]
+    assert [json.loads(h["Value"])["job_id"] for h in history][-3:] == ["winner", "loser", "winner"]
+    assert state()["desired"] == 0  # the loser scaled nothing
 
 
 @pytest.mark.parametrize("case", ["typo", "symlink", "ignored"])

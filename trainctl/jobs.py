@@ -255,8 +255,7 @@ def submit(
             raise JobError(
                 f"--resume-from {resume_from}: no such job on {ref.team}/{ref.cluster} (see 'trainctl list')"
             )
-        restore: Optional[str] = before.value  # the parameter as a failed or beaten submit leaves it
-        put_back = True
+        mine: Optional[int] = None  # the current-job parameter's version this submit wrote, for the clean-up
         written: list[str] = []  # keys this submit wrote, for the clean-up
         steps: list[int] = []
         try:
@@ -264,20 +263,15 @@ def submit(
                 steps = copy_checkpoints(client, ref, resume_from, job_id, written)
             written.append(code_key)
             upload(client("s3"), archive, ref.bucket, code_key)
-            if set_current_job(client, ref, json.dumps(job)) != before.version + 1:
-                # Another submit wrote the parameter since this one read it: the first write after the read won
-                # (SSM has no conditional put; its version numbers order the writes). Its value goes back.
-                put_back = False  # until the winner's value is known
-                restore = parameter_version(client, ref, before.version + 1)
-                put_back = True
-                raise JobError(
-                    f"another submit to {ref.team}/{ref.cluster} got there first: job {job_id_in(ref, restore)}; "
-                    f"nothing of this one ({job_id}) was kept (trainctl status --team {ref.team} --cluster "
-                    f"{ref.cluster})"
-                )
+            now = read_current_job(client, ref)  # the copies and the upload take time: another submit may be done
+            if now.version != before.version:
+                raise JobError(beaten(ref, job_id, now.value))
+            mine = set_current_job(client, ref, json.dumps(job))
+            if mine != before.version + 1:  # SSM has no conditional put: its versions order the writes
+                raise JobError(beaten(ref, job_id, parameter_version(client, ref, before.version + 1)))
             client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
         except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
-            take_back(client, ref, restore, written, report, put_back=put_back)
+            take_back(client, ref, mine, written, report)
             raise
     if lowered:
         report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
@@ -375,25 +369,29 @@ def check_idle(client: ClientFactory, ref: ClusterRef) -> CurrentJob:
     )
 
 
+def beaten(ref: ClusterRef, job_id: str, winner: Optional[str]) -> str:
+    """Why a submit that another one beat to the current-job parameter is refused."""
+    job = "none" if winner is None else job_id_in(ref, winner)
+    return (
+        f"another submit to {ref.team}/{ref.cluster} got there first: job {job}; nothing of this one ({job_id}) was "
+        f"kept (trainctl status --team {ref.team} --cluster {ref.cluster})"
+    )
+
+
 def take_back(
-    client: ClientFactory,
-    ref: ClusterRef,
-    previous: Optional[str],
-    written: list[str],
-    report: Callable[[str], None],
-    *,
-    put_back: bool = True,
+    client: ClientFactory, ref: ClusterRef, mine: Optional[int], written: list[str], report: Callable[[str], None]
 ) -> None:
-    """Undo a submit that failed halfway: the current-job parameter set to ``previous`` (as it was; for a submit
-    another one beat, the winner's value) unless not ``put_back``, the objects it wrote deleted. What cannot be
-    undone is reported."""
+    """Undo a submit that failed halfway: its write of the current-job parameter (version ``mine``, None if it
+    wrote none) replaced by the value before it, but only while that write is still the newest (a later one is
+    another submit's, and stays); the objects it wrote deleted. What cannot be undone is reported."""
+    name = ref.spec["current_job_parameter"]
     try:
-        if not put_back:
-            report(f"{ref.spec['current_job_parameter']} left as it is: the value to put back is unknown")
-        elif current_job_value(client, ref) != previous:
-            set_current_job(client, ref, previous)
+        if mine is not None and read_current_job(client, ref).version == mine:
+            set_current_job(client, ref, parameter_version(client, ref, mine - 1) if mine > 1 else None)
+        elif mine is not None:
+            report(f"{name} left as it is: another submit wrote it after this one")
     except (ClientError, BotoCoreError) as exc:
-        report(f"could not put back {ref.spec['current_job_parameter']} as it was ({exc})")
+        report(f"could not put back {name} as it was ({exc})")
     left = delete_keys(client("s3"), ref.bucket, written)
     if left:
         report(f"could not delete {len(left)} object(s) this submit wrote: {', '.join(left)}")

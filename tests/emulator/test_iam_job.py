@@ -224,8 +224,12 @@ def test_the_node_role_cannot_touch_the_code_archives_or_delete_markers(
     code_key = f"{ref.code_prefix}{job_id}.tar.gz"
     done_key = f"{ref.job_prefix(job_id)}DONE"
     boot_key = f"{ref.job_prefix(job_id)}nodes/{node.instance_id}/boot"
+    # matches the checkpoint Allow (<cluster>/*/ckpt/*: S3's * crosses '/'), so only the Deny on the code folder
+    # refuses it
+    shadow_key = f"{ref.code_prefix}x/ckpt/y"
     attempts = [
         ("s3:PutObject", code_key, lambda: s3.put_object(Bucket=ref.bucket, Key=code_key, Body=b"planted")),
+        ("s3:PutObject", shadow_key, lambda: s3.put_object(Bucket=ref.bucket, Key=shadow_key, Body=b"planted")),
         ("s3:DeleteObject", code_key, lambda: s3.delete_object(Bucket=ref.bucket, Key=code_key)),
         ("s3:DeleteObject", done_key, lambda: s3.delete_object(Bucket=ref.bucket, Key=done_key)),
         ("s3:DeleteObject", boot_key, lambda: s3.delete_object(Bucket=ref.bucket, Key=boot_key)),
