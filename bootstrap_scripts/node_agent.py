@@ -57,6 +57,8 @@ Environment read by the agent:
                                       while an upload is in flight
   SPOT_TRAINING_TEST_RESTORE_DELAY_S  tests only (default 0): wait this long after "restoring checkpoint N" and
                                       before downloading it, so an interruption can land while a node restores
+  SPOT_TRAINING_TEST_STALL_TIMEOUT_S  tests only (default: the job's stall_timeout_s): end a trainer that made no
+                                      progress for this long (seconds, below the job's 300 s minimum)
 
 Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED written); 2 bad input, or no job
 spec, S3 or Auto Scaling answer at boot (the node left its group, one fewer); one line each.
@@ -378,6 +380,7 @@ class Job:
         self.grace_s: float = spec["interruption_grace_s"]
         self.rendezvous_port: int = spec["rendezvous_port"]
         self.log_group: str = spec["log_group"]
+        self.stall_timeout_s: Optional[int] = spec["stall_timeout_s"]  # None: the stall watchdog is off
         self.warm_pool: Optional[Dict[str, Any]] = spec["warm_pool"]
 
     @property
@@ -870,6 +873,11 @@ class Syncer:
         self.trainer_killed = False
         self.flat_refused: Optional[List[Tuple[str, int, int, int]]] = None
         self.failures = 0
+        # The stall watchdog's view of the directory, from the scans above (no walker of its own): what the last
+        # round saw, when a round last saw it change, and when the round in progress (if any) started.
+        self.scanned: Optional[Tuple[Any, ...]] = None
+        self.changed_at = 0.0
+        self.round_started: Optional[float] = None
         # What an earlier attempt reported durable may since have failed its restore: report anew.
         try:
             self._write_state()
@@ -930,13 +938,29 @@ class Syncer:
     def sync(self, final: bool = False) -> Optional[int]:
         """One sync round; ``final`` when the trainer has exited (no stability wait). Returns the newest step."""
         with self.lock:
+            self.round_started = time.monotonic()
             try:
                 self._sync(final)
                 self.failures = 0
             except (OSError, *AWS_ERRORS) as exc:  # a file vanished mid-upload, or S3 hiccup: next round
                 self.failures += 1
                 self.log(f"checkpoint sync failed ({type(exc).__name__}: {exc}); will retry")
+            finally:
+                self.round_started = None
             return self.newest
+
+    def _scanned(self, seen: Tuple[Any, ...]) -> None:
+        """What a round found in the directory: a change from the round before is the trainer's progress (the
+        first round of an attempt only takes note of what is there)."""
+        if self.scanned is not None and seen != self.scanned:
+            self.changed_at = time.monotonic()
+        self.scanned = seen
+
+    def last_write(self) -> float:
+        """When (monotonic) a round last saw a file created or modified under the directory (0.0: not yet). While a
+        round runs, now: an upload can take minutes, and nothing scans the directory meanwhile."""
+        started = self.round_started
+        return time.monotonic() if started is not None else self.changed_at
 
     def _record(self, step: int, seconds: float) -> None:
         self.uploaded.add(step)
@@ -958,6 +982,7 @@ class Syncer:
             # The helper rewrites a step it saves twice (the final save on the last periodic one's step), while
             # it uploads or after: the objects must be of one version, and S3 must get the last one.
             seen = self.flat_fingerprint(files)
+            self._scanned(("step", newest, seen))  # older steps the agent deletes below are no progress
             saved_again = self.step_uploaded.get(newest, seen) != seen
             if saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest)):
                 again = " again: saved anew since its upload" if saved_again else ""
@@ -972,9 +997,10 @@ class Syncer:
                     shutil.rmtree(os.path.join(self.dir, str(old)), ignore_errors=True)
             return
         files = self._flat_files()
+        fingerprint = self.flat_fingerprint(files)
+        self._scanned(("flat", fingerprint))
         if not files:
             return
-        fingerprint = self.flat_fingerprint(files)
         stable = (final and not self.trainer_killed) or fingerprint == self.flat_seen
         if final and self.trainer_killed and not stable:  # maybe cut off mid-write: never upload, nothing pending
             self.flat_refused = fingerprint
@@ -1092,6 +1118,7 @@ class Agent:
         self.join_timeout_s = env_float("SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S", 600.0)
         self.barrier_s = env_float("SPOT_TRAINING_DONE_BARRIER_S", 120.0)
         self.keep = int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2))
+        self.test_stall_timeout_s = env_float("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", 0.0)
         self.node_root = os.environ.get("SPOT_TRAINING_NODE_ROOT", "").rstrip("/")
         self.work_dir = os.environ.get("SPOT_TRAINING_WORK_DIR") or self.node_root + "/opt/spot-training/work"
         load_address_map()  # a broken map is a bad input: say so before anything runs
@@ -1101,6 +1128,7 @@ class Agent:
         self.syncer: Optional[Syncer] = None  # of the last attempt
         self.trainer_started = 0.0  # time.time() the last attempt's trainer started
         self.trainer_ended = 0.0  # and ended
+        self.stalled: Optional[str] = None  # why the stall watchdog ended the last attempt's trainer, if it did
         self.not_done = ""  # why the last finish() did not make the job DONE
         self.save_requests_seen: Optional[Dict[str, str]] = None  # peers' save-request markers (ETags) seen
         self.training_seen: Dict[str, Tuple[str, Dict[str, Any]]] = {}  # training markers read: id -> (ETag, body)
@@ -1354,9 +1382,18 @@ class Agent:
     def run_trainer(
         self, job: Job, code_dir: str, cmd: List[str], env: Dict[str, str], syncer: Syncer
     ) -> Tuple[int, bool]:
-        """Run torchrun until it exits or an interruption notice stops it; returns (exit code, interrupted)."""
+        """Run torchrun until it exits, or a notice, a stop, a lost peer or the stall watchdog stops it; returns
+        (exit code, interrupted)."""
+        stall_s = self.test_stall_timeout_s or job.stall_timeout_s
+        if self.test_stall_timeout_s:
+            self.log(f"stall timeout {stall_s:g} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)")
+        self.stalled = None
         self.log(f"running: {shlex.join(cmd)}")
         self.trainer_started = time.time()
+        # The watchdog's clock starts with the trainer (not with the restore or the wait for peers before it).
+        last_output = [time.monotonic()]
+        # The job's newest durable checkpoint as the trainer started, and when the watchdog last found a newer one.
+        durable_seen, durable_at = self.newest_before, 0.0
         proc = subprocess.Popen(  # noqa: S603 - argv list built from the validated job, no shell
             cmd, cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -1365,6 +1402,7 @@ class Agent:
 
         def pump() -> None:
             for line in output_lines(stdout):  # each CR-ended update of a tqdm bar makes a line
+                last_output[0] = time.monotonic()
                 self.log.raw(f"[trainer {self.instance_id}] {line}")
 
         reader = threading.Thread(target=pump, name="trainer-output", daemon=True)
@@ -1377,7 +1415,7 @@ class Agent:
 
         sync_thread = threading.Thread(target=sync_loop, name="checkpoint-sync", daemon=True)
         sync_thread.start()
-        lock = threading.Lock()
+        lock = threading.RLock()  # sigterm() takes it again under the stall watchdog's
         woken = threading.Event()
         stopped_by: List[Tuple[str, float, bool]] = []  # (why, grace, a notice?): the first SIGTERM's reason
 
@@ -1439,6 +1477,29 @@ class Agent:
                     self.log(f"peer {peer} {how}: restarting with the current peers")
                     sigterm(f"peer {peer} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
                     break
+                # A hung trainer (a DataLoader deadlock, a collective that never returns) would keep every node
+                # billed: no output line and no checkpoint write for stall_s ends it like a failed trainer.
+                if stall_s and time.monotonic() - max(last_output[0], syncer.last_write(), durable_at) >= stall_s:
+                    # On a node whose ranks print and save nothing (a script that does both on rank 0 only, which
+                    # runs on another node), a checkpoint of the job durable in S3 since is progress too. Listed
+                    # only when the watchdog would fire: one request per stall_s at most.
+                    try:
+                        newest = syncer.store.newest_complete()
+                    except AWS_ERRORS as exc:
+                        self.log(f"stall watchdog: could not list the job's checkpoints ({exc}); asking again")
+                        woken.wait(self.poll_s)
+                        continue
+                    if newest is not None and (durable_seen is None or newest > durable_seen):
+                        durable_seen, durable_at = newest, time.monotonic()
+                    else:
+                        with lock:  # unless a notice, a stop or a lost peer stopped it first
+                            if not stopped_by:
+                                self.stalled = (
+                                    f"trainer made no progress (no output, no checkpoint write) for {stall_s:g} s"
+                                )
+                                self.log(f"{self.stalled}: ending it (job.stall_timeout_s)")
+                                sigterm("stall watchdog", job.grace_s, is_notice=False)
+                        break
                 woken.wait(self.poll_s)
             if stopped_by:
                 why, grace, is_notice = stopped_by[0]
@@ -1462,6 +1523,8 @@ class Agent:
             self.trainer_ended = time.time()
             watcher.join(timeout=self.poll_s + 10)
             reader.join(timeout=10)
+        if self.stalled and proc.returncode == 0:  # it handled the SIGTERM: still no finished training
+            return EXIT_FAILED, False
         return proc.returncode, notice is not None
 
     def announce_leaving(self, job: Job, notice: str, syncer: "Syncer") -> None:
@@ -2047,16 +2110,14 @@ class Agent:
             # Trained to the end, but the final checkpoint was lost (finish() said so): the next attempt makes it
             # again. Not a restart without progress, or max_restarts 0 would fail a finished job.
             failures = 0 if progressed or rc == 0 else failures + 1
+            # A trainer the stall watchdog ended counts as a failed one.
+            ended = f"{self.stalled} (job.stall_timeout_s)" if self.stalled else f"trainer exited with code {rc}"
             self.log(
-                f"trainer exited with code {rc}; {'progress was made' if progressed else 'no new checkpoint'}; "
+                f"{ended}; {'progress was made' if progressed else 'no new checkpoint'}; "
                 f"restarts without progress: {failures}/{job.max_restarts}"
             )
             if failures > job.max_restarts:
-                return self.fail(
-                    job,
-                    group,
-                    f"trainer exited with code {rc} after {failures - 1} restart(s) without a new checkpoint",
-                )
+                return self.fail(job, group, f"{ended} after {failures - 1} restart(s) without a new checkpoint")
             attempt += 1
             time.sleep(min(self.poll_s, 5.0))
 

@@ -23,7 +23,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from bootstrap_scripts.spot_training.job_spec import JobSpecError, parse_command
+from bootstrap_scripts.spot_training.job_spec import (
+    STALL_TIMEOUT_DEFAULT_S,
+    STALL_TIMEOUT_MAX_S,
+    STALL_TIMEOUT_MIN_S,
+    JobSpecError,
+    parse_command,
+)
 from team_config.instance_types import InstanceFacts, instance_facts, known_instance_types
 
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
@@ -397,6 +403,25 @@ class JobConfig(Strict):
         90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice."
     )
     rendezvous_port: int = Field(29400, ge=1024, le=65535)
+    # Optional on purpose: an explicit null is the way to turn the watchdog off (unlike an empty section, refused).
+    stall_timeout_s: Optional[int] = Field(
+        STALL_TIMEOUT_DEFAULT_S,
+        description=f"Seconds the running trainer may go without an output line or a write under checkpoint_dir (on "
+        f"a node that shows neither: a new checkpoint of the job durable in S3) before the node agent ends it as hung "
+        f"and counts a trainer failure ({STALL_TIMEOUT_MIN_S}-{STALL_TIMEOUT_MAX_S}). null is allowed deliberately: "
+        "it turns the stall watchdog off.",
+    )
+
+    @field_validator("stall_timeout_s")
+    @classmethod
+    def _stall_timeout(cls, seconds: Optional[int]) -> Optional[int]:
+        if seconds is not None and not STALL_TIMEOUT_MIN_S <= seconds <= STALL_TIMEOUT_MAX_S:
+            raise ValueError(
+                f"{seconds} is outside {STALL_TIMEOUT_MIN_S} to {STALL_TIMEOUT_MAX_S} seconds (5 minutes to a day: a "
+                "trainer silent for less may just be loading or saving); give seconds in that range, or null to turn "
+                "the stall watchdog off"
+            )
+        return seconds
 
     @field_validator("python", "checkpoint_dir")
     @classmethod

@@ -746,6 +746,36 @@ def test_an_empty_mapping_still_means_the_defaults(tmp_path: Path) -> None:
     assert drill is not None and (drill.percent, drill.notice_minutes) == (50, 2)
 
 
+STALL_FIX = (
+    "is outside 300 to 86400 seconds (5 minutes to a day: a trainer silent for less may just be loading or saving); "
+    "give seconds in that range, or null to turn the stall watchdog off"
+)
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [(299, "299"), (0, "0"), (86401, "86401"), (-1, "-1")])
+def test_a_stall_timeout_outside_its_range_is_one_line_with_the_fix(tmp_path: Path, seconds: int, shown: str) -> None:
+    assert error_for(tmp_path, cluster(job={"stall_timeout_s": seconds})) == (
+        f"{tmp_path / 'team-a.yaml'}: clusters[0].job.stall_timeout_s: {shown} {STALL_FIX}"
+    )
+
+
+def test_a_stall_timeout_is_whole_seconds(tmp_path: Path) -> None:
+    assert error_for(tmp_path, cluster(job={"stall_timeout_s": 600.5})) == (
+        f"{tmp_path / 'team-a.yaml'}: clusters[0].job.stall_timeout_s: Input should be a valid integer (got 600.5)"
+    )
+
+
+def test_the_stall_timeout_defaults_to_an_hour_and_an_explicit_null_turns_it_off(tmp_path: Path) -> None:
+    """Unlike an empty section (refused above), a null stall_timeout_s is a choice: the watchdog off."""
+
+    def loaded(doc: object) -> object:
+        return load_team(write(tmp_path, doc)).config.clusters[0].job.stall_timeout_s
+
+    assert loaded(cluster()) == 3600
+    assert loaded(EMPTY + "    job:\n      stall_timeout_s: null\n") is None
+    assert [loaded(cluster(job={"stall_timeout_s": s})) for s in (300, 86400)] == [300, 86400]
+
+
 @pytest.mark.parametrize(
     "directory", ["/", "//", "/usr", "/usr/local/ckpt", "/etc/ckpt", "/opt/", "/home", "/tmp", "/var"]
 )

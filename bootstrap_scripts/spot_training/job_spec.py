@@ -31,6 +31,7 @@ JOB_SETTINGS = {
     "mean_time_between_interruptions_s",
     "max_restarts",
     "interruption_grace_s",
+    "stall_timeout_s",
 }
 # Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
 JOB_KEYS = JOB_SETTINGS | {"job_id", "code_key", "nodes"}
@@ -53,6 +54,12 @@ SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaim
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
+# stall_timeout_s: seconds without trainer output or a checkpoint write (the node's own, or on a node that shows
+# neither, a new durable one of the job) before the agent ends a hung trainer (a DataLoader deadlock, a collective
+# that never returns). Absent (a job spec from before the watchdog): the default.
+# null (a submitted job) or 0 (the stack's job spec: CDK leaves null out of the JSON, and absent means the default):
+# off.
+STALL_TIMEOUT_MIN_S, STALL_TIMEOUT_MAX_S, STALL_TIMEOUT_DEFAULT_S = 300, 86400, 3600
 
 
 def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
@@ -154,6 +161,15 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     _number(merged, "checkpoint_interval_s", optional=True)
     _number(merged, "mean_time_between_interruptions_s")
     _number(merged, "interruption_grace_s", below=SPOT_NOTICE_S)
+    stall = merged.setdefault("stall_timeout_s", STALL_TIMEOUT_DEFAULT_S)
+    whole = isinstance(stall, int) and not isinstance(stall, bool)
+    if stall is None or (whole and stall == 0):
+        merged["stall_timeout_s"] = None  # the stall watchdog is off
+    elif not (whole and STALL_TIMEOUT_MIN_S <= stall <= STALL_TIMEOUT_MAX_S):
+        raise JobSpecError(
+            f"stall_timeout_s must be an integer from {STALL_TIMEOUT_MIN_S} to {STALL_TIMEOUT_MAX_S} (seconds), or "
+            f"null or 0 (off), got {stall!r}"
+        )
     warm = merged.get("warm_pool")
     # volumes: the pool's volume ids; a job spec of a stack deployed before they were listed has none (claim by tag)
     volumes = warm.get("volumes", []) if isinstance(warm, dict) else None

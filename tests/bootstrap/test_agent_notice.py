@@ -77,6 +77,9 @@ class NoSync:
     def sync(self, final: bool = False) -> None:
         pass
 
+    def last_write(self) -> float:  # the stall watchdog's: no checkpoint write seen
+        return 0.0
+
 
 def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any, Any, list[str]]:
     """The agent of ``instance_id`` (default: the cluster's first instance), its job, and the lines it logs."""

@@ -15,6 +15,7 @@ from .conftest import BOOTSTRAP, Cluster, address_map
 from .test_agent_notice import agent_for, raising
 
 ALLOWED = ", ".join(sorted(JOB_KEYS))
+STALL = "stall_timeout_s must be an integer from 300 to 86400 (seconds), or null or 0 (off),"
 
 
 def job_error(cluster: Cluster, current: Any) -> str:
@@ -67,6 +68,11 @@ def job_error(cluster: Cluster, current: Any) -> str:
         ({"job_id": "code"}, "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
         ({"python": "python3"}, "python must be an absolute path, got 'python3'"),
         ({"checkpoint_wait_for_upload": "yes"}, "checkpoint_wait_for_upload must be true or false, got 'yes'"),
+        ({"stall_timeout_s": 299}, f"{STALL} got 299"),
+        ({"stall_timeout_s": 86401}, f"{STALL} got 86401"),
+        ({"stall_timeout_s": 600.0}, f"{STALL} got 600.0"),
+        ({"stall_timeout_s": False}, f"{STALL} got False"),
+        ({"stall_timeout_s": "3600"}, f"{STALL} got '3600'"),
         ({"gpus": 8}, f"/spot-training/team-a/CLUSTER/current-job has unknown key(s): gpus (allowed: {ALLOWED})"),
     ],
 )
@@ -109,6 +115,24 @@ def test_valid_job_merges_overrides(make_cluster: Any) -> None:
     assert job.job_prefix == f"{cluster.name}/job-7/"
 
 
+def test_the_stall_timeout_defaults_to_an_hour_and_null_or_0_turns_it_off(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    assert "stall_timeout_s" not in cluster.spec  # a job spec written before the watchdog: the default
+    found = []
+    for submitted in ({}, {"stall_timeout_s": None}, {"stall_timeout_s": 300}):
+        cluster.submit("job-1", {"train.py": ""}, "python train.py", **submitted)
+        found.append(node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter).stall_timeout_s)
+    assert found == [3600, None, 300]
+    found = []
+    for spec_value in (0, 86400):  # 0: the stack's job spec for a team file's null (CDK leaves null out)
+        cluster.spec["stall_timeout_s"] = spec_value
+        cluster.put_spec()
+        for submitted in ({}, {"stall_timeout_s": 600}):  # a submitted job overrides it
+            cluster.submit("job-1", {"train.py": ""}, "python train.py", **submitted)
+            found.append(node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter).stall_timeout_s)
+    assert found == [None, 600, 86400, 600]
+
+
 def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 
@@ -125,7 +149,9 @@ def test_user_data_rejects_a_bad_spec_before_running_anything(
         "node-agent: error: command contains shell syntax '&': it runs without a shell; put the logic in a script"
     )
     assert not marker.exists()
-    assert not (node.dir / "root").exists()  # nothing downloaded, nothing started
+    root = node.dir / "root"  # nothing downloaded, nothing started: only user data's reboot hook is there
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert files == ["var/lib/cloud/scripts/per-boot/spot-training-reboot.sh"]
     # No node of the group could run it: the job is FAILED with the reason, and the group no longer bills.
     assert cluster.desired_capacity() == 0
     failed = cluster.marker("job-1", "FAILED")

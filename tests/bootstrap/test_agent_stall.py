@@ -1,0 +1,205 @@
+"""The stall watchdog (job.stall_timeout_s): a hung trainer (a DataLoader deadlock, a collective that never returns)
+used to keep the node billed forever, as the agent waited only for the trainer's exit, a notice, a stop or a lost
+peer. Now a trainer with no output line and no checkpoint write for the timeout is ended and counted like a failed
+one. Against moto; the agent runs in-process with a small trainer in place of torchrun, and
+SPOT_TRAINING_TEST_STALL_TIMEOUT_S holds the timeout below the job's 300 s minimum."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import node_agent
+import pytest
+
+from .conftest import Cluster, address_map
+from .test_agent_notice import agent_for, store_of
+
+STALL_S = 3  # SPOT_TRAINING_TEST_STALL_TIMEOUT_S
+# Silent for <quiet> s (less than the timeout), prints <lines> lines, one every <every> s (longer in all than the
+# timeout: output is progress), then hangs silently for <hang> s (bounded: a trainer the agent does not end exits 0
+# by itself, and the test fails).
+CHATTY_THEN_HUNG = """
+import os, sys, time
+quiet, lines, every, hang = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+attempt = os.environ["SPOT_TRAINING_ATTEMPT"]
+time.sleep(quiet)
+for i in range(lines):
+    print(f"attempt {attempt} step {i}", flush=True)
+    time.sleep(every)
+print(f"attempt {attempt} hangs", flush=True)
+time.sleep(hang)
+"""
+# Prints nothing; saves a flat checkpoint (write, then rename) every <every> s until <seconds> have passed, then
+# writes how many saves and how long it ran to <report> and exits 0.
+QUIET_SAVER = """
+import os, sys, time
+every, seconds, report = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+ckpt = os.environ["SPOT_TRAINING_CHECKPOINT_DIR"]
+start, saves = time.monotonic(), 0
+while time.monotonic() - start < seconds:
+    saves += 1
+    with open(os.path.join(ckpt, ".model.tmp"), "w") as f:
+        f.write(f"state {saves}")
+    os.replace(os.path.join(ckpt, ".model.tmp"), os.path.join(ckpt, "model.bin"))
+    time.sleep(every)
+with open(report, "w") as f:
+    f.write(f"{saves} {time.monotonic() - start:.1f}")
+"""
+
+
+def stall_agent(
+    cluster: Cluster, tmp_path: Path, trainer: list[str], monkeypatch: pytest.MonkeyPatch, attempts: int
+) -> Any:
+    """The agent of the cluster's node running ``trainer`` as its torchrun, for at most ``attempts`` attempts (one
+    more fails the test instead of training again), with its job and the lines it logs."""
+    monkeypatch.setenv("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", str(STALL_S))
+    agent, job, lines = agent_for(cluster)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.world_file = str(tmp_path / "world.json")
+    env = {**os.environ, "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1"}
+    monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, env))
+    run = agent.attempt
+
+    def attempt(job: Any, group: str, code_dir: str, store: Any, number: int) -> Any:
+        if number >= attempts:
+            raise AssertionError(f"training attempt {number}: expected at most {attempts}:\n" + "\n".join(lines))
+        return run(job, group, code_dir, store, number)
+
+    agent.attempt = attempt
+    return agent, job, lines
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_a_trainer_that_hangs_silently_is_ended_and_counted_as_a_failure(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_restarts: int
+) -> None:
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=max_restarts, interruption_grace_s=5)
+    cluster.submit("job-hung", {"train.py": ""}, "python train.py")
+    # 1 s of silence (the clock must start with the trainer, not before), 4 s of output, then silence
+    trainer = [sys.executable, "-c", CHATTY_THEN_HUNG, "1", "16", "0.25", "60"]
+    agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=max_restarts + 1)
+    find_peers = agent.wait_for_peers
+
+    def slow_peers(group: str, job: Any) -> Any:  # longer than the timeout: no trainer runs yet, it does not count
+        time.sleep(STALL_S + 0.5)
+        return find_peers(group, job)
+
+    agent.wait_for_peers = slow_peers
+
+    assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 1
+
+    stalled = f"trainer made no progress (no output, no checkpoint write) for {STALL_S} s"
+    reason = f"{stalled} (job.stall_timeout_s) after {max_restarts} restart(s) without a new checkpoint"
+    expected: list[str] = []
+    for attempt in range(max_restarts + 1):  # the clock starts anew with each attempt's trainer
+        expected += [
+            f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)",
+            f"[trainer {agent.instance_id}] attempt {attempt} step 0",
+            f"[trainer {agent.instance_id}] attempt {attempt} step 15",  # output kept it going past the timeout
+            f"[trainer {agent.instance_id}] attempt {attempt} hangs",
+            f"{stalled}: ending it (job.stall_timeout_s)",
+            "stall watchdog: sending SIGTERM to the trainer, grace 5 s",
+            f"{stalled} (job.stall_timeout_s); no new checkpoint; restarts without progress: "
+            f"{attempt + 1}/{max_restarts}",
+        ]
+    expected.append(f"job job-hung FAILED: {reason}")
+    assert [line for line in lines if line in expected] == expected, lines
+    failed = cluster.marker("job-hung", "FAILED")
+    assert failed is not None and failed["reason"] == reason
+    assert cluster.desired_capacity() == 0
+    synced = cluster.marker("job-hung", f"nodes/{agent.instance_id}/synced")
+    assert synced is not None and (synced["rc"], synced["interrupted"]) == (-signal.SIGTERM, False)  # ended by us
+
+
+def test_a_node_whose_torchrun_hangs_marks_the_job_failed_and_scales_the_group_to_zero(
+    make_cluster: Any, make_nodes: Any
+) -> None:
+    """The whole node: user data, the agent and a real torchrun whose worker hangs after a few lines."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0, interruption_grace_s=5)
+    cluster.submit("job-torchrun-hung", {"train.py": CHATTY_THEN_HUNG}, "python train.py 0 3 0.1 120")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node]), SPOT_TRAINING_TEST_STALL_TIMEOUT_S=str(STALL_S)).wait(120) == 1, node.text
+    stalled = f"trainer made no progress (no output, no checkpoint write) for {STALL_S} s"
+    assert node.text.count(f"{stalled}: ending it (job.stall_timeout_s)") == 1, node.text
+    assert node.text.index("attempt 0 hangs") < node.text.index(f"{stalled}: ending it")
+    failed = cluster.marker("job-torchrun-hung", "FAILED")
+    assert failed is not None
+    assert failed["reason"] == f"{stalled} (job.stall_timeout_s) after 0 restart(s) without a new checkpoint"
+    assert node.text.count("training attempt") == 1
+    assert cluster.desired_capacity() == 0
+
+
+def test_a_trainer_quiet_on_stdout_that_keeps_writing_checkpoints_is_not_ended(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fixed interval far beyond the run: after the first, no upload round holds the watchdog back; the
+    # checkpoint writes alone keep the trainer going.
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0, checkpoint_interval_s=3600)
+    cluster.submit("job-quiet", {"train.py": ""}, "python train.py")
+    report = tmp_path / "report"
+    trainer = [sys.executable, "-c", QUIET_SAVER, "0.4", str(3 * STALL_S), str(report)]
+    agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=1)
+
+    assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
+
+    assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
+    assert not any(line.startswith("[trainer ") for line in lines), lines  # no output at all
+    assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
+    saves, ran = report.read_text().split()  # written only by a trainer that ran to its end
+    assert int(saves) > 1 and float(ran) >= 3 * STALL_S
+    assert cluster.marker("job-quiet", "DONE") is not None and cluster.marker("job-quiet", "FAILED") is None
+    synced = cluster.marker("job-quiet", f"nodes/{agent.instance_id}/synced")
+    assert synced is not None and synced["rc"] == 0
+
+
+# Prints and saves nothing, sleeps <seconds>, then writes <report> and exits 0.
+SILENT = """
+import sys, time
+time.sleep(float(sys.argv[1]))
+open(sys.argv[2], "w").write("ran to its end")
+"""
+
+
+def test_a_node_whose_trainer_is_silent_goes_on_while_the_jobs_checkpoints_become_durable(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that prints and saves on rank 0 only: on the other nodes the trainer shows neither. The job's
+    checkpoints that rank 0's node makes durable in S3 meanwhile keep their trainers going."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0)
+    cluster.submit("job-silent", {"train.py": ""}, "python train.py")
+    report = tmp_path / "report"
+    agent, job, lines = stall_agent(
+        cluster, tmp_path, [sys.executable, "-c", SILENT, str(3 * STALL_S), str(report)], monkeypatch, attempts=1
+    )
+    peer_log: list[str] = []
+    peer_store = node_agent.CheckpointStore(
+        cluster.aws.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, peer_log.append
+    )
+    state = tmp_path / "state.pt"
+    state.write_text("rank 0's state")
+    done = threading.Event()
+
+    def rank_0_node_saves() -> None:  # one durable checkpoint a second, as long as the trainer runs (bounded)
+        for step in range(1, 6 * STALL_S):
+            if done.wait(1.0):
+                return
+            peer_store.upload(step, {"state.pt": str(state)}, "step")
+
+    peer = threading.Thread(target=rank_0_node_saves, daemon=True)
+    peer.start()
+    try:
+        assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
+    finally:
+        done.set()
+        peer.join(timeout=30)
+
+    assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
+    assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
+    assert report.read_text() == "ran to its end"
+    assert cluster.marker("job-silent", "DONE") is not None and cluster.marker("job-silent", "FAILED") is None
