@@ -200,8 +200,8 @@ class LogShipper:
 
     PutLogEvents counts UTF-8 bytes, each event's message plus 26: at most 262,144 per event and 1,048,576 per
     batch; one event too large rejects the whole batch. So a line is split at LF and at CR (a progress bar redraws
-    its line with a CR alone: a tqdm run would be one line of megabytes), empty pieces are dropped, and each
-    piece is cut to what one event holds (on a character boundary, with a note of its full size). A call that fails
+    its line with a CR alone: a tqdm run would be one line of megabytes), empty pieces are dropped, and a piece
+    longer than one event holds goes in several (split on character boundaries, nothing dropped). A call that fails
     is counted; stderr (the console) says so at the first, then at most every ``WARN_EVERY_S`` with the counts so
     far, and once more at ``close`` if any failed. The lines themselves are on stderr already."""
 
@@ -227,19 +227,22 @@ class LogShipper:
         self.thread.start()
 
     @classmethod
-    def message(cls, piece: str) -> Tuple[str, int]:
-        """``piece`` as one event's message (cut to ``MAX_MESSAGE_BYTES`` of UTF-8, never half a character), and its
-        size in bytes. Characters UTF-8 cannot encode (lone surrogates) become "?"."""
-        data = piece.encode("utf-8", "replace")
-        if len(data) > cls.MAX_MESSAGE_BYTES:
-            note = f" [cut: {len(data)} bytes in all]"
-            # the bytes are valid UTF-8, so "ignore" drops only the character the cut split
-            data = data[: cls.MAX_MESSAGE_BYTES - len(note)].decode("utf-8", "ignore").encode() + note.encode()
-        return data.decode("utf-8"), len(data)
+    def messages(cls, piece: str) -> List[Tuple[str, int]]:
+        """``piece`` as events' messages with their sizes in bytes: one, or, above ``MAX_MESSAGE_BYTES`` of UTF-8,
+        several, split on character boundaries (nothing is dropped). Characters UTF-8 cannot encode (lone
+        surrogates) become "?"."""
+        data, found = piece.encode("utf-8", "replace"), []
+        while data:
+            end = min(len(data), cls.MAX_MESSAGE_BYTES)
+            while end < len(data) and data[end] & 0xC0 == 0x80:  # never half a character: back to its first byte
+                end -= 1
+            found.append((data[:end].decode("utf-8"), end))
+            data = data[end:]
+        return found
 
     def emit(self, line: str) -> None:
         now = int(time.time() * 1000)
-        events = [(now, *self.message(piece)) for piece in LINE_BREAK.split(line) if piece]
+        events = [(now, *message) for piece in LINE_BREAK.split(line) if piece for message in self.messages(piece)]
         with self.lock:
             self.pending.extend(events)
 
@@ -1310,12 +1313,14 @@ class Agent:
         deadline: it says nothing about the job."""
         deadline = time.monotonic() + self.join_timeout_s
         failed: Optional[Exception] = None  # the last poll's AWS error
+        # What the last poll that got an answer found: a failed poll keeps it (a node found past max_nodes stays a
+        # spare that leaves, even when the poll at the deadline fails)
+        peers: List[Tuple[str, str]] = []
+        surplus = False
         while True:
             self.check_notice("peer discovery")
             if self.marked(job, "STOP"):  # no trainer here to stop: the peers that run one write STOPPED
                 raise StopBeforeTraining("stop requested (STOP marker) during peer discovery")
-            peers: List[Tuple[str, str]] = []
-            surplus = False
             try:
                 peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
                 failed = None
