@@ -128,6 +128,43 @@ def test_a_good_job_is_submitted(aws: None, capsys: pytest.CaptureFixture[str], 
     assert state() == {"desired": 2, "objects": 1, "current job written": True}
     current = json.loads(boto3.client("ssm").get_parameter(Name=CURRENT)["Parameter"]["Value"])
     assert (current["job_id"], current["command"], current["nodes"]) == ("run-1", "python train.py --epochs 3", 2)
+    assert suspended() == ["AZRebalance"]  # no zone rebalancing that would end a training node without notice
+
+
+def suspended() -> list[str]:
+    group = boto3.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])
+    return sorted(p["ProcessName"] for p in group["AutoScalingGroups"][0]["SuspendedProcesses"])
+
+
+class NoSuspend:
+    """The real clients, but Auto Scaling refuses SuspendProcesses (an operator without that permission)."""
+
+    def __init__(self, region: Any = None) -> None:
+        self.real = client_factory("us-east-1")
+
+    def __call__(self, service: str) -> Any:
+        client = self.real(service)
+        if service == "autoscaling":
+
+            def denied(**_: Any) -> Any:
+                error = {"Code": "AccessDenied", "Message": "not authorized to perform autoscaling:SuspendProcesses"}
+                raise ClientError({"Error": error}, "SuspendProcesses")
+
+            client.suspend_processes = denied
+        return client
+
+
+def test_an_operator_who_may_not_suspend_processes_is_told_and_the_job_goes_on(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("trainctl.cli._client_factory", NoSuspend)
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-1")
+    assert (rc, err) == (
+        0,
+        f"could not suspend AZRebalance on {GROUP} (AccessDenied): across several zones Auto Scaling may end a node "
+        "to even them out, with no spot notice; allow autoscaling:SuspendProcesses on the group\n",
+    )
+    assert state()["desired"] == 2 and suspended() == []
 
 
 def trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

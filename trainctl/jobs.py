@@ -269,6 +269,7 @@ def submit(
             mine = set_current_job(client, ref, json.dumps(job))
             if mine != before.version + 1:  # SSM has no conditional put: its versions order the writes
                 raise JobError(beaten(ref, job_id, parameter_version(client, ref, before.version + 1)))
+            suspend_az_rebalance(client, ref, report)
             client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
         except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
             take_back(client, ref, mine, written, report)
@@ -367,6 +368,21 @@ def check_idle(client: ClientFactory, ref: ClusterRef) -> CurrentJob:
         f"{busy} (job {current}: {state}), which nothing will scale down; set its desired capacity to 0 "
         f"(aws autoscaling set-desired-capacity --auto-scaling-group-name {ref.group} --desired-capacity 0)"
     )
+
+
+def suspend_az_rebalance(client: ClientFactory, ref: ClusterRef, report: Callable[[str], None]) -> None:
+    """Suspend the group's AZRebalance process (idempotent). Across several zones, Auto Scaling would otherwise
+    launch a node in the emptier zone and then terminate one in the fuller one, with no spot notice: a hard kill
+    of a training node. CloudFormation has no property for it, so the submit that starts the group sets it. An
+    operator who may not suspend processes gets one line, and the job goes on."""
+    try:
+        client("autoscaling").suspend_processes(AutoScalingGroupName=ref.group, ScalingProcesses=["AZRebalance"])
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "error")
+        report(
+            f"could not suspend AZRebalance on {ref.group} ({code}): across several zones Auto Scaling may end a node "
+            "to even them out, with no spot notice; allow autoscaling:SuspendProcesses on the group"
+        )
 
 
 def beaten(ref: ClusterRef, job_id: str, winner: Optional[str]) -> str:
