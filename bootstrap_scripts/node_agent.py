@@ -23,6 +23,9 @@ S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
                                          a notice or a stop wait for their peers' before they go)
   nodes/<instance-id>/save-request       a node got a rebalance recommendation; every agent asks its trainer for a
                                          checkpoint (rank 0, which decides, may run on another node)
+  nodes/<instance-id>/progress           with the stall watchdog on: the node's trainer printed or wrote a checkpoint
+                                         (rewritten at most every stall_timeout_s / 4); its S3 time is progress for
+                                         every node of the job
   DONE, FAILED, STOPPED                  job markers (JSON); STOP: a stop request (trainctl stop)
 Logs: log group from the job spec, stream ``<job>/<instance-id>``.
 
@@ -36,7 +39,9 @@ Environment given to the trainer (besides torchrun's RANK, LOCAL_RANK, WORLD_SIZ
   SPOT_TRAINING_JOB_ID, SPOT_TRAINING_CHECKPOINT_DIR, SPOT_TRAINING_RESUME_STEP (step restored, "" if none),
   SPOT_TRAINING_RESUMED ("1"/"0"), SPOT_TRAINING_CHECKPOINT_INTERVAL_S ("" = Young/Daly), SPOT_TRAINING_MTBI_S,
   SPOT_TRAINING_INSTANCE_ID, SPOT_TRAINING_NODE_INDEX (position among the peers in launch order; 0 = rendezvous host),
-  SPOT_TRAINING_NUM_PEERS, SPOT_TRAINING_ATTEMPT (0, 1, ... per restart), PYTHONPATH (+ this directory).
+  SPOT_TRAINING_NUM_PEERS, SPOT_TRAINING_ATTEMPT (0, 1, ... per restart), PYTHONPATH (+ this directory),
+  PYTHONUNBUFFERED=1 (unless set: through a pipe Python's output is block-buffered, and a trainer printing a line a
+  minute would reach the log, and the stall watchdog, once an hour or so).
 
 Environment read by the agent:
   AWS_EC2_METADATA_SERVICE_ENDPOINT   IMDS base URL (default http://169.254.169.254), as botocore reads it
@@ -68,6 +73,8 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import datetime
+import email.utils
 import hashlib
 import http.client
 import ipaddress
@@ -128,6 +135,8 @@ RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3tr
 # before the restore gives up with S3's answer: never skipped for an older one, which would lose progress.
 UNANSWERED_TRIES, UNANSWERED_PAUSE_S = 3, 30.0
 RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer checkpoints may have replaced them
+PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
+STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
 
 
 def part_size(size: int) -> int:
@@ -470,6 +479,17 @@ def key_listed(s3: Any, bucket: str, key: str) -> bool:
     caller whose ListBucket is limited by an ``s3:prefix`` condition (the node role's)."""
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
     return bool(listed) and listed[0]["Key"] == key  # a key sorts before every longer key it prefixes
+
+
+def answered_at(response: Dict[str, Any]) -> datetime.datetime:
+    """When S3 answered, by S3's own clock (the answer's Date header), to be compared with the LastModified times it
+    lists; this node's clock when the header is missing or unreadable."""
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        when = email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):  # None, or not an HTTP date (Python 3.8 raises TypeError for both)
+        return datetime.datetime.now(datetime.timezone.utc)
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
 
 
 def object_gone(s3: Any, bucket: str, key: str, exc: Exception) -> bool:
@@ -1022,6 +1042,114 @@ class Syncer:
             self.flat_due = time.monotonic() + interval
 
 
+class StallWatch:
+    """The stall watchdog of one trainer run (``job.stall_timeout_s``). Progress is job-wide: an output line or a
+    checkpoint write of this node's trainer, a peer's ``nodes/<id>/progress`` marker (which a peer writes when its
+    trainer shows either), or a checkpoint of the job newly durable in S3. None for ``stall_s`` ends the trainer.
+
+    The clock starts with the trainer (not with the restore or the wait for peers before it). S3 is listed only
+    when the watchdog would otherwise fire (the agent's polls list ``nodes/`` anyway, and feed :meth:`peers_seen`).
+    """
+
+    def __init__(self, agent: "Agent", job: Job, syncer: Syncer, stall_s: float) -> None:
+        self.agent, self.job, self.syncer, self.stall_s = agent, job, syncer, stall_s
+        now = time.monotonic()
+        self.last_output = now  # when (monotonic) the trainer last printed a line (the pump thread sets it)
+        # The job's newest durable checkpoint as the trainer started, and when the watchdog last found a newer one.
+        self.durable_seen, self.durable_at = agent.newest_before, 0.0
+        self.peer_at = 0.0  # when (monotonic, from S3's times) a peer last wrote its progress marker, as listed
+        self.marked = now  # the local progress this node's last progress marker stands for (none yet)
+        self.marked_at = -math.inf  # when this node last wrote it
+        self.failing_since: Optional[float] = None  # when the watchdog's listing began to fail (None: it answers)
+        self.logged_at: Dict[str, float] = {}  # what -> when a repeated failure was last logged
+
+    def output(self) -> None:
+        self.last_output = time.monotonic()
+
+    def shown(self) -> float:
+        """When (monotonic) this node's trainer last showed progress: an output line or a checkpoint write a sync
+        round saw."""
+        return max(self.last_output, self.syncer.changed_at)
+
+    def local(self) -> float:
+        """``shown``, or now while a sync round runs (an upload can take minutes, and nothing scans meanwhile)."""
+        return max(self.shown(), self.syncer.last_write())
+
+    def progress_at(self) -> float:
+        return max(self.local(), self.durable_at, self.peer_at)
+
+    def log_sometimes(self, what: str, message: str) -> None:
+        """Log ``message`` unless a line about ``what`` was logged in the last minute: a failure that lasts is not
+        a line every poll."""
+        now = time.monotonic()
+        if now - self.logged_at.get(what, -math.inf) >= STALL_LOG_EVERY_S:
+            self.logged_at[what] = now
+            self.agent.log(message)
+
+    def mark(self) -> None:
+        """Tell the other nodes this one makes progress (``nodes/<id>/progress``; their trainers may show none: a
+        script that prints and saves on rank 0 only), when its trainer showed some since the last marker, at most
+        every ``stall_s`` / 4. Only progress the trainer showed: neither a peer's passed on nor a sync round that
+        merely runs, either of which would keep a hung job alive."""
+        local, now = self.shown(), time.monotonic()
+        if local <= self.marked or now - self.marked_at < self.stall_s / 4:
+            return
+        try:
+            self.agent.put_marker(self.job, f"nodes/{self.agent.instance_id}/{PROGRESS_MARKER}", {})
+        except AWS_ERRORS as exc:  # tried again next poll
+            self.log_sometimes("mark", f"stall watchdog: could not write this node's progress marker ({exc})")
+            return
+        self.marked, self.marked_at = local, now
+
+    def peers_seen(self, ages: Dict[str, float], listed_at: float) -> None:
+        """A listing of ``nodes/`` answered at ``listed_at`` (monotonic): {instance id: seconds since its progress
+        marker was written}. This node's own marker is left out (its own progress is known here exactly)."""
+        for instance_id, age in ages.items():
+            if instance_id != self.agent.instance_id:
+                self.peer_at = max(self.peer_at, listed_at - age)
+
+    def stalled(self) -> Optional[str]:
+        """Why to end the trainer (no progress anywhere in the job for ``stall_s``), or None. Before it says so, one
+        listing of the peers' progress markers and, if they show none, one of the job's checkpoints. A listing that
+        keeps failing counts as no progress once it has failed for a further ``stall_s``: an S3 outage must not
+        keep the watchdog from ever firing."""
+        if time.monotonic() - self.progress_at() < self.stall_s:
+            return None
+        failed: List[str] = []
+        try:
+            ages: Dict[str, float] = {}
+            self.agent.node_markers(self.job, ages)
+            self.peers_seen(ages, time.monotonic())
+        except AWS_ERRORS as exc:
+            failed.append(f"the nodes' progress markers ({exc})")
+        if time.monotonic() - self.progress_at() >= self.stall_s:
+            try:
+                newest = self.syncer.store.newest_complete()
+            except AWS_ERRORS as exc:
+                failed.append(f"the job's checkpoints ({exc})")
+            else:
+                if newest is not None and (self.durable_seen is None or newest > self.durable_seen):
+                    self.durable_seen, self.durable_at = newest, time.monotonic()
+        now = time.monotonic()
+        if now - self.progress_at() < self.stall_s:
+            self.failing_since = None
+            return None
+        if failed:
+            if self.failing_since is None:
+                self.failing_since = now
+            if now - self.failing_since < self.stall_s:
+                self.log_sometimes(
+                    "list",
+                    f"stall watchdog: could not list {' or '.join(failed)}; asking again (after {self.stall_s:g} s "
+                    "more of failures: counted as no progress)",
+                )
+                return None
+            self.agent.log(
+                f"stall watchdog: no answer listing the job's progress for {self.stall_s:g} s: counted as no progress"
+            )
+        return f"trainer made no progress (no output, no checkpoint write) for {self.stall_s:g} s"
+
+
 # ----------------------------------------------------------------------------------------------- IMDS
 class Imds:
     """IMDSv2 client; the endpoint comes from AWS_EC2_METADATA_SERVICE_ENDPOINT like botocore's."""
@@ -1190,14 +1318,19 @@ class Agent:
             raise AgentError(f"instance {self.instance_id} is not in an Auto Scaling group")
         return str(found[0]["AutoScalingGroupName"])
 
-    def node_markers(self, job: Job) -> Dict[str, Dict[str, str]]:
-        """The job's per-node markers: {instance id: {marker name: ETag}} (``nodes/<id>/<name>``), one listing."""
+    def node_markers(self, job: Job, progress: Optional[Dict[str, float]] = None) -> Dict[str, Dict[str, str]]:
+        """The job's per-node markers: {instance id: {marker name: ETag}} (``nodes/<id>/<name>``), one listing.
+        ``progress``, if given, gets {instance id: seconds since its progress marker was written}, by S3's clock
+        (its LastModified against the answer's Date: the nodes' clocks do not come into it)."""
         prefix = job.job_prefix + "nodes/"
         found: Dict[str, Dict[str, str]] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
+            now = answered_at(page)
             for obj in page.get("Contents", []):
                 instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
                 found.setdefault(instance_id, {})[name] = obj["ETag"]
+                if progress is not None and name == PROGRESS_MARKER:
+                    progress[instance_id] = max(0.0, (now - obj["LastModified"]).total_seconds())
         return found
 
     def leaving_nodes(self, job: Job) -> Set[str]:
@@ -1379,6 +1512,9 @@ class Agent:
         env["SPOT_TRAINING_STORE_BIND_ADDRESS"] = local  # see spot_training/launch.py
         env["SPOT_TRAINING_WORLD_FILE"] = self.world_file
         env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(int(job.grace_s))
+        # Through the pipe to the agent, Python block-buffers print(): a script printing ~100 bytes a minute would
+        # reach the log, and the stall watchdog, every ~80 minutes. Unbuffered unless the environment says otherwise.
+        env.setdefault("PYTHONUNBUFFERED", "1")
         if ipaddress.ip_address(local).is_loopback:  # emulation: keep gloo/NCCL/tensorpipe on loopback
             for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
                 env.setdefault(name, "lo")
@@ -1395,10 +1531,7 @@ class Agent:
         self.stalled = None
         self.log(f"running: {shlex.join(cmd)}")
         self.trainer_started = time.time()
-        # The watchdog's clock starts with the trainer (not with the restore or the wait for peers before it).
-        last_output = [time.monotonic()]
-        # The job's newest durable checkpoint as the trainer started, and when the watchdog last found a newer one.
-        durable_seen, durable_at = self.newest_before, 0.0
+        watch = StallWatch(self, job, syncer, stall_s) if stall_s else None
         proc = subprocess.Popen(  # noqa: S603 - argv list built from the validated job, no shell
             cmd, cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -1407,7 +1540,8 @@ class Agent:
 
         def pump() -> None:
             for line in output_lines(stdout):  # each CR-ended update of a tqdm bar makes a line
-                last_output[0] = time.monotonic()
+                if watch is not None:
+                    watch.output()
                 self.log.raw(f"[trainer {self.instance_id}] {line}")
 
         reader = threading.Thread(target=pump, name="trainer-output", daemon=True)
@@ -1471,7 +1605,10 @@ class Agent:
                         # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
                         self.put_marker(job, f"nodes/{self.instance_id}/save-request", {"rebalance": rebalance.strip()})
                     else:
-                        markers = self.node_markers(job)
+                        ages: Dict[str, float] = {}
+                        markers = self.node_markers(job, ages)
+                        if watch is not None:
+                            watch.peers_seen(ages, time.monotonic())
                         self.relay_save_requests(job, markers)
                         self.add_joined_peers(job, markers)
                         peer_lost = self.lost_peer(job)
@@ -1483,25 +1620,14 @@ class Agent:
                     sigterm(f"peer {peer} lost", min(job.grace_s, PEER_LOST_WAIT_S), is_notice=False)
                     break
                 # A hung trainer (a DataLoader deadlock, a collective that never returns) would keep every node
-                # billed: no output line and no checkpoint write for stall_s ends it like a failed trainer.
-                if stall_s and time.monotonic() - max(last_output[0], syncer.last_write(), durable_at) >= stall_s:
-                    # On a node whose ranks print and save nothing (a script that does both on rank 0 only, which
-                    # runs on another node), a checkpoint of the job durable in S3 since is progress too. Listed
-                    # only when the watchdog would fire: one request per stall_s at most.
-                    try:
-                        newest = syncer.store.newest_complete()
-                    except AWS_ERRORS as exc:
-                        self.log(f"stall watchdog: could not list the job's checkpoints ({exc}); asking again")
-                        woken.wait(self.poll_s)
-                        continue
-                    if newest is not None and (durable_seen is None or newest > durable_seen):
-                        durable_seen, durable_at = newest, time.monotonic()
-                    else:
+                # billed: no progress anywhere in the job for stall_s ends it like a failed trainer.
+                if watch is not None:
+                    watch.mark()
+                    stalled = watch.stalled()
+                    if stalled:
                         with lock:  # unless a notice, a stop or a lost peer stopped it first
                             if not stopped_by:
-                                self.stalled = (
-                                    f"trainer made no progress (no output, no checkpoint write) for {stall_s:g} s"
-                                )
+                                self.stalled = stalled
                                 self.log(f"{self.stalled}: ending it (job.stall_timeout_s)")
                                 sigterm("stall watchdog", job.grace_s, is_notice=False)
                         break

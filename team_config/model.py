@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import posixpath
 import re
 from typing import Annotated, Any, Literal, Optional
@@ -24,7 +25,6 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from bootstrap_scripts.spot_training.job_spec import (
-    STALL_TIMEOUT_DEFAULT_S,
     STALL_TIMEOUT_MAX_S,
     STALL_TIMEOUT_MIN_S,
     JobSpecError,
@@ -403,13 +403,16 @@ class JobConfig(Strict):
         90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice."
     )
     rendezvous_port: int = Field(29400, ge=1024, le=65535)
-    # Optional on purpose: an explicit null is the way to turn the watchdog off (unlike an empty section, refused).
+    # Off by default: the agent cannot tell a silent healthy phase (a data download, a long evaluation,
+    # torch.compile) from a hang, so a default would end healthy jobs. A team opts in with the longest such phase
+    # plus a margin.
     stall_timeout_s: Optional[int] = Field(
-        STALL_TIMEOUT_DEFAULT_S,
-        description=f"Seconds the running trainer may go without an output line or a write under checkpoint_dir (on "
-        f"a node that shows neither: a new checkpoint of the job durable in S3) before the node agent ends it as hung "
-        f"and counts a trainer failure ({STALL_TIMEOUT_MIN_S}-{STALL_TIMEOUT_MAX_S}). null is allowed deliberately: "
-        "it turns the stall watchdog off.",
+        None,
+        description="Seconds the job may go without progress (an output line or a checkpoint write on any of its "
+        "nodes, or a new checkpoint of the job durable in S3) before the node agent ends its trainer as hung and "
+        f"counts a trainer failure ({STALL_TIMEOUT_MIN_S}-{STALL_TIMEOUT_MAX_S}). Unset (null): off. Set it above the "
+        "longest silent phase of the job (data download, evaluation, torch.compile) and at least twice "
+        "checkpoint_interval_s.",
     )
 
     @field_validator("stall_timeout_s")
@@ -422,6 +425,17 @@ class JobConfig(Strict):
                 "the stall watchdog off"
             )
         return seconds
+
+    @model_validator(mode="after")
+    def _stall_timeout_above_the_interval(self) -> JobConfig:
+        stall, interval = self.stall_timeout_s, self.checkpoint_interval_s
+        if stall is not None and interval is not None and stall < 2 * interval:
+            raise ValueError(
+                f"stall_timeout_s {stall} is less than twice checkpoint_interval_s {interval:g}: a node whose only "
+                "sign of progress is its checkpoints would be ended as hung between two; set job.checkpoint_interval_s "
+                f"to at most {stall / 2:g}, or job.stall_timeout_s to at least {math.ceil(2 * interval)}"
+            )
+        return self
 
     @field_validator("python", "checkpoint_dir")
     @classmethod

@@ -765,15 +765,33 @@ def test_a_stall_timeout_is_whole_seconds(tmp_path: Path) -> None:
     )
 
 
-def test_the_stall_timeout_defaults_to_an_hour_and_an_explicit_null_turns_it_off(tmp_path: Path) -> None:
-    """Unlike an empty section (refused above), a null stall_timeout_s is a choice: the watchdog off."""
+def test_the_stall_timeout_is_off_unless_set(tmp_path: Path) -> None:
+    """Off by default (a default of an hour ended healthy jobs with a silent phase longer than that); an explicit null
+    is off too (unlike an empty section, refused above)."""
 
     def loaded(doc: object) -> object:
         return load_team(write(tmp_path, doc)).config.clusters[0].job.stall_timeout_s
 
-    assert loaded(cluster()) == 3600
+    assert loaded(cluster()) is None
     assert loaded(EMPTY + "    job:\n      stall_timeout_s: null\n") is None
     assert [loaded(cluster(job={"stall_timeout_s": s})) for s in (300, 86400)] == [300, 86400]
+
+
+@pytest.mark.parametrize(("stall", "interval", "fix"), [(600, 301, "at least 602"), (600, 400.5, "at least 801")])
+def test_a_stall_timeout_under_twice_the_checkpoint_interval_is_one_line_with_the_fix(
+    tmp_path: Path, stall: int, interval: float, fix: str
+) -> None:
+    """A node whose only sign of progress is its checkpoints would be ended between two."""
+    assert error_for(tmp_path, cluster(job={"stall_timeout_s": stall, "checkpoint_interval_s": interval})) == (
+        f"{tmp_path / 'team-a.yaml'}: clusters[0].job: stall_timeout_s {stall} is less than twice "
+        f"checkpoint_interval_s {interval:g}: a node whose only sign of progress is its checkpoints would be ended "
+        f"as hung between two; set job.checkpoint_interval_s to at most 300, or job.stall_timeout_s to {fix}"
+    )
+
+
+def test_a_stall_timeout_of_twice_the_checkpoint_interval_or_more_is_fine(tmp_path: Path) -> None:
+    for job in ({"stall_timeout_s": 600, "checkpoint_interval_s": 300}, {"stall_timeout_s": 600}):
+        assert load_team(write(tmp_path, cluster(job=job))).config.clusters[0].job.stall_timeout_s == 600
 
 
 @pytest.mark.parametrize(

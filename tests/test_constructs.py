@@ -526,7 +526,7 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
         '\\"interruption_grace_s\\":90',
         '\\"checkpoint_dir\\":\\"/opt/ml/checkpoints\\"',
         '\\"checkpoint_wait_for_upload\\":false',
-        '\\"stall_timeout_s\\":3600',  # the stall watchdog, on by default
+        '\\"stall_timeout_s\\":0',  # the stall watchdog, off by default
         '\\"python\\":\\"/opt/pytorch/bin/python\\"',  # the default AMI's (PyTorch DLAMI) torch environment
     ):
         assert fragment in value, fragment
@@ -534,12 +534,13 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
     assert "warm_pool" not in value and "checkpoint_interval_s" not in value
 
 
-def test_a_team_files_null_stall_timeout_reaches_the_agent_as_off() -> None:
-    """CDK leaves a null out of the JSON, and the agent reads a missing stall_timeout_s as the default (a job spec
-    from before the watchdog): the stack writes 0, which the agent reads as off (tests/bootstrap/test_job_spec.py)."""
-    template = synth(team_config(clusters=[{**CLUSTER, "job": {"stall_timeout_s": None}}]))[1]
-    [param] = resources(template, "AWS::SSM::Parameter")
-    assert re.search(r'\\"stall_timeout_s\\":0[,}]', joined(param["Properties"]["Value"]))
+def test_a_team_files_stall_timeout_reaches_the_agent_and_null_is_off() -> None:
+    """CDK leaves a null out of the JSON: the stack writes 0 for off, which the agent reads as off, as it does a
+    missing key (tests/bootstrap/test_job_spec.py)."""
+    for stall, written in ((None, "0"), (900, "900")):
+        template = synth(team_config(clusters=[{**CLUSTER, "job": {"stall_timeout_s": stall}}]))[1]
+        [param] = resources(template, "AWS::SSM::Parameter")
+        assert re.search(rf'\\"stall_timeout_s\\":{written}[,}}]', joined(param["Properties"]["Value"]))
 
 
 def test_outputs_name_bucket_group_log_group_and_job_spec(default: Template) -> None:

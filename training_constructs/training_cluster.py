@@ -121,8 +121,8 @@ class TrainingCluster(Construct):
             "max_restarts": job.max_restarts,
             "interruption_grace_s": job.interruption_grace_s,
             "rendezvous_port": job.rendezvous_port,
-            # 0: off. The team file's null would be left out of the JSON, and the agent reads a missing key as the
-            # default (a job spec from before the watchdog).
+            # 0: off (the default). The agent reads a missing key as off too, but an explicit 0 keeps the job spec
+            # saying so (CDK leaves a null out of the JSON).
             "stall_timeout_s": job.stall_timeout_s or 0,
             "warm_pool": (
                 {

@@ -54,12 +54,12 @@ SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaim
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
-# stall_timeout_s: seconds without trainer output or a checkpoint write (the node's own, or on a node that shows
-# neither, a new durable one of the job) before the agent ends a hung trainer (a DataLoader deadlock, a collective
-# that never returns). Absent (a job spec from before the watchdog): the default.
-# null (a submitted job) or 0 (the stack's job spec: CDK leaves null out of the JSON, and absent means the default):
-# off.
-STALL_TIMEOUT_MIN_S, STALL_TIMEOUT_MAX_S, STALL_TIMEOUT_DEFAULT_S = 300, 86400, 3600
+# stall_timeout_s: seconds without progress (an output line or a checkpoint write on any node of the job, or a new
+# durable checkpoint of the job) before the agent ends a hung trainer (a DataLoader deadlock, a collective that never
+# returns). Off unless set: it cannot tell a silent healthy phase (a data download, a long evaluation, torch.compile)
+# from a hang. Absent (a job spec from before the watchdog, or a team file that leaves it unset: CDK leaves null out
+# of the JSON), null (a submitted job) or 0 (the stack's job spec for off): off.
+STALL_TIMEOUT_MIN_S, STALL_TIMEOUT_MAX_S = 300, 86400
 
 
 def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
@@ -161,7 +161,7 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     _number(merged, "checkpoint_interval_s", optional=True)
     _number(merged, "mean_time_between_interruptions_s")
     _number(merged, "interruption_grace_s", below=SPOT_NOTICE_S)
-    stall = merged.setdefault("stall_timeout_s", STALL_TIMEOUT_DEFAULT_S)
+    stall = merged.setdefault("stall_timeout_s", None)
     whole = isinstance(stall, int) and not isinstance(stall, bool)
     if stall is None or (whole and stall == 0):
         merged["stall_timeout_s"] = None  # the stall watchdog is off

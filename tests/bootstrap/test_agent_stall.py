@@ -1,11 +1,13 @@
 """The stall watchdog (job.stall_timeout_s): a hung trainer (a DataLoader deadlock, a collective that never returns)
 used to keep the node billed forever, as the agent waited only for the trainer's exit, a notice, a stop or a lost
-peer. Now a trainer with no output line and no checkpoint write for the timeout is ended and counted like a failed
-one. Against moto; the agent runs in-process with a small trainer in place of torchrun, and
-SPOT_TRAINING_TEST_STALL_TIMEOUT_S holds the timeout below the job's 300 s minimum."""
+peer. Now a job with no progress for the timeout (no output line and no checkpoint write on any node, no new durable
+checkpoint) has its trainer ended and counted like a failed one. Against moto; the agent runs in-process with a
+small trainer in place of torchrun, and SPOT_TRAINING_TEST_STALL_TIMEOUT_S holds the timeout below the job's 300 s
+minimum."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -18,7 +20,7 @@ import node_agent
 import pytest
 
 from .conftest import Cluster, address_map
-from .test_agent_notice import agent_for, store_of
+from .test_agent_notice import agent_for, raising, store_of
 
 STALL_S = 3  # SPOT_TRAINING_TEST_STALL_TIMEOUT_S
 # Silent for <quiet> s (less than the timeout), prints <lines> lines, one every <every> s (longer in all than the
@@ -54,16 +56,26 @@ with open(report, "w") as f:
 
 
 def stall_agent(
-    cluster: Cluster, tmp_path: Path, trainer: list[str], monkeypatch: pytest.MonkeyPatch, attempts: int
+    cluster: Cluster,
+    tmp_path: Path,
+    trainer: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    attempts: int,
+    agents_env: bool = False,
 ) -> Any:
     """The agent of the cluster's node running ``trainer`` as its torchrun, for at most ``attempts`` attempts (one
-    more fails the test instead of training again), with its job and the lines it logs."""
+    more fails the test instead of training again), with its job and the lines it logs. ``agents_env``: the trainer
+    gets the environment the agent's torchrun_command gives torchrun (else this process's)."""
     monkeypatch.setenv("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", str(STALL_S))
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
     agent.world_file = str(tmp_path / "world.json")
-    env = {**os.environ, "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1"}
-    monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, env))
+    if agents_env:
+        torchrun_command = agent.torchrun_command
+        monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, torchrun_command(job, peers)[1]))
+    else:
+        env = {**os.environ, "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1"}
+        monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, env))
     run = agent.attempt
 
     def attempt(job: Any, group: str, code_dir: str, store: Any, number: int) -> Any:
@@ -203,3 +215,215 @@ def test_a_node_whose_trainer_is_silent_goes_on_while_the_jobs_checkpoints_becom
     assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
     assert report.read_text() == "ran to its end"
     assert cluster.marker("job-silent", "DONE") is not None and cluster.marker("job-silent", "FAILED") is None
+
+
+# Prints a short line every <every> s without flushing, for <seconds>, then writes <report> and exits 0.
+UNFLUSHED = """
+import sys, time
+every, seconds, report = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+start, step = time.monotonic(), 0
+while time.monotonic() - start < seconds:
+    print(f"step {step}")
+    step += 1
+    time.sleep(every)
+open(report, "w").write("ran to its end")
+"""
+
+
+def test_a_trainer_that_prints_short_lines_without_flushing_is_not_ended(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a pipe Python block-buffers print() (8 KiB): nothing set PYTHONUNBUFFERED, so a script printing a
+    short line a minute reached the agent every ~80 minutes and the watchdog ended it. The agent's own environment
+    for torchrun, with PYTHONUNBUFFERED cleared here (this sandbox sets it, which hid the bug)."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0)
+    cluster.submit("job-unflushed", {"train.py": ""}, "python train.py")
+    report = tmp_path / "report"
+    trainer = [sys.executable, "-c", UNFLUSHED, "0.2", str(3 * STALL_S), str(report)]
+    agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=1, agents_env=True)
+
+    assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
+
+    assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
+    assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
+    assert f"[trainer {agent.instance_id}] step 0" in lines
+    assert report.read_text() == "ran to its end"
+    assert cluster.marker("job-unflushed", "DONE") is not None
+
+
+def test_a_job_sets_pythonunbuffered_for_its_trainer_unless_it_is_set(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("job-env", {"train.py": ""}, "python train.py")
+    agent, job, _ = agent_for(cluster)
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    assert agent.torchrun_command(job, cluster.instances())[1]["PYTHONUNBUFFERED"] == "1"
+    monkeypatch.setenv("PYTHONUNBUFFERED", "")  # the operator's choice: kept
+    assert agent.torchrun_command(job, cluster.instances())[1]["PYTHONUNBUFFERED"] == ""
+
+
+def test_an_agent_whose_trainer_prints_writes_its_progress_marker_at_most_every_quarter_timeout(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What tells the job's other nodes, whose trainers may show nothing, that this one makes progress."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0)
+    cluster.submit("job-marks", {"train.py": ""}, "python train.py")
+    trainer = [sys.executable, "-c", UNFLUSHED, "0.05", str(2 * STALL_S), str(tmp_path / "report")]
+    agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=1, agents_env=True)
+    written: list[float] = []
+    put_marker = agent.put_marker
+
+    def recording(job: Any, name: str, body: Any) -> None:
+        if name == f"nodes/{agent.instance_id}/progress":
+            written.append(time.monotonic())  # before the PUT, as the agent times it
+        put_marker(job, name, body)
+
+    monkeypatch.setattr(agent, "put_marker", recording)
+
+    assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
+
+    assert len(written) >= 3, (written, lines)  # printing for 2 timeouts: about every quarter of one
+    gaps = [b - a for a, b in itertools.pairwise(written)]
+    assert min(gaps) >= STALL_S / 4 - 0.01, gaps
+    assert cluster.marker("job-marks", f"nodes/{agent.instance_id}/progress") is not None
+
+
+def test_a_silent_node_goes_on_while_a_peer_makes_progress_with_checkpoints_further_apart_than_the_timeout(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 prints and saves on another node (the project's own example does so): this node's trainer shows
+    nothing, and the job's checkpoints come further apart than the timeout. The peer's progress marker (written
+    here as its agent would) keeps this trainer going."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0)
+    cluster.submit("job-peer", {"train.py": ""}, "python train.py")
+    report = tmp_path / "report"
+    agent, job, lines = stall_agent(
+        cluster, tmp_path, [sys.executable, "-c", SILENT, str(4 * STALL_S), str(report)], monkeypatch, attempts=1
+    )
+    peer_log: list[str] = []
+    peer_store = node_agent.CheckpointStore(
+        cluster.aws.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, peer_log.append
+    )
+    state = tmp_path / "state.pt"
+    state.write_text("rank 0's state")
+    done = threading.Event()
+
+    def peer_node() -> None:  # a progress marker every half second, a checkpoint every 2 timeouts (bounded)
+        for tick in range(1, 20 * STALL_S):
+            if done.wait(0.5):
+                return
+            cluster.aws.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/i-peer/progress", Body=b"{}")
+            if tick % (4 * STALL_S) == 0:
+                peer_store.upload(tick, {"state.pt": str(state)}, "step")
+
+    peer = threading.Thread(target=peer_node, daemon=True)
+    peer.start()
+    try:
+        assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
+    finally:
+        done.set()
+        peer.join(timeout=30)
+
+    assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
+    assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
+    assert report.read_text() == "ran to its end"
+    assert cluster.marker("job-peer", "DONE") is not None and cluster.marker("job-peer", "FAILED") is None
+    assert cluster.marker("job-peer", f"nodes/{agent.instance_id}/progress") is None  # it showed nothing itself
+
+
+def test_a_job_where_no_node_makes_progress_is_ended(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer's marker from before this trainer started and its last ones early in the run: once none is newer
+    than the timeout, the trainer is ended."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0, interruption_grace_s=5)
+    cluster.submit("job-none", {"train.py": ""}, "python train.py")
+    report = tmp_path / "report"
+    agent, job, lines = stall_agent(
+        cluster, tmp_path, [sys.executable, "-c", SILENT, str(8 * STALL_S), str(report)], monkeypatch, attempts=1
+    )
+
+    def peer_marks() -> None:
+        cluster.aws.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/i-peer/progress", Body=b"{}")
+
+    peer_marks()  # an earlier attempt's
+    run_trainer = agent.run_trainer
+    timed: list[float] = []
+
+    def marked_early(*args: Any) -> Any:  # the peer shows progress 2.5 s into the trainer, then hangs
+        started = time.monotonic()
+        timer = threading.Timer(2.5, peer_marks)
+        timer.start()
+        try:
+            return run_trainer(*args)
+        finally:
+            timer.cancel()
+            timed.append(time.monotonic() - started)
+
+    agent.run_trainer = marked_early
+
+    assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 1
+
+    stalled = f"trainer made no progress (no output, no checkpoint write) for {STALL_S} s"
+    assert f"{stalled}: ending it (job.stall_timeout_s)" in lines
+    assert not report.exists()  # ended, not run to its end
+    # The peer's marker 2.5 s in counted (S3 times are whole seconds: at least 1.5 s in), then nothing did.
+    assert STALL_S + 1 <= timed[0] < 8 * STALL_S, timed
+    failed = cluster.marker("job-none", "FAILED")
+    assert failed is not None and failed["reason"].startswith(stalled)
+
+
+def test_a_listing_that_keeps_failing_counts_as_no_progress_after_a_further_timeout(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a watchdog that could not list the job's checkpoints asked again every poll, forever (and logged each
+    time): an S3 outage kept a hung trainer, and every node, running."""
+    cluster: Cluster = make_cluster(nodes=1, max_restarts=0, interruption_grace_s=5)
+    cluster.submit("job-unlisted", {"train.py": ""}, "python train.py")
+    report = tmp_path / "report"
+    agent, job, lines = stall_agent(
+        cluster, tmp_path, [sys.executable, "-c", SILENT, str(8 * STALL_S), str(report)], monkeypatch, attempts=1
+    )
+    store = store_of(agent, job)
+    failing = threading.Event()  # only while the trainer runs: the restore and the end need S3
+
+    def failing_while_training(method: Any, operation: str) -> Any:
+        refused = raising(operation)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return refused() if failing.is_set() else method(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(agent, "node_markers", failing_while_training(agent.node_markers, "ListObjectsV2"))
+    monkeypatch.setattr(store, "newest_complete", failing_while_training(store.newest_complete, "ListObjectsV2"))
+    run_trainer = agent.run_trainer
+    timed: list[float] = []
+
+    def s3_down(*args: Any) -> Any:
+        failing.set()
+        started = time.monotonic()
+        try:
+            return run_trainer(*args)
+        finally:
+            failing.clear()
+            timed.append(time.monotonic() - started)
+
+    agent.run_trainer = s3_down
+
+    assert agent.attempts(job, cluster.group, str(tmp_path), store) == 1
+
+    failures = [line for line in lines if line.startswith("stall watchdog: could not list")]
+    assert len(failures) == 1, failures  # at most one line a minute, not one a poll
+    assert (
+        failures[0].startswith("stall watchdog: could not list the nodes' progress markers (")
+        and "SlowDown" in (failures[0])
+    )
+    gave_up = f"stall watchdog: no answer listing the job's progress for {STALL_S} s: counted as no progress"
+    stalled = f"trainer made no progress (no output, no checkpoint write) for {STALL_S} s"
+    assert lines.index(gave_up) < lines.index(f"{stalled}: ending it (job.stall_timeout_s)"), lines
+    assert not report.exists()
+    assert 2 * STALL_S <= timed[0] < 8 * STALL_S, timed
+    assert cluster.marker("job-unlisted", "FAILED") is not None
