@@ -178,43 +178,52 @@ open(sys.argv[2], "w").write("ran to its end")
 """
 
 
-def test_a_node_whose_trainer_is_silent_goes_on_while_the_jobs_checkpoints_become_durable(
-    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A script that prints and saves on rank 0 only: on the other nodes the trainer shows neither. The job's
-    checkpoints that rank 0's node makes durable in S3 meanwhile keep their trainers going."""
+def run_silent_beside(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job_id: str, seconds: int, peer: Any
+) -> Any:
+    """A silent trainer (no output, no checkpoint) running ``seconds`` on this node while ``peer(done, cluster, job,
+    store, state)`` plays another node of the job on a thread (its checkpoint store and a state file to upload; it
+    returns once ``done`` is set). The trainer must run to its end: never ended, the job DONE."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=0)
-    cluster.submit("job-silent", {"train.py": ""}, "python train.py")
+    cluster.submit(job_id, {"train.py": ""}, "python train.py")
     report = tmp_path / "report"
     agent, job, lines = stall_agent(
-        cluster, tmp_path, [sys.executable, "-c", SILENT, str(3 * STALL_S), str(report)], monkeypatch, attempts=1
+        cluster, tmp_path, [sys.executable, "-c", SILENT, str(seconds), str(report)], monkeypatch, attempts=1
     )
     peer_log: list[str] = []
-    peer_store = node_agent.CheckpointStore(
+    store = node_agent.CheckpointStore(
         cluster.aws.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, peer_log.append
     )
     state = tmp_path / "state.pt"
     state.write_text("rank 0's state")
     done = threading.Event()
-
-    def rank_0_node_saves() -> None:  # one durable checkpoint a second, as long as the trainer runs (bounded)
-        for step in range(1, 6 * STALL_S):
-            if done.wait(1.0):
-                return
-            peer_store.upload(step, {"state.pt": str(state)}, "step")
-
-    peer = threading.Thread(target=rank_0_node_saves, daemon=True)
-    peer.start()
+    thread = threading.Thread(target=peer, args=(done, cluster, job, store, state), daemon=True)
+    thread.start()
     try:
         assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
     finally:
         done.set()
-        peer.join(timeout=30)
-
+        thread.join(timeout=30)
     assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
     assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
     assert report.read_text() == "ran to its end"
-    assert cluster.marker("job-silent", "DONE") is not None and cluster.marker("job-silent", "FAILED") is None
+    assert cluster.marker(job_id, "DONE") is not None and cluster.marker(job_id, "FAILED") is None
+    return cluster, agent
+
+
+def test_a_node_whose_trainer_is_silent_goes_on_while_the_jobs_checkpoints_become_durable(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that prints and saves on rank 0 only: on the other nodes the trainer shows neither. The job's
+    checkpoints that rank 0's node makes durable in S3 meanwhile keep their trainers going."""
+
+    def rank_0_node_saves(done: threading.Event, cluster: Any, job: Any, store: Any, state: Path) -> None:
+        for step in range(1, 6 * STALL_S):  # one durable checkpoint a second, as long as the trainer runs (bounded)
+            if done.wait(1.0):
+                return
+            store.upload(step, {"state.pt": str(state)}, "step")
+
+    run_silent_beside(make_cluster, tmp_path, monkeypatch, "job-silent", 3 * STALL_S, rank_0_node_saves)
 
 
 # Prints a short line every <every> s without flushing, for <seconds>, then writes <report> and exits 0.
@@ -296,40 +305,16 @@ def test_a_silent_node_goes_on_while_a_peer_makes_progress_with_checkpoints_furt
     """Rank 0 prints and saves on another node (the project's own example does so): this node's trainer shows
     nothing, and the job's checkpoints come further apart than the timeout. The peer's progress marker (written
     here as its agent would) keeps this trainer going."""
-    cluster: Cluster = make_cluster(nodes=1, max_restarts=0)
-    cluster.submit("job-peer", {"train.py": ""}, "python train.py")
-    report = tmp_path / "report"
-    agent, job, lines = stall_agent(
-        cluster, tmp_path, [sys.executable, "-c", SILENT, str(4 * STALL_S), str(report)], monkeypatch, attempts=1
-    )
-    peer_log: list[str] = []
-    peer_store = node_agent.CheckpointStore(
-        cluster.aws.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, peer_log.append
-    )
-    state = tmp_path / "state.pt"
-    state.write_text("rank 0's state")
-    done = threading.Event()
 
-    def peer_node() -> None:  # a progress marker every half second, a checkpoint every 2 timeouts (bounded)
-        for tick in range(1, 20 * STALL_S):
+    def peer_node(done: threading.Event, cluster: Any, job: Any, store: Any, state: Path) -> None:
+        for tick in range(1, 20 * STALL_S):  # a progress marker every half second, a checkpoint every 2 timeouts
             if done.wait(0.5):
                 return
             cluster.aws.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/i-peer/progress", Body=b"{}")
             if tick % (4 * STALL_S) == 0:
-                peer_store.upload(tick, {"state.pt": str(state)}, "step")
+                store.upload(tick, {"state.pt": str(state)}, "step")
 
-    peer = threading.Thread(target=peer_node, daemon=True)
-    peer.start()
-    try:
-        assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
-    finally:
-        done.set()
-        peer.join(timeout=30)
-
-    assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
-    assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
-    assert report.read_text() == "ran to its end"
-    assert cluster.marker("job-peer", "DONE") is not None and cluster.marker("job-peer", "FAILED") is None
+    cluster, agent = run_silent_beside(make_cluster, tmp_path, monkeypatch, "job-peer", 4 * STALL_S, peer_node)
     assert cluster.marker("job-peer", f"nodes/{agent.instance_id}/progress") is None  # it showed nothing itself
 
 
