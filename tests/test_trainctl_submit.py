@@ -586,3 +586,21 @@ def test_a_code_upload_s3_refuses_is_one_line_and_leaves_nothing_behind(
         "Please reduce your request rate.\n",
     )
     assert state() == {"desired": 0, "objects": 0, "current job written": False}
+
+
+def test_a_checkpoint_interval_above_half_the_stall_timeout_is_refused_before_anything_starts(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The team file refuses stall_timeout_s < 2 x checkpoint_interval_s; an override at submit must not get round
+    it (the watchdog would end, as hung, a node whose only progress is its checkpoints)."""
+    ssm, name = boto3.client("ssm"), f"{parameter_path(TEAM, CLUSTER)}/job-spec"
+    spec = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+    ssm.put_parameter(Name=name, Value=json.dumps({**spec, "stall_timeout_s": 600}), Type="String", Overwrite=True)
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-1", "--checkpoint-interval-s", "400")
+    assert (rc, err) == (
+        2,
+        "trainctl: error: --checkpoint-interval-s 400 is more than half the cluster's job.stall_timeout_s 600: a "
+        "node whose only sign of progress is its checkpoints would be ended as hung between two; use at most 300\n",
+    )
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}
+    assert submit(capsys, tmp_path, "--job-id", "run-2", "--checkpoint-interval-s", "300") == (0, "")

@@ -230,9 +230,17 @@ def submit(
     lowered = "min_nodes" not in job and nodes < cluster_min  # else the job could never start: made visible below
     job.setdefault("min_nodes", min(cluster_min, nodes))
     try:  # the agent's own checks: a job it would refuse must not start (and bill) any node
-        argv = check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))["argv"]
+        merged = check_job(ref.spec, job, str(ref.spec["current_job_parameter"]))
     except JobSpecError as exc:
         raise JobError(f"the node agent would refuse this job: {exc}") from None
+    argv = merged["argv"]
+    stall, interval = merged["stall_timeout_s"], merged["checkpoint_interval_s"]
+    if stall and interval and stall < 2 * interval:  # the team file's rule (team_config JobConfig), for an override
+        raise JobError(
+            f"--checkpoint-interval-s {interval:g} is more than half the cluster's job.stall_timeout_s {stall}: a node "
+            "whose only sign of progress is its checkpoints would be ended as hung between two; use at most "
+            f"{stall / 2:g}"
+        )
     with tempfile.TemporaryDirectory(prefix="trainctl-code-") as tmp:  # on disk: no archive held in memory
         archive = Path(tmp) / f"{job_id}.tar.gz"
         with archive.open("wb") as out:
