@@ -104,7 +104,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 from spot_training import warm_volume
-from spot_training.job_spec import JOB_ID_RE, JobSpecError, check_job
+from spot_training.job_spec import CHECKPOINT_FOLDER, END_MARKERS, JOB_ID_RE, JobSpecError, check_job
 from spot_training.peers import launch_order
 from spot_training.proctree import kill_all, process_tree
 from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, write_sync_state
@@ -2157,7 +2157,7 @@ class Agent:
         try:
             group = self.group = self.group_name()
             self.put_boot_marker(job)
-            ended = [name for name in ("DONE", "FAILED", "STOPPED") if self.marker(job, name) is not None]
+            ended = [name for name in END_MARKERS if self.marker(job, name) is not None]
         except (AgentError, *AWS_ERRORS) as exc:
             self.give_up(f"before training: {exc}")
             raise AgentError(f"before training: {exc}") from None
@@ -2165,7 +2165,7 @@ class Agent:
             self.log(f"job {job.job_id} is already {ended[0]}; nothing to run")
             self.scale_to_zero(group)
             return EXIT_FAILED if ended[0] == "FAILED" else 0
-        store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, self.log)
+        store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}{CHECKPOINT_FOLDER}/", job.job_id, self.log)
         try:
             self.check_notice("boot")
             self.claim_warm_volume(job)

@@ -104,7 +104,7 @@ def _stop_cluster(
     prefix = f"{spec['prefix']}{job_id}/" if job_id else None
     # whether an end marker is there is all the guard needs: it lists them and never reads one
     finished = prefix is not None and any(_listed(s3, spec["bucket"], prefix + m) is not None for m in FINISHED)
-    asked_at = _written_at(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
+    asked_at = written_at(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
     if prefix and not finished and asked_at is None:
         body = {"requested_at": now, "by": "budget guard", "reason": f"budget {budget} spent"}
         s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())
@@ -115,10 +115,10 @@ def _stop_cluster(
         report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
 
 
-def _written_at(s3: Any, bucket: str, key: str) -> Optional[float]:
+def written_at(s3: Any, bucket: str, key: str) -> Optional[float]:
     """When the object at ``key`` was last written, by S3's clock, or None if it is not there. The guard times a
     stop by this, not by the request's own ``requested_at``: that was written by whoever asked, with their clock
-    (or a value that never comes due)."""
+    (or a value that never comes due). ``trainctl stop`` reads it too (a stop asked already is not asked again)."""
     listed = _listed(s3, bucket, key)
     return None if listed is None else float(listed["LastModified"].timestamp())
 

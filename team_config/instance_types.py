@@ -13,6 +13,7 @@ moto is a dev dependency only. After upgrading boto3 or moto, regenerate it:
 
 from __future__ import annotations
 
+import difflib
 import functools
 import gzip
 import json
@@ -68,8 +69,15 @@ def instance_facts() -> dict[str, Optional[InstanceFacts]]:
     return out
 
 
+@functools.cache
 def known_instance_types() -> frozenset[str]:
     return frozenset(instance_facts())
+
+
+def closest_instance_type(name: str) -> Optional[str]:
+    """The known type ``name`` is most likely a typo of (case aside), or None: for a "did you mean"."""
+    close = difflib.get_close_matches(name.lower(), known_instance_types(), n=1)
+    return close[0] if close else None
 
 
 def botocore_instance_types() -> tuple[str, list[str]]:

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from team_config.instance_types import known_instance_types
+from team_config.instance_types import closest_instance_type
 from team_config.model import INSTANCE_TYPE_PATTERN, NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
 from team_config.text import not_utf8
 
@@ -115,9 +115,9 @@ def _describe(error: Any) -> str:
     if kind == "string_pattern_mismatch":
         pattern = error["ctx"]["pattern"]
         if pattern == INSTANCE_TYPE_PATTERN:
-            guess = difflib.get_close_matches(str(value).lower(), sorted(known_instance_types()), n=1)
+            guess = closest_instance_type(str(value))
             if guess:
-                return f"{value!r} does not match the required form {pattern}; did you mean {guess[0]}?"
+                return f"{value!r} does not match the required form {pattern}; did you mean {guess}?"
         example = PATTERN_EXAMPLES.get(pattern)
         return f"{value!r} does not match the required form {pattern}" + (f"; use {example}" if example else "")
     msg = str(error["msg"])

@@ -6,7 +6,6 @@ plain data: no boto3, no CDK, so it loads in milliseconds and can be reused by t
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import math
 import posixpath
@@ -29,8 +28,9 @@ from bootstrap_scripts.spot_training.job_spec import (
     STALL_TIMEOUT_MIN_S,
     JobSpecError,
     parse_command,
+    stall_too_short,
 )
-from team_config.instance_types import InstanceFacts, instance_facts, known_instance_types
+from team_config.instance_types import InstanceFacts, closest_instance_type, instance_facts, known_instance_types
 
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
@@ -429,7 +429,7 @@ class JobConfig(Strict):
     @model_validator(mode="after")
     def _stall_timeout_above_the_interval(self) -> JobConfig:
         stall, interval = self.stall_timeout_s, self.checkpoint_interval_s
-        if stall is not None and interval is not None and stall < 2 * interval:
+        if stall is not None and interval is not None and stall_too_short(stall, interval):  # both set
             raise ValueError(
                 f"stall_timeout_s {stall} is less than twice checkpoint_interval_s {interval:g}: a node whose only "
                 "sign of progress is its checkpoints would be ended as hung between two; set job.checkpoint_interval_s "
@@ -508,11 +508,10 @@ class ClusterConfig(Strict):
             )
         if len(set(self.instance_types)) != len(self.instance_types):
             raise ValueError("instance_types: a type is listed twice; list each type once")
-        known = known_instance_types()
         for name in self.instance_types:
-            if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                fix = f"did you mean {close[0]}?" if close else "see aws ec2 describe-instance-types"
+            if name not in known_instance_types():
+                close = closest_instance_type(name)
+                fix = f"did you mean {close}?" if close else "see aws ec2 describe-instance-types"
                 raise ValueError(
                     f"instance_types: {name} is not an EC2 instance type ({fix}; a type newer than the pinned boto3: "
                     "upgrade it and run .venv/bin/python -m team_config.instance_types)"

@@ -13,6 +13,8 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Match, Template
 
+from bootstrap_scripts.spot_training.job_spec import END_MARKERS
+from budget_guard.handler import FINISHED
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
 from training_constructs import WarmVolumePool, training_cluster
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
@@ -754,6 +756,11 @@ def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: 
     assert rule["Properties"]["ScheduleExpression"] == "rate(15 minutes)"
     [function_id] = budgeted.find_resources("AWS::Lambda::Function").keys()
     assert rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+
+
+def test_the_budget_guard_knows_the_job_end_markers_the_agent_writes() -> None:
+    """The guard's Lambda package cannot import the job spec module: its copy must stay the same."""
+    assert FINISHED == END_MARKERS
 
 
 def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:

@@ -17,7 +17,7 @@ import secrets
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -28,13 +28,20 @@ from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import S3Transfer, TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER, JobSpecError, check_job
-from budget_guard.handler import read_marker
+from bootstrap_scripts.spot_training.job_spec import (
+    CHECKPOINT_FOLDER,
+    CODE_FOLDER,
+    END_MARKERS,
+    JobSpecError,
+    check_job,
+    stall_too_short,
+)
+from budget_guard.handler import read_marker, written_at
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
 ClientFactory = Callable[[str], Any]
 MANIFEST = "spot-training-manifest.json"  # bootstrap_scripts/node_agent.py writes it last
-ENDED = ("DONE", "FAILED", "STOPPED")
+ENDED = END_MARKERS
 NOT_RUNNING = (*ENDED, "UNFINISHED")  # job_state: no node runs it, none will
 COPIED_CHECKPOINTS = 2  # as many as the node agent keeps in S3 by default (SPOT_TRAINING_KEEP_CHECKPOINTS)
 _PLAN = re.compile(r"\bplan: (\d+) steps\b")
@@ -235,7 +242,7 @@ def submit(
         raise JobError(f"the node agent would refuse this job: {exc}") from None
     argv = merged["argv"]
     stall, interval = merged["stall_timeout_s"], merged["checkpoint_interval_s"]
-    if stall and interval and stall < 2 * interval:  # the team file's rule (team_config JobConfig), for an override
+    if stall_too_short(stall, interval):  # the team file's rule, which an override must not get round
         raise JobError(
             f"--checkpoint-interval-s {interval:g} is more than half the cluster's job.stall_timeout_s {stall}: a node "
             "whose only sign of progress is its checkpoints would be ended as hung between two; use at most "
@@ -313,7 +320,7 @@ class Checkpoint:
 def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Checkpoint]:
     """The job's complete checkpoints in S3 (those with a manifest), oldest first."""
     s3 = client("s3")
-    prefix = f"{ref.job_prefix(job_id)}ckpt/"
+    prefix = f"{ref.job_prefix(job_id)}{CHECKPOINT_FOLDER}/"
     found: list[Checkpoint] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
@@ -433,7 +440,7 @@ def copy_checkpoints(
     job's checkpoints) and where it came from. The earlier job's objects are only read.
     """
     s3 = client("s3")
-    source, target = f"{ref.job_prefix(earlier)}ckpt/", f"{ref.job_prefix(job_id)}ckpt/"
+    source, target = f"{ref.job_prefix(earlier)}{CHECKPOINT_FOLDER}/", f"{ref.job_prefix(job_id)}{CHECKPOINT_FOLDER}/"
     steps: list[int] = []
     for checkpoint in reversed(checkpoints(client, ref, earlier)):
         manifest = intact_manifest(s3, ref.bucket, f"{source}{checkpoint.step}/")
@@ -571,19 +578,14 @@ def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Op
 
 def object_time(client: ClientFactory, ref: ClusterRef, key: str) -> Optional[float]:
     """When S3 stored the object at ``key`` (its LastModified; listed, as :func:`marker` reads), or None."""
-    listed = client("s3").list_objects_v2(Bucket=ref.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-    return listed[0]["LastModified"].timestamp() if listed and listed[0]["Key"] == key else None
+    return written_at(client("s3"), ref.bucket, key)
 
 
 def run_starts(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[float]:
     """When a node of the job booted, started a training attempt or announced leaving (S3's LastModified of its
     ``nodes/<id>/boot``, ``training`` and ``leaving`` markers; ``training`` is rewritten at each attempt)."""
-    prefix = f"{ref.job_prefix(job_id)}nodes/"
     return sorted(
-        obj["LastModified"].timestamp()
-        for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix)
-        for obj in page.get("Contents", [])
-        if obj["Key"].rsplit("/", 1)[-1] in RUN_MARKERS
+        obj["LastModified"].timestamp() for _, name, obj in _node_objects(client, ref, job_id) if name in RUN_MARKERS
     )
 
 
@@ -603,13 +605,19 @@ def eta_s(done: list[Checkpoint], planned: int, starts: list[float]) -> Optional
 
 def node_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, str]]:
     """The node agents' markers of a job, ``nodes/<instance>/<name>``: {instance: {name: S3 key}}."""
-    prefix = f"{ref.job_prefix(job_id)}nodes/"
     found: dict[str, dict[str, str]] = {}
+    for instance, name, obj in _node_objects(client, ref, job_id):
+        found.setdefault(instance, {})[name] = obj["Key"]
+    return found
+
+
+def _node_objects(client: ClientFactory, ref: ClusterRef, job_id: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(instance, marker name, the listing's entry) of every ``nodes/<instance>/<name>`` object of the job."""
+    prefix = f"{ref.job_prefix(job_id)}nodes/"
     for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
             instance, _, name = obj["Key"][len(prefix) :].partition("/")
-            found.setdefault(instance, {})[name] = obj["Key"]
-    return found
+            yield instance, name, obj
 
 
 def leaving_nodes(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[str]:

@@ -25,7 +25,6 @@ from typing import Any, Optional
 from team_config.naming import CLUSTER_TAG, TEAM_TAG
 from trainctl.prices import BEFORE_CUT_NOTE, PriceTable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 
 
@@ -55,8 +54,7 @@ def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
         teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)
     except ConfigError as exc:  # every problem of every team file, one line each (as `cdk synth` prints them)
         raise ReviewError(str(exc)) from None
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-    application = App(outdir=str(outdir), context=context)
+    application = App(outdir=str(outdir), context=cdk_app.cdk_json_context())
     cdk_app.add_teams(application, teams)
     try:
         application.synth()

@@ -10,17 +10,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER
+from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER, CODE_FOLDER, END_MARKERS
 from training_constructs.checkov import skip_checkov
 from training_constructs.nag import acknowledge
 from training_constructs.spot_checks import CHECKPOINT_ROLE_TAG
 
 # How long a replaced or deleted access-log object stays recoverable in the (versioned) access-log bucket.
 ACCESS_LOG_NONCURRENT_DAYS = 30
-# Under a job's prefix <cluster>/<job>/ (bootstrap_scripts/node_agent.py): its checkpoints (<step>/<file>, the
-# manifest last) and the markers that end it.
-CHECKPOINT_FOLDER = "ckpt"
-JOB_END_MARKERS = ("DONE", "FAILED", "STOPPED")
 
 
 class CheckpointStore(Construct):
@@ -114,7 +110,7 @@ class CheckpointStore(Construct):
         ``<cluster>/<job>/`` (the ``*``): checkpoints, per-node markers, the job's end markers. None matches a code
         archive, ``<cluster>/code/<job>.tar.gz`` (a job id has no '/', an archive ends in ``.tar.gz``)."""
         prefix = cls.cluster_prefix(cluster)
-        return [f"{prefix}*/{CHECKPOINT_FOLDER}/*", f"{prefix}*/nodes/*", *(f"{prefix}*/{m}" for m in JOB_END_MARKERS)]
+        return [f"{prefix}*/{CHECKPOINT_FOLDER}/*", f"{prefix}*/nodes/*", *(f"{prefix}*/{m}" for m in END_MARKERS)]
 
     def cluster_access_policy(self, scope: Construct, construct_id: str, role: iam.IRole, cluster: str) -> iam.Policy:
         """What the node agent (and so the training code, which runs with the same role) does under ``<cluster>/``.

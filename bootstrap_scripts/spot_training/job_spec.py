@@ -50,6 +50,8 @@ SPEC_KEYS = JOB_SETTINGS | {
 }
 
 CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objects are under <cluster>/<job>/)
+CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
+END_MARKERS = ("DONE", "FAILED", "STOPPED")  # <cluster>/<job>/<marker>: the job has ended
 SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
@@ -60,6 +62,13 @@ SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
 # from a hang. Absent (a job spec from before the watchdog, or a team file that leaves it unset: CDK leaves null out
 # of the JSON), null (a submitted job) or 0 (the stack's job spec for off): off.
 STALL_TIMEOUT_MIN_S, STALL_TIMEOUT_MAX_S = 300, 86400
+
+
+def stall_too_short(stall_timeout_s: Optional[float], checkpoint_interval_s: Optional[float]) -> bool:
+    """Whether the stall watchdog would end, as hung, a node whose only sign of progress is its checkpoints between
+    two of them: a timeout under twice the checkpoint interval (both set). The team file and ``trainctl submit``
+    refuse it; the agent does not (a booting node must not refuse a job for it)."""
+    return bool(stall_timeout_s and checkpoint_interval_s and stall_timeout_s < 2 * checkpoint_interval_s)
 
 
 def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:

@@ -7,12 +7,14 @@ minimum."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,22 @@ open(sys.argv[2], "w").write("ran to its end")
 """
 
 
+def time_trainer(agent: Any, around: Callable[[], contextlib.AbstractContextManager[None]]) -> list[float]:
+    """Each of the agent's trainer runs from now on inside ``around()``; the list gets how long each took."""
+    run_trainer, timed = agent.run_trainer, list[float]()
+
+    def timed_run(*args: Any) -> Any:
+        started = time.monotonic()
+        try:
+            with around():
+                return run_trainer(*args)
+        finally:
+            timed.append(time.monotonic() - started)
+
+    agent.run_trainer = timed_run
+    return timed
+
+
 def run_silent_beside(
     make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job_id: str, seconds: int, peer: Any
 ) -> Any:
@@ -334,20 +352,17 @@ def test_a_job_where_no_node_makes_progress_is_ended(
         cluster.aws.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/i-peer/progress", Body=b"{}")
 
     peer_marks()  # an earlier attempt's
-    run_trainer = agent.run_trainer
-    timed: list[float] = []
 
-    def marked_early(*args: Any) -> Any:  # the peer shows progress 2.5 s into the trainer, then hangs
-        started = time.monotonic()
+    @contextlib.contextmanager
+    def marked_early() -> Iterator[None]:  # the peer shows progress 2.5 s into the trainer, then hangs
         timer = threading.Timer(2.5, peer_marks)
         timer.start()
         try:
-            return run_trainer(*args)
+            yield
         finally:
             timer.cancel()
-            timed.append(time.monotonic() - started)
 
-    agent.run_trainer = marked_early
+    timed = time_trainer(agent, marked_early)
 
     assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 1
 
@@ -384,19 +399,16 @@ def test_a_listing_that_keeps_failing_counts_as_no_progress_after_a_further_time
 
     monkeypatch.setattr(agent, "node_markers", failing_while_training(agent.node_markers, "ListObjectsV2"))
     monkeypatch.setattr(store, "newest_complete", failing_while_training(store.newest_complete, "ListObjectsV2"))
-    run_trainer = agent.run_trainer
-    timed: list[float] = []
 
-    def s3_down(*args: Any) -> Any:
+    @contextlib.contextmanager
+    def s3_down() -> Iterator[None]:
         failing.set()
-        started = time.monotonic()
         try:
-            return run_trainer(*args)
+            yield
         finally:
             failing.clear()
-            timed.append(time.monotonic() - started)
 
-    agent.run_trainer = s3_down
+    timed = time_trainer(agent, s3_down)
 
     assert agent.attempts(job, cluster.group, str(tmp_path), store) == 1
 
