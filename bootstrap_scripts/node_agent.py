@@ -104,7 +104,15 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 from spot_training import warm_volume
-from spot_training.job_spec import CHECKPOINT_FOLDER, END_MARKERS, JOB_ID_RE, JobSpecError, check_job
+from spot_training.job_spec import (
+    CHECKPOINT_FOLDER,
+    DRAIN_HEARTBEAT_S,
+    DRAIN_HOOK,
+    END_MARKERS,
+    JOB_ID_RE,
+    JobSpecError,
+    check_job,
+)
 from spot_training.peers import launch_order
 from spot_training.proctree import kill_all, process_tree
 from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, write_sync_state
@@ -137,6 +145,9 @@ UNANSWERED_TRIES, UNANSWERED_PAUSE_S = 3, 30.0
 RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer checkpoints may have replaced them
 PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
 STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
+# After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
+# ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
+DRAIN_WAIT_S = 60.0
 
 
 def part_size(size: int) -> int:
@@ -1269,6 +1280,8 @@ class Agent:
         self.notice_at = 0.0
         self.stop_requested = False  # trainctl stop: checkpoint, then STOPPED and scale to 0
         self.warm_volume: Optional[Tuple[str, str, Optional[str]]] = None  # (volume id, device, bound env root)
+        self.terminating = False  # its group is ending this instance (target lifecycle state Terminated)
+        self.released = False  # the agent let the instance go: left its group, or scaled it to 0
 
     # -- small S3 helpers
     def put_marker(self, job: Job, name: str, body: Dict[str, Any]) -> None:
@@ -1339,11 +1352,16 @@ class Agent:
 
     def leave_group(self, group: str, for_good: bool = False) -> None:
         """Hand the instance back now instead of idling until the reclaim: the group launches a replacement, or
-        (``for_good``) its desired capacity goes down by one."""
+        (``for_good``) its desired capacity goes down by one. Nothing to do when the group is ending it already."""
+        if self.terminating:
+            self.released = True
+            self.log(f"leaving {group}: it is ending this instance already")
+            return
         try:
             self.asg.terminate_instance_in_auto_scaling_group(
                 InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=for_good
             )
+            self.released = True
             self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
         except AWS_ERRORS as exc:
             self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
@@ -1359,6 +1377,7 @@ class Agent:
         self.release_warm_volume()  # before the group terminates this instance
         try:
             self.asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
+            self.released = True
             self.log(f"set desired capacity of {group} to 0")
         except AWS_ERRORS as exc:  # at least this node goes; its peers that see DONE scale to 0 (or leave) too
             self.log(f"could not scale {group} to 0 ({exc}); leaving it instead")
@@ -1670,15 +1689,62 @@ class Agent:
             self.log(f"could not announce leaving or list checkpoints: {exc}; the trainer stops anyway")
 
     def notice(self) -> Optional[str]:
-        """The agent's own SIGTERM or the spot notice in IMDS, described, or None (also when IMDS does not answer)."""
+        """The agent's own SIGTERM, the spot notice in IMDS or the group ending this instance (capacity rebalancing
+        once the replacement runs, a scale-in: no spot notice, the drain hook holds the instance), described, or
+        None (also when IMDS does not answer)."""
         if self.stop_signal.is_set():
             return "agent received SIGTERM"
         try:
             action = self.imds.get("spot/instance-action")
+            if action:
+                return f"spot interruption notice {action.strip()}"
+            if self.group_ending_it():
+                return f"its Auto Scaling group is ending this instance (lifecycle hook {DRAIN_HOOK})"
         except IMDS_ERRORS as exc:
             self.log(f"IMDS poll failed: {exc}")
-            return None
-        return f"spot interruption notice {action.strip()}" if action else None
+        return None
+
+    def group_ending_it(self) -> bool:
+        """True once ``autoscaling/target-lifecycle-state`` is ``Terminated`` (remembered in ``terminating``)."""
+        if not self.terminating:
+            state = self.imds.get("autoscaling/target-lifecycle-state")
+            self.terminating = state is not None and state.strip() == "Terminated"
+        return self.terminating
+
+    def complete_drain(self) -> None:
+        """The group's drain hook holds an instance it ends in Terminating:Wait (billed) until told. Once the agent
+        is done with this one (it left the group, scaled it to 0, or the group is ending it), wait (at most
+        ``DRAIN_WAIT_S``) for the group to hold it, then complete the hook: the instance goes now, not after the
+        hook's heartbeat. Nothing to do once the instance is out of its group (a group without the hook)."""
+        group = self.group or self.args.asg_name
+        if not group or not (self.released or self.terminating):
+            return
+        deadline = time.monotonic() + DRAIN_WAIT_S
+        state: Optional[str] = "unknown"
+        while state != "Terminating:Wait":
+            try:
+                found = self.asg.describe_auto_scaling_instances(InstanceIds=[self.instance_id])
+                state = next((i["LifecycleState"] for i in found["AutoScalingInstances"]), None)
+            except AWS_ERRORS as exc:
+                self.log(f"could not read this instance's lifecycle state: {one_line(exc)}")
+            if state is None or state in ("Terminating:Proceed", "Terminated"):
+                return  # nothing holds it
+            if state != "Terminating:Wait" and (time.monotonic() >= deadline or self.stop_signal.wait(1.0)):
+                self.log(f"{group} did not start ending this instance within {DRAIN_WAIT_S:.0f} s (state {state})")
+                return
+        try:
+            self.asg.complete_lifecycle_action(
+                AutoScalingGroupName=group,
+                LifecycleHookName=DRAIN_HOOK,
+                InstanceId=self.instance_id,
+                LifecycleActionResult="CONTINUE",
+            )
+            self.log(f"completed {DRAIN_HOOK}: {group} terminates this instance now")
+        except AWS_ERRORS as exc:  # a hook of another name, or it timed out meanwhile
+            self.log(
+                f"could not complete {DRAIN_HOOK} ({one_line(exc)}); {group} terminates this instance after the "
+                f"hook's heartbeat ({DRAIN_HEARTBEAT_S} s)"
+            )
 
     def check_notice(self, during: str) -> None:
         """Before the trainer runs: a spot notice (or the agent's SIGTERM) raises ``LeavingBeforeTraining``. A node
@@ -2103,6 +2169,14 @@ class Agent:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
         try:
+            return self.load_and_run()
+        finally:
+            self.complete_drain()  # however the agent ends: the drain hook must not hold the instance billed
+            if self.log.shipper is not None:
+                self.log.shipper.close()
+
+    def load_and_run(self) -> int:
+        try:
             job = load_job(self.ssm, self.args.job_spec_parameter)
             for key, expected in (("team", self.args.team), ("cluster", self.args.cluster)):
                 if job.spec.get(key) != expected:
@@ -2129,7 +2203,6 @@ class Agent:
             raise
         finally:
             self.release_warm_volume()
-            self.log.shipper.close()
 
     def refuse_job(self, refused: JobRefused) -> None:
         """Every node of the group would refuse this job: mark it FAILED (when its spec says where) and scale the

@@ -20,6 +20,8 @@
 # scripts-per-boot before user data, so not on this first boot) that hands the instance back to its group on any
 # later boot, without decrementing desired capacity: the group launches a replacement (the agent's state, its
 # rendezvous and checkpoint sync did not survive the reboot).
+# Handing the instance back, both complete the group's drain hook (DRAIN_HOOK in spot_training/job_spec.py) for it:
+# it would otherwise hold the instance, billed, in Terminating:Wait for the hook's heartbeat.
 # Exit status 2 with a one-line reason on bad arguments, an identity mismatch or no usable Python. Once the
 # instance id and group are known, such a failure first hands the instance back (it leaves its group, one fewer
 # desired, with the AWS CLI every DLAMI has): no agent runs to do it, and an idle node would be billed.
@@ -30,12 +32,38 @@ IMDS="${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"
 IMDS="${IMDS%/}"
 
 log() { printf '%s user-data %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+DRAIN_HOOK=spot-training-drain
+# Complete the drain hook for this instance once its group holds it in Terminating:Wait (that state begins a moment
+# after the terminate call: a few tries). Out of the group already (a group without the hook): nothing to do.
+# Args: AWS CLI, region, group, instance id, hook name.
+complete_drain() {
+  local try state
+  for try in 1 2 3 4 5 6; do
+    state="$("$1" autoscaling describe-auto-scaling-instances --region "$2" --instance-ids "$4" --output text \
+      --query 'AutoScalingInstances[0].LifecycleState' --cli-connect-timeout 10 --cli-read-timeout 20 2>/dev/null)" ||
+      state=""
+    case "$state" in
+      None | Terminated | Terminating:Proceed) return 0 ;;
+      Terminating:Wait)
+        if "$1" autoscaling complete-lifecycle-action --region "$2" --auto-scaling-group-name "$3" \
+          --instance-id "$4" --lifecycle-hook-name "$5" --lifecycle-action-result CONTINUE \
+          --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null 2>&1; then
+          return 0
+        fi
+        ;;
+    esac
+    sleep "$try"
+  done
+  printf '%s could not complete lifecycle hook %s for %s: group %s ends it after the heartbeat timeout\n' \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$5" "$4" "$3" >&2
+}
 INSTANCE_ID="" ASG_NAME=""
 hand_back() {
   [[ -n "$INSTANCE_ID" && -n "$ASG_NAME" ]] || return 0
   if aws autoscaling terminate-instance-in-auto-scaling-group --region "$REGION" --instance-id "$INSTANCE_ID" \
     --should-decrement-desired-capacity --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null 2>&1; then
     log "instance $INSTANCE_ID leaves group $ASG_NAME (one fewer desired)"
+    complete_drain aws "$REGION" "$ASG_NAME" "$INSTANCE_ID" "$DRAIN_HOOK"
   else
     log "could not hand instance $INSTANCE_ID back to group $ASG_NAME: terminate it by hand"
   fi
@@ -112,8 +140,9 @@ install_reboot_hook() {
     printf '# once per instance: after a reboot no node agent runs. Hand the instance back to its group (no decrement:\n'
     printf '# the group launches a replacement).\n'
     # the AWS CLI found now: a later boot's cloud-init may run the hook with a shorter PATH
-    printf 'INSTANCE_ID=%q REGION=%q ASG_NAME=%q AWS_CLI=%q\n' "$INSTANCE_ID" "$REGION" "${ASG_NAME:-its group}" \
-      "$(command -v aws || echo aws)"
+    printf 'INSTANCE_ID=%q REGION=%q ASG_NAME=%q AWS_CLI=%q DRAIN_HOOK=%q\n' "$INSTANCE_ID" "$REGION" \
+      "${ASG_NAME:-its group}" "$(command -v aws || echo aws)" "$DRAIN_HOOK"
+    declare -f complete_drain
     cat <<'HOOK'
 printf '%s spot-training reboot hook: instance %s rebooted (its node agent does not run again); handing it back to group %s, which launches a replacement\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$INSTANCE_ID" "$ASG_NAME" >&2
@@ -123,6 +152,7 @@ if ! "$AWS_CLI" autoscaling terminate-instance-in-auto-scaling-group --region "$
     "$INSTANCE_ID" "$ASG_NAME" >&2
   exit 1
 fi
+complete_drain "$AWS_CLI" "$REGION" "$ASG_NAME" "$INSTANCE_ID" "$DRAIN_HOOK"
 HOOK
   } >"$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$hook"; then
     log "reboot hook installed: $hook"

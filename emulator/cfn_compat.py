@@ -73,6 +73,14 @@ Items (what moto 5.2.5 lacks -> what we do):
     budget and its notifications through moto's Budgets backend (``describe_budget`` returns them; the
     limit's ``Amount`` becomes the API's string) and deletes it with the stack. ``ResourceTags`` are accepted
     and dropped: moto's Budgets has no tag API (they only label the budget; its cost filter is unaffected).
+12. ``AWS::AutoScaling::LifecycleHook``: no CloudFormation type (moto's Auto Scaling API stores hooks; what they do
+    to the group is :mod:`emulator.lifecycle`). -> A model that creates the hook through moto's
+    ``create_lifecycle_hook`` (``AutoScalingGroupName``, ``LifecycleTransition``, ``HeartbeatTimeout``,
+    ``DefaultResult``, ``LifecycleHookName``, generated when absent as for SSM parameters, ``NotificationMetadata``),
+    checks the group exists and the values are in AWS's ranges, and deletes it with the stack; ``Ref`` = the hook's
+    name. moto gives every hook an example role and SQS queue ARN (ours have neither: ``DescribeLifecycleHooks`` shows
+    none) and a 48 h ``GlobalTimeout`` (ours: AWS's 100 x ``HeartbeatTimeout``, at most 48 h).
+    ``NotificationTargetARN`` and ``RoleARN`` are not emulated (nothing is ever notified): reported.
 
 Properties a compat model does not emulate are reported as ``EMULATOR-UNSUPPORTED-PROPERTY`` in the
 server log, and :func:`emulator.deploy.deploy` fails on them (as on moto's own "No Moto
@@ -882,6 +890,88 @@ class AutoScalingGroup(CloudFormationModel):
         return True
 
 
+# --- 12. Lifecycle hooks ----------------------------------------------------------------------------
+
+_LIFECYCLE_HOOK_PROPS = {
+    "AutoScalingGroupName", "LifecycleTransition", "HeartbeatTimeout", "DefaultResult", "LifecycleHookName",
+    "NotificationMetadata",
+}  # fmt: skip
+LIFECYCLE_TRANSITIONS = ("autoscaling:EC2_INSTANCE_LAUNCHING", "autoscaling:EC2_INSTANCE_TERMINATING")
+
+
+class LifecycleHook(_NamedWithoutAttributes, CloudFormationModel):
+    """``AWS::AutoScaling::LifecycleHook`` through moto's Auto Scaling backend; ``Ref`` = the hook's name."""
+
+    def __init__(self, account_id: str, region_name: str, group_name: str, name: str) -> None:
+        self.account_id, self.region_name, self.group_name, self.name = account_id, region_name, group_name, name
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "LifecycleHookName"
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::AutoScaling::LifecycleHook"
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> LifecycleHook:
+        props = cloudformation_json["Properties"]
+        _report_unsupported(cls.cloudformation_type(), props, _LIFECYCLE_HOOK_PROPS)
+        backend = autoscaling_backends[account_id][region_name]
+        group_name = props["AutoScalingGroupName"]
+        if group_name not in backend.autoscaling_groups:
+            raise ValueError(f"AutoScalingGroup name not found - {group_name}")
+        transition, result = props["LifecycleTransition"], props.get("DefaultResult", "ABANDON")
+        timeout = int(props.get("HeartbeatTimeout", 3600))
+        valid = transition in LIFECYCLE_TRANSITIONS and result in ("CONTINUE", "ABANDON") and 30 <= timeout <= 7200
+        if not valid:
+            raise ValueError(
+                f"AWS::AutoScaling::LifecycleHook: LifecycleTransition {transition!r}, DefaultResult {result!r}, "
+                f"HeartbeatTimeout {timeout} (30 to 7200)"
+            )
+        name = props.get("LifecycleHookName") or resource_name
+        hook = backend.create_lifecycle_hook(name, group_name, transition, timeout, result)
+        hook.role_arn = hook.notification_target_arn = None  # type: ignore[assignment]
+        hook.global_timeout = min(100 * timeout, 172800)  # AWS's; moto says 48 h for every hook
+        hook.notification_metadata = props.get("NotificationMetadata")  # type: ignore[attr-defined]
+        return cls(account_id, region_name, group_name, name)
+
+    @classmethod
+    def update_from_cloudformation_json(
+        cls,
+        original_resource: LifecycleHook,
+        new_resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+    ) -> LifecycleHook:
+        props = cloudformation_json["Properties"]
+        new_name = props.get("LifecycleHookName") or new_resource_name
+        if (props["AutoScalingGroupName"], new_name) != (original_resource.group_name, original_resource.name):
+            original_resource.delete(account_id, region_name)  # a new name or group: a new hook
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        group_name = cloudformation_json.get("Properties", {}).get("AutoScalingGroupName")
+        if not isinstance(group_name, str):  # an unresolved Ref: moto deletes through delete() below
+            raise ValueError(f"lifecycle hook {resource_name}: AutoScalingGroupName {group_name!r} is not a name")
+        autoscaling_backends[account_id][region_name].delete_lifecycle_hook(group_name, resource_name)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        properties = {"Properties": {"AutoScalingGroupName": self.group_name}}
+        self.delete_from_cloudformation_json(self.name, properties, self.account_id, self.region_name)
+
+
 # --- 9. S3 buckets with everything the template says -----------------------------------------------
 
 _BUCKET_PROPS = {
@@ -1169,6 +1259,7 @@ COMPAT_MODELS: tuple[type[CloudFormationModel], ...] = (
     AutoScalingGroup,
     Bucket,
     Budget,
+    LifecycleHook,
 )
 
 

@@ -50,10 +50,16 @@ _DURABLE = re.compile(r"checkpoint (\d+) durable in s3://")
 _ACCURACY = re.compile(r"epoch (\d+) done: step (\d+) test accuracy ([0-9.]+) world size (\d+)")
 
 
+INTERRUPTIONS = ("notice", "ended", "power-off")  # event kinds that take the node away
+WARNED = ("notice", "ended")  # and those that leave its agent time to save
+
+
 @dataclass
 class JobEvent:
     """Something a scenario did to the job's nodes: ``notice`` (spot interruption notice), ``rebalance``
-    (rebalance recommendation) or ``power-off`` (hard termination, no notice)."""
+    (rebalance recommendation), ``ended`` (its group ends it with no spot notice, as capacity rebalancing does once
+    the replacement runs: the drain hook holds it until its agent has saved) or ``power-off`` (hard termination, no
+    notice)."""
 
     kind: str
     instance_id: str
@@ -179,11 +185,11 @@ def summarize(run: JobRun) -> Summary:
     The single-interruption fields (victim, replacement, interrupted/resumed step) describe the first notice or
     power-off; ``events`` and ``restarts`` cover every one."""
     client, ref, job_id, launcher = run.client, run.ref, run.job_id, run.launcher
-    first = next((e for e in run.events if e.kind in ("notice", "power-off")), None)
+    first = next((e for e in run.events if e.kind in INTERRUPTIONS), None)
     if first is None:
         raise EmulatorError("the scenario interrupted no node")
     events = run.log_events()
-    durable_at = _first_after(events, _DURABLE, first.at)[0] if first.kind == "notice" else None
+    durable_at = _first_after(events, _DURABLE, first.at)[0] if first.kind in WARNED else None
     nodes = launcher.all_nodes()
     replacement = next((n for n in nodes if n.booted_at > first.at), None)
     if replacement is None:
@@ -277,7 +283,7 @@ class JobRun:
     def running(self) -> list[str]:
         """Instance ids of the nodes running the job now (not those told to go), in the agents' launch order: the
         first one hosts the rendezvous."""
-        gone = {e.instance_id for e in self.events if e.kind in ("notice", "power-off")}
+        gone = {e.instance_id for e in self.events if e.kind in INTERRUPTIONS}
         ids = [n.instance_id for n in self.launcher.running() if n.instance_id not in gone]
         if not ids:
             return []
@@ -314,6 +320,13 @@ class JobRun:
     def recommend_rebalance(self, instance_id: str) -> JobEvent:
         event = self._record("rebalance", instance_id)
         self.launcher.recommend_rebalance(instance_id)
+        return event
+
+    def end_by_group(self, instance_id: str) -> JobEvent:
+        """Its group ends the instance with no spot notice (``TerminateInstanceInAutoScalingGroup`` without
+        decrementing, as capacity rebalancing does); the group launches a replacement."""
+        event = self._record("ended", instance_id)
+        self.launcher.terminate(instance_id)
         return event
 
     def power_off(self, instance_id: str) -> JobEvent:

@@ -38,7 +38,9 @@ REFUSALS = logging.getLogger("emulator.iam")
 _REFUSED = re.compile(r"^WARNING emulator\.iam: refused (\S+) on (\S+) for (\S+): (\S+)$", re.MULTILINE)
 
 LOG_GROUP_ACTIONS = frozenset({"CreateLogStream", "PutLogEvents"})
-GROUP_ACTIONS = frozenset({"SetDesiredCapacity", "UpdateAutoScalingGroup"})
+GROUP_ACTIONS = frozenset(
+    {"SetDesiredCapacity", "UpdateAutoScalingGroup", "CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"}
+)
 INSTANCE_IN_GROUP_ACTIONS = frozenset({"TerminateInstanceInAutoScalingGroup", "SetInstanceProtection"})
 VOLUME_ACTIONS = frozenset({"AttachVolume", "DetachVolume"})
 PARAMETER_ACTIONS = frozenset({"GetParameter", "PutParameter"})

@@ -3,12 +3,14 @@
 Reusable by the emulator: ``ImdsMock(host="127.0.0.5", instance_id=..., tags={...}).start()``, then point the
 instance's processes at it with ``AWS_EC2_METADATA_SERVICE_ENDPOINT=mock.url``. Interruptions are injected
 the way AWS delivers them: ``mock.interrupt()`` makes ``spot/instance-action`` answer (404 before), and
-``mock.recommend_rebalance()`` does the same for ``events/recommendations/rebalance``.
+``mock.recommend_rebalance()`` does the same for ``events/recommendations/rebalance``, and ``mock.terminating()``
+turns ``autoscaling/target-lifecycle-state`` from ``InService`` to ``Terminated`` (its Auto Scaling group is ending it).
 
 Served: PUT /latest/api/token (needs X-aws-ec2-metadata-token-ttl-seconds), and with a valid
 X-aws-ec2-metadata-token header (else 401): /latest/meta-data/ instance-id, placement/availability-zone,
 placement/region, ami-launch-index, local-ipv4, instance-type, tags/instance (key list),
-tags/instance/<key>, spot/instance-action, events/recommendations/rebalance; and, once
+tags/instance/<key>, spot/instance-action, events/recommendations/rebalance, autoscaling/target-lifecycle-state;
+and, once
 :meth:`ImdsMock.set_role_credentials` gave it an instance profile's role and credentials, iam/info and
 iam/security-credentials/ (the role's name) and iam/security-credentials/<role> (the credentials, as the JSON
 document EC2 serves): botocore and the AWS CLI then take their credentials from here, as on an instance.
@@ -60,6 +62,7 @@ class ImdsMock:
             "local-ipv4": local_ipv4,
             "instance-type": instance_type,
             "instance-life-cycle": lifecycle,
+            "autoscaling/target-lifecycle-state": "InService",
         }
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
@@ -76,6 +79,10 @@ class ImdsMock:
 
     def recommend_rebalance(self) -> None:
         self.rebalance = {"noticeTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    def terminating(self) -> None:
+        """Its Auto Scaling group is ending the instance (``autoscaling/target-lifecycle-state`` ``Terminated``)."""
+        self.values["autoscaling/target-lifecycle-state"] = "Terminated"
 
     def set_role_credentials(
         self, role_name: str, credentials: dict[str, Any], instance_profile_arn: str, instance_profile_id: str

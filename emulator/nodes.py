@@ -32,13 +32,17 @@ A node is a process tree running that instance's actual user data (read back thr
 
 The launcher polls the groups (every ``poll_s``) and mirrors what EC2 would do:
 - an InService instance with no node boots one (once per instance, like a real boot);
-- an instance that left the group (terminated: scaled in, handed back, or :meth:`terminate`) loses its
-  node: SIGTERM to the process tree (the shutdown), SIGKILL after ``SHUTDOWN_GRACE_S``
-  (``terminate(id, hard=True)``: SIGKILL at once, a power cut);
-- a node that got a notice is reclaimed (terminated through the Auto Scaling API without decrementing) once its
-  process exited while its instance is still in the group, or at the latest when the notice's time is up: then
-  its process tree is SIGKILLed first, as EC2 takes the instance whatever it is still doing.
-Terminating through the Auto Scaling API makes moto launch a replacement, which boots as a new node.
+- an instance its group is ending (``Terminating:Wait``: the group's terminating lifecycle hook holds it, see
+  ``emulator/lifecycle.py``) keeps its node running, and its metadata's ``autoscaling/target-lifecycle-state``
+  turns ``Terminated``, as on EC2: the node's agent saves and completes the hook;
+- an instance that left the group (terminated: scaled in, handed back, its hook completed or timed out, or
+  :meth:`terminate` with ``hard``) loses its node: SIGTERM to the process tree (the shutdown), SIGKILL after
+  ``SHUTDOWN_GRACE_S`` (``terminate(id, hard=True)``: SIGKILL at once, a power cut);
+- a node that got a notice is reclaimed (terminated in EC2, which no lifecycle hook holds) once its process
+  exited while its instance is still in the group, or at the latest when the notice's time is up: then its process
+  tree is SIGKILLed first, as EC2 takes the instance whatever it is still doing.
+An instance terminated in EC2, or taken out of its group without decrementing, makes moto launch a replacement,
+which boots as a new node.
 
 Signals reach only the node's own processes: the user data's process is not reaped until its node is shut down
 (a zombie keeps its pid and process group id from being reused), and its descendants are signalled through
@@ -68,9 +72,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
-
 from bootstrap_scripts.spot_training.proctree import process_tree
 from emulator.cloud import EmulatedCloud, EmulatorError
 from emulator.imds import ImdsMock
@@ -99,6 +100,7 @@ class Node:
     notice_at: Optional[float] = None
     notice_deadline: Optional[float] = None  # time.monotonic() when the notice's time is up: EC2 takes the instance
     rebalance_at: Optional[float] = None
+    draining_at: Optional[float] = None  # time.time() its group started ending it (Terminating:Wait)
     exited_at: Optional[float] = None
     exit_code: Optional[int] = None
     terminated_at: Optional[float] = None
@@ -221,21 +223,26 @@ class NodeLauncher:
         return node
 
     def terminate(self, instance_id: str, *, hard: bool = False) -> Node:
-        """Take the instance away with no notice (the group replaces it); its node is shut down.
+        """Take the instance away with no spot notice; the group launches a replacement.
 
-        Default: like an OS shutdown (SIGTERM to the node, SIGKILL after ``SHUTDOWN_GRACE_S``), so the node's
-        processes may still react. ``hard``: a power cut: the node's whole process tree is SIGKILLed first (no
-        handler runs, nothing is flushed: unshipped log lines and unsynced local checkpoints are lost), then
-        the instance leaves the group.
+        Default: its group ends it (``TerminateInstanceInAutoScalingGroup`` without decrementing, as capacity
+        rebalancing does once the replacement runs): with the group's drain hook the instance waits in
+        ``Terminating:Wait`` and its node sees ``autoscaling/target-lifecycle-state`` ``Terminated``; without one, the
+        node is shut down (SIGTERM, SIGKILL after ``SHUTDOWN_GRACE_S``). ``hard``: a power cut: the node's whole
+        process tree is SIGKILLed first (no handler runs, nothing is flushed: unshipped log lines and unsynced local
+        checkpoints are lost), then the instance is terminated in EC2 (no hook holds that; moto takes it out of its
+        group, which launches a replacement).
         """
         node = self.node(instance_id)
         with self._lock:
             if hard:
                 self._shutdown(node, hard=True)
-            self._asg.terminate_instance_in_auto_scaling_group(
-                InstanceId=instance_id, ShouldDecrementDesiredCapacity=False
-            )
-            self._event(node, "powered off with no notice" if hard else "terminated with no notice")
+                self._ec2.terminate_instances(InstanceIds=[instance_id])  # moto: out of the group, a replacement
+            else:
+                self._asg.terminate_instance_in_auto_scaling_group(
+                    InstanceId=instance_id, ShouldDecrementDesiredCapacity=False
+                )
+            self._event(node, "powered off with no notice" if hard else "ended by its group with no spot notice")
             self.poll()
         return node
 
@@ -276,7 +283,7 @@ class NodeLauncher:
     def poll(self) -> None:
         """One reconcile round: boot new instances, shut down gone ones, reclaim interrupted ones."""
         with self._lock:
-            in_service = self._in_service()
+            in_service, draining = self._in_service()
             for instance_id, group in sorted(in_service.items()):
                 if instance_id in self.nodes or instance_id in self.failed_boots or self._stop.is_set():
                     continue
@@ -291,7 +298,11 @@ class NodeLauncher:
                 if node.exit_code is None and not node.running:
                     node.exit_code, node.exited_at = _exit_status(node.proc), time.time()
                     self._event(node, f"user data exited with code {node.exit_code}")
-                if node.instance_id not in in_service:
+                if node.instance_id in draining and node.draining_at is None and node.terminated_at is None:
+                    node.draining_at = time.time()
+                    node.imds.terminating()
+                    self._event(node, "its group is ending it (Terminating:Wait): target lifecycle state Terminated")
+                if node.instance_id not in in_service and node.instance_id not in draining:
                     if node.terminated_at is None:
                         node.terminated_at = time.time()
                         self._event(node, "instance left the group: shutting the node down")
@@ -307,20 +318,15 @@ class NodeLauncher:
                         self._shutdown(node)
 
     def _reclaim(self, node: Node) -> None:
-        """Terminate the instance, keeping the group's size (a replacement launches). An instance that is no
-        longer in its group (its agent handed it back after this round's snapshot) needs nothing more."""
-        try:
-            self._asg.terminate_instance_in_auto_scaling_group(
-                InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False
-            )
-        except (BotoCoreError, ClientError, ResponseParserError):  # moto answers a 500 page for an instance in no group
-            groups = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[node.group])["AutoScalingGroups"]
-            if any(i["InstanceId"] == node.instance_id for g in groups for i in g["Instances"]):
-                raise
+        """EC2 takes the instance: terminated in EC2 (no lifecycle hook holds that). moto then takes it out of its
+        group, which launches a replacement (one that was already leaving it leaves no gap to fill)."""
+        self._ec2.terminate_instances(InstanceIds=[node.instance_id])
 
-    def _in_service(self) -> dict[str, str]:
+    def _in_service(self) -> tuple[dict[str, str], set[str]]:
+        """The watched groups' InService instances (id -> group) and the ids of those in ``Terminating:Wait``."""
         kwargs: dict[str, Any] = {"AutoScalingGroupNames": self.groups} if self.groups else {}
         found: dict[str, str] = {}
+        draining: set[str] = set()
         for page in self._asg.get_paginator("describe_auto_scaling_groups").paginate(**kwargs):
             for group in page["AutoScalingGroups"]:
                 overrides = group.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {}).get("Overrides", [])
@@ -329,7 +335,9 @@ class NodeLauncher:
                 for inst in group["Instances"]:
                     if inst["LifecycleState"] == "InService":
                         found[inst["InstanceId"]] = group["AutoScalingGroupName"]
-        return found
+                    elif inst["LifecycleState"] == "Terminating:Wait":
+                        draining.add(inst["InstanceId"])
+        return found, draining
 
     def _boot(self, instance_id: str, group: str) -> None:
         reservations = self._ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]

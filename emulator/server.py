@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Optional
 
-from emulator import billing, cfn_compat, ebs_strict
+from emulator import billing, cfn_compat, ebs_strict, lifecycle
 from emulator.settings import ACCOUNT_ID, REGION
 
 
@@ -59,6 +59,7 @@ def serve(
     cfn_compat.install()
     ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
     billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
+    lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
     if iam_enforcement:
         # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
         # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.

@@ -247,6 +247,26 @@ def test_group_mixed_instances_all_spot_by_default(default: Template) -> None:
     )
 
 
+def test_group_drains_an_instance_it_ends_itself(default: Template, variant: Template) -> None:
+    """Capacity rebalancing and a scale-in end an instance with no spot notice: the group holds it until its agent
+    has saved (the agent completes the hook by its name), at most 5 minutes, with no notification role to trust."""
+    for template in (default, variant):
+        groups = template.find_resources("AWS::AutoScaling::AutoScalingGroup")
+        hooks = [h["Properties"] for h in resources(template, "AWS::AutoScaling::LifecycleHook")]
+        assert hooks == [
+            {
+                "AutoScalingGroupName": {"Ref": group_id},
+                "LifecycleHookName": "spot-training-drain",
+                "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+                "HeartbeatTimeout": 300,
+                "DefaultResult": "CONTINUE",
+            }
+            for group_id in groups
+        ]
+        roles = json.dumps(resources(template, "AWS::IAM::Role"))
+        assert "autoscaling.amazonaws.com" not in roles
+
+
 def test_group_on_demand_mix_from_config(variant: Template) -> None:
     variant.has_resource_properties(
         "AWS::AutoScaling::AutoScalingGroup",
@@ -400,7 +420,11 @@ def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template
     assert all(s["Resource"] != "*" for s in log_writes)
     [scale] = [s for s in statements if s.get("Sid") == "ScaleOwnGroup"]
     [group_id] = default.find_resources("AWS::AutoScaling::AutoScalingGroup").keys()
-    assert scale["Action"] == ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"]
+    assert sorted(scale["Action"]) == [
+        "autoscaling:CompleteLifecycleAction",
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+    ]
     assert joined(scale["Resource"]).endswith(
         f':autoScalingGroup:*:autoScalingGroupName/", {{"Ref": "{group_id}"}}]]}}'
     )

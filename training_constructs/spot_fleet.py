@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from typing import Optional
 
 import jsii
-from aws_cdk import ArnFormat, CfnElement, Stack
+from aws_cdk import ArnFormat, CfnElement, Duration, Stack
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HEARTBEAT_S, DRAIN_HOOK
 from training_constructs.checkov import skip_checkov
 from training_constructs.nag import acknowledge
 
@@ -53,7 +54,10 @@ class SpotFleet(Construct):
     cluster from them), encrypted gp3 root volume, detailed monitoring, the given user data and
     instance profile. Group: MixedInstancesPolicy over ``instance_types`` with on-demand base
     and percentage (0 by default, all spot) and a capacity-aware spot strategy, capacity
-    rebalance on, min 0 so it can scale to zero, desired capacity left to the jobs.
+    rebalance on, min 0 so it can scale to zero, desired capacity left to the jobs. A terminating lifecycle hook
+    (``DRAIN_HOOK``): an instance the group ends itself (capacity rebalancing replacing it, a scale-in) gets no
+    spot notice, so it waits in ``Terminating:Wait`` until its node agent has saved a checkpoint and completes the
+    hook (at most ``DRAIN_HEARTBEAT_S``, then the termination goes on).
     """
 
     def __init__(
@@ -174,6 +178,14 @@ class SpotFleet(Construct):
                 ),
             ),
         )
+        # No notification target: the agent reads autoscaling/target-lifecycle-state from the instance metadata.
+        self.asg.add_lifecycle_hook(
+            "Drain",
+            lifecycle_hook_name=DRAIN_HOOK,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
+            heartbeat_timeout=Duration.seconds(DRAIN_HEARTBEAT_S),
+            default_result=autoscaling.DefaultResult.CONTINUE,
+        )
         acknowledge(
             self.asg,
             "AwsSolutions-EC26",
@@ -188,7 +200,8 @@ class SpotFleet(Construct):
         )
 
     def scale_policy(self, construct_id: str, role: iam.IRole) -> iam.Policy:
-        """Let ``role`` change this group's desired capacity (scale to zero when a job ends), nothing else.
+        """Let ``role`` change this group's desired capacity (scale to zero when a job ends), hand an instance back
+        and complete the drain hook for it, nothing else.
 
         A separate policy, not the role's default one: the launch template waits for the default
         policy, and this policy names the group, which needs the launch template first.
@@ -200,7 +213,11 @@ class SpotFleet(Construct):
             statements=[
                 iam.PolicyStatement(
                     sid="ScaleOwnGroup",
-                    actions=["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+                    actions=[
+                        "autoscaling:SetDesiredCapacity",
+                        "autoscaling:TerminateInstanceInAutoScalingGroup",
+                        "autoscaling:CompleteLifecycleAction",
+                    ],
                     resources=[self.group_arn],
                 )
             ],

@@ -53,6 +53,10 @@ CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objec
 CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
 END_MARKERS = ("DONE", "FAILED", "STOPPED")  # <cluster>/<job>/<marker>: the job has ended
 SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
+# The cluster group's terminating lifecycle hook: an instance the group itself ends (capacity rebalancing, a scale-in)
+# waits in Terminating:Wait until its agent has saved and completes this hook, or DRAIN_HEARTBEAT_S has passed.
+# Above the longest interruption_grace_s (119 s) plus the final upload.
+DRAIN_HOOK, DRAIN_HEARTBEAT_S = "spot-training-drain", 300
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")

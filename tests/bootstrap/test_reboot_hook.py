@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from emulator.imds import ImdsMock
 
 from .conftest import BOOTSTRAP, REGION, TEAM, Cluster, address_map
@@ -51,10 +52,22 @@ def test_a_rebooted_node_leaves_its_group_for_a_replacement(make_cluster: Any, m
     assert cluster.marker("reboot-run", "FAILED") is None
 
 
+# Records each call's argv (one call per block, a "--" line after it); answers the lifecycle state read with
+# $AWS_STATE (default "None": the instance is out of its group).
 FAKE_AWS = """#!/usr/bin/env bash
-printf '%s\\n' "$@" > "$AWS_ARGV_FILE"
+printf '%s\\n' "$@" -- >> "$AWS_ARGV_FILE"
+if [[ "$2" == describe-auto-scaling-instances ]]; then echo "${AWS_STATE:-None}"; fi
 exit "${AWS_EXIT:-0}"
 """
+
+
+def calls(path: Path) -> list[list[str]]:
+    """The fake ``aws``'s recorded calls, then forget them."""
+    found = [c.strip("\n").split("\n") for c in path.read_text().split("\n--\n") if c.strip()]
+    path.unlink()
+    return found
+
+
 FAKE_PYTHON = "#!/usr/bin/env bash\nexit 0\n"  # passes user_data.sh's check; the agent it execs ends at once
 
 
@@ -98,14 +111,42 @@ def test_the_hook_bakes_in_its_values_quoted_and_hands_back_without_decrement(tm
     later = {"PATH": "/usr/bin:/bin", "AWS_ARGV_FILE": str(tmp_path / "argv")}
     done = subprocess.run([str(hook)], env=later, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "argv").read_text().splitlines() == [
+    terminate = [
         "autoscaling",
         "terminate-instance-in-auto-scaling-group",
         *("--region", REGION, "--instance-id", instance_id),
         "--no-should-decrement-desired-capacity",
         *("--cli-connect-timeout", "10", "--cli-read-timeout", "20"),
     ]
+    state = [
+        "autoscaling",
+        "describe-auto-scaling-instances",
+        *("--region", REGION, "--instance-ids", instance_id, "--output", "text"),
+        *("--query", "AutoScalingInstances[0].LifecycleState"),
+        *("--cli-connect-timeout", "10", "--cli-read-timeout", "20"),
+    ]
+    # out of its group at once (no drain hook): nothing to complete
+    assert calls(tmp_path / "argv") == [terminate, state]
     assert f"back to group {group}," in done.stderr  # the name as it is
+    assert not pwned.exists()
+
+    # The group's drain hook holds it: the hook completes it (its name as job_spec.py has it), or the group would
+    # keep the instance, billed, until the hook's heartbeat runs out.
+    held = subprocess.run(
+        [str(hook)], env={**later, "AWS_STATE": "Terminating:Wait"}, capture_output=True, text=True, timeout=60
+    )
+    assert held.returncode == 0, held.stderr
+    assert calls(tmp_path / "argv") == [
+        terminate,
+        state,
+        [
+            "autoscaling",
+            "complete-lifecycle-action",
+            *("--region", REGION, "--auto-scaling-group-name", group, "--instance-id", instance_id),
+            *("--lifecycle-hook-name", DRAIN_HOOK, "--lifecycle-action-result", "CONTINUE"),
+            *("--cli-connect-timeout", "10", "--cli-read-timeout", "20"),
+        ],
+    ]
     assert not pwned.exists()
 
     failing = subprocess.run(

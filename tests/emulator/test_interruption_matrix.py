@@ -4,9 +4,10 @@ through each kind of interruption, every fact read back from S3, CloudWatch Logs
 (a) a notice and (g) the rendezvous host interrupted are in ``test_e2e.py``. Here, on one deployed TrainingStack:
 (b) rebalance recommendation then notice, (c) hard termination with no notice, (d) a notice while a checkpoint
 upload is in flight, (e) a node powered off while it restores, (f) both nodes interrupted at once, (h) three
-interruptions in one job, (i) a notice to a node while it restores. For each: the job ends DONE with the group at 0
-and nothing of it left running; a thread checks the bucket all along that no manifest ever points at a missing or
-corrupt object; with a notice no step is redone, without one (c, e) at most one checkpoint interval (in steps, from
+interruptions in one job, (i) a notice to a node while it restores, (j) its group ends a node with no notice (the
+drain hook). For each: the job ends DONE with the group at 0 and nothing of it left running; a thread checks the
+bucket all along that no manifest ever points at a missing or corrupt object; with a notice (or the drain hook, j)
+no step is redone, without one (c, e) at most one checkpoint interval (in steps, from
 the configured interval and step time; (c) twice: right after a checkpoint became durable, and mid-upload with
 ``checkpoint_wait_for_upload``, where exactly the one interval is lost); the final weights equal an
 uninterrupted run's bit for bit (with and without a notice: resuming from any checkpoint replays exactly).
@@ -31,6 +32,7 @@ import pytest
 import torch
 
 from bootstrap_scripts.spot_training.checkpoint import CHECK_S
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from emulator import EmulatedCloud
 from emulator.demo import JobEvent, JobRun, Scenario, Summary, run_job
 from emulator.deploy import bootstrap, deploy
@@ -570,4 +572,35 @@ def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) ->
     assert restarts == {stream: n for stream, n in counted_on_it.items() if n}
     assert all(leaver not in each[-1] for each in launches.values()), launches
     assert len(case.summary.nodes) == 4  # 2 + the replacement that left + its replacement
+    assert_nothing_redone(case)
+
+
+def test_j_the_group_ends_a_node_with_no_spot_notice(cloud: EmulatedCloud, reference: Any) -> None:
+    """Capacity rebalancing ends the old instance once its replacement runs, with no spot notice (a scale-in the
+    same). Before, the node was shut down mid-training and up to one interval was redone. Now the group's drain hook
+    holds it in Terminating:Wait; its agent reads ``autoscaling/target-lifecycle-state`` ``Terminated``, has the
+    trainer save, makes that checkpoint durable and completes the hook: nothing is redone, and the instance goes
+    once the agent is done, not after the hook's heartbeat."""
+    facts: dict[str, Any] = {}
+
+    def scenario(run: JobRun) -> None:
+        run.wait_durable(0)
+        victim = run.checkpoint_writer()  # rank 0's node: its emergency checkpoint is the one the job resumes from
+        run.wait_for_replacement(run.end_by_group(victim))
+
+        def left_the_group() -> bool:
+            return victim not in {i["InstanceId"] for i in jobs.group(run.client, run.ref)["Instances"]}
+
+        run.wait_for(left_the_group, f"{victim} to leave its group")
+        facts["victim"] = victim
+
+    case = run_case(cloud, "j-ended-by-group", scenario)
+    assert_done_and_clean(cloud, case, reference)
+    victim = facts["victim"]
+    assert [(e.kind, e.instance_id) for e in case.summary.events] == [("ended", victim)]
+    assert case.lines(re.compile(r"its Auto Scaling group is ending this instance .*sending SIGTERM"), victim)
+    assert case.lines(re.compile(rf"completed {DRAIN_HOOK}: \S+ terminates this instance now"), victim)
+    assert "leaving" in jobs.node_markers(cloud.client, case.ref, case.job_id)[victim]
+    [reservation] = cloud.client("ec2").describe_instances(InstanceIds=[victim])["Reservations"]
+    assert reservation["Instances"][0]["State"]["Name"] == "terminated"
     assert_nothing_redone(case)

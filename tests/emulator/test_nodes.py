@@ -180,3 +180,63 @@ def test_a_relative_work_dir_works(cloud: EmulatedCloud, tmp_path: Path, monkeyp
         [node] = launcher.all_nodes()
     assert launcher.work_dir == (tmp_path / "relative-nodes").resolve()
     assert (tmp_path / "relative-nodes" / node.instance_id / "root" / "booted.txt").read_text() == "booted\n"
+
+
+DRAINING_USER_DATA = """#!/bin/bash
+# polls its metadata (bounded) until its group is ending it, then says so and exits 0: its agent's part
+IMDS="$AWS_EC2_METADATA_SERVICE_ENDPOINT/latest"
+TOKEN=$(curl -sf -X PUT "$IMDS/api/token" -H 'X-aws-ec2-metadata-token-ttl-seconds: 600')
+for _ in $(seq 1 600); do
+  state=$(curl -sf -H "X-aws-ec2-metadata-token: $TOKEN" "$IMDS/meta-data/autoscaling/target-lifecycle-state")
+  if [[ "$state" == Terminated ]]; then echo "target lifecycle state: $state"; exit 0; fi
+  sleep 0.1
+done
+exit 1
+"""
+
+
+def test_an_instance_its_group_holds_keeps_its_node_and_learns_it_is_ending(
+    cloud: EmulatedCloud, tmp_path: Path
+) -> None:
+    """With a terminating lifecycle hook, an instance its group ends waits in Terminating:Wait: its node keeps running
+    and its metadata says ``Terminated``, so its agent can save first. Before, the launcher shut the node down as
+    soon as the instance was no longer InService. Completing the hook ends it; the group replaced it meanwhile."""
+    group = _group(cloud, "drain", DRAINING_USER_DATA)
+    asg = cloud.client("autoscaling")
+    asg.put_lifecycle_hook(
+        AutoScalingGroupName=group,
+        LifecycleHookName="drain-hook",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=3600,
+        DefaultResult="CONTINUE",
+    )
+    with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=MANUAL) as launcher:
+        launcher.poll()
+        [node] = launcher.all_nodes()
+        assert node.imds.values["autoscaling/target-lifecycle-state"] == "InService"
+        launcher.terminate(node.instance_id)  # as capacity rebalancing does: no decrement, no spot notice
+        _until(lambda: not node.running, "the user data to see its target lifecycle state")
+        launcher.poll()
+        assert node.exit_code == 0 and not node.shut_down and node.terminated_at is None
+        assert node.draining_at is not None
+        assert "target lifecycle state: Terminated" in node.console.read_text()
+        [waiting] = [
+            i
+            for i in asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"][0][
+                "Instances"
+            ]
+            if i["InstanceId"] == node.instance_id
+        ]
+        assert waiting["LifecycleState"] == "Terminating:Wait"
+        replacements = [n for n in launcher.all_nodes() if n is not node]
+        assert len(replacements) == 1 and replacements[0].running
+
+        asg.complete_lifecycle_action(
+            AutoScalingGroupName=group,
+            LifecycleHookName="drain-hook",
+            InstanceId=node.instance_id,
+            LifecycleActionResult="CONTINUE",
+        )
+        launcher.poll()
+        assert node.terminated_at is not None
+        assert node.instance_id not in _instances(cloud, group)
