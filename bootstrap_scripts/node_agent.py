@@ -1326,10 +1326,10 @@ class Agent:
     def group_name(self) -> str:
         if self.args.asg_name:
             return str(self.args.asg_name)
-        found = self.asg.describe_auto_scaling_instances(InstanceIds=[self.instance_id])["AutoScalingInstances"]
-        if not found:
+        _, group = self.own_lifecycle()
+        if not group:
             raise AgentError(f"instance {self.instance_id} is not in an Auto Scaling group")
-        return str(found[0]["AutoScalingGroupName"])
+        return str(group)
 
     def node_markers(self, job: Job, progress: Optional[Dict[str, float]] = None) -> Dict[str, Dict[str, str]]:
         """The job's per-node markers: {instance id: {marker name: ETag}} (``nodes/<id>/<name>``), one listing.
@@ -1364,6 +1364,14 @@ class Agent:
             self.released = True
             self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
         except AWS_ERRORS as exc:
+            try:  # the group may be ending it already (a spot notice under capacity rebalancing does that on AWS)
+                state, _ = self.own_lifecycle()
+            except AWS_ERRORS:
+                state = None
+            if state is not None and state.startswith("Terminat"):
+                self.released = True
+                self.log(f"leaving {group}: it is ending this instance already ({state})")
+                return
             self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
 
     def give_up(self, why: str) -> None:
@@ -1711,27 +1719,31 @@ class Agent:
             self.terminating = state is not None and state.strip() == "Terminated"
         return self.terminating
 
+    def own_lifecycle(self) -> Tuple[Optional[str], str]:
+        """(this instance's lifecycle state in its group, the group's name); (None, "") once it is in no group."""
+        found = self.asg.describe_auto_scaling_instances(InstanceIds=[self.instance_id])["AutoScalingInstances"]
+        return (found[0]["LifecycleState"], found[0]["AutoScalingGroupName"]) if found else (None, "")
+
     def complete_drain(self) -> None:
-        """The group's drain hook holds an instance it ends in Terminating:Wait (billed) until told. Once the agent
-        is done with this one (it left the group, scaled it to 0, or the group is ending it), wait (at most
-        ``DRAIN_WAIT_S``) for the group to hold it, then complete the hook: the instance goes now, not after the
-        hook's heartbeat. Nothing to do once the instance is out of its group (a group without the hook)."""
-        group = self.group or self.args.asg_name
-        if not group or not (self.released or self.terminating):
-            return
+        """The group's drain hook holds an instance it ends in Terminating:Wait (billed) until told. However the
+        agent ends: if the group holds this instance (its group ended it, or it was ended on a notice), or once it
+        does after the agent let it go (left the group, scaled it to 0; at most ``DRAIN_WAIT_S``), complete the
+        hook: the instance goes now, not after the hook's heartbeat. Nothing to do once it is out of its group."""
         deadline = time.monotonic() + DRAIN_WAIT_S
-        state: Optional[str] = "unknown"
-        while state != "Terminating:Wait":
+        while True:
             try:
-                found = self.asg.describe_auto_scaling_instances(InstanceIds=[self.instance_id])
-                state = next((i["LifecycleState"] for i in found["AutoScalingInstances"]), None)
+                state, group = self.own_lifecycle()
             except AWS_ERRORS as exc:
+                state, group = "unknown", ""
                 self.log(f"could not read this instance's lifecycle state: {one_line(exc)}")
-            if state is None or state in ("Terminating:Proceed", "Terminated"):
-                return  # nothing holds it
-            if state != "Terminating:Wait" and (time.monotonic() >= deadline or self.stop_signal.wait(1.0)):
-                self.log(f"{group} did not start ending this instance within {DRAIN_WAIT_S:.0f} s (state {state})")
+            if state == "Terminating:Wait":
+                break
+            if state is None or state.startswith("Terminat") or not (self.released or self.terminating):
+                return  # out of its group, on its way out, or not let go (it stays, and says so where it failed)
+            if time.monotonic() >= deadline:
+                self.log(f"the group did not start ending this instance within {DRAIN_WAIT_S:.0f} s (state {state})")
                 return
+            time.sleep(1.0)  # not stop_signal.wait: after a SIGTERM it would return at once, every time
         try:
             self.asg.complete_lifecycle_action(
                 AutoScalingGroupName=group,
@@ -1864,8 +1876,15 @@ class Agent:
         its trainer started (a notice while it restored or looked for peers). Ours would wait for it at the
         rendezvous or in a collective until a timeout."""
         groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
-        in_service = {i["InstanceId"] for g in groups for i in g["Instances"] if i.get("LifecycleState") == "InService"}
-        gone = [i for i, _ in self.peers if i not in in_service and i != self.instance_id]
+        # A peer its group holds in Terminating:Wait still runs: its agent saves and announces leaving like on a
+        # notice, and its trainer's exit stops ours. Not gone yet: it was not powered off.
+        present = {
+            i["InstanceId"]
+            for g in groups
+            for i in g["Instances"]
+            if i.get("LifecycleState") in ("InService", "Terminating:Wait")
+        }
+        gone = [i for i, _ in self.peers if i not in present and i != self.instance_id]
         if not gone:
             return None
         leaving = self.leaving_nodes(job)
@@ -2171,6 +2190,8 @@ class Agent:
         try:
             return self.load_and_run()
         finally:
+            if self.log.shipper is not None:
+                self.log.shipper.flush()  # before the instance may go
             self.complete_drain()  # however the agent ends: the drain hook must not hold the instance billed
             if self.log.shipper is not None:
                 self.log.shipper.close()

@@ -66,8 +66,6 @@ SCALE_ENV = "EMULATOR_LIFECYCLE_HEARTBEAT_SCALE"
 
 _LOCK = threading.RLock()  # around every change of the waits (request threads and timer threads)
 _scale = 1.0
-# Set while moto scales a hooked group in: the EC2 terminations it asks for are collected here, not carried out.
-_HELD: contextvars.ContextVar[Optional[list[str]]] = contextvars.ContextVar("emulator_lifecycle_held", default=None)
 # Set while a group is deleted: its hooks hold nothing (ForceDelete).
 _FORCE: contextvars.ContextVar[bool] = contextvars.ContextVar("emulator_lifecycle_force", default=False)
 
@@ -75,7 +73,7 @@ _ORIGINAL_SET_DESIRED = FakeAutoScalingGroup.set_desired_capacity
 _ORIGINAL_TERMINATE = AutoScalingBackend.terminate_instance
 _ORIGINAL_DELETE_GROUP = AutoScalingBackend.delete_auto_scaling_group
 _ORIGINAL_DELETE_HOOK = AutoScalingBackend.delete_lifecycle_hook
-_ORIGINAL_EC2_TERMINATE = EC2Backend.terminate_instances
+_EC2_TERMINATE = EC2Backend.terminate_instances
 
 
 @dataclass(eq=False)
@@ -178,7 +176,7 @@ def _end(action: _Action, result: str) -> None:
     group = action.group
     group.instance_states = [s for s in group.instance_states if s is not state]
     if state.instance.state not in EC2_GONE:
-        _ORIGINAL_EC2_TERMINATE(group.autoscaling_backend.ec2_backend, [state.instance.id])
+        _EC2_TERMINATE(group.autoscaling_backend.ec2_backend, [state.instance.id])
     if group.name in group.autoscaling_backend.autoscaling_groups:
         group.autoscaling_backend.update_attached_elbs(group.name)
 
@@ -192,32 +190,16 @@ def _set_desired_capacity(self: FakeAutoScalingGroup, new_capacity: Optional[int
         _ORIGINAL_SET_DESIRED(self, new_capacity)
         return
     with _LOCK:
-        before = list(self.instance_states)
-        # moto counts the InService instances but picks those to remove among all: let it see the InService ones only.
-        self.instance_states = [s for s in before if s.lifecycle_state == "InService"]
-        held: list[str] = []
-        token = _HELD.set(held)
-        try:
-            _ORIGINAL_SET_DESIRED(self, new_capacity)
-        finally:
-            _HELD.reset(token)
-            kept, known = set(self.instance_states), set(before)
-            chosen = [s for s in before if s.instance.id in held]
-            # the group's order (moto's removal reorders it), with the chosen and the set-aside instances back
-            self.instance_states = [
-                s for s in before if s in kept or s.lifecycle_state != "InService" or s.instance.id in held
-            ] + [s for s in self.instance_states if s not in known]
-            _hold(self, chosen, hooks)
-
-
-def _ec2_terminate_instances(self: EC2Backend, instance_ids: list[str]) -> Any:
-    held = _HELD.get()
-    if held is None:
-        return _ORIGINAL_EC2_TERMINATE(self, instance_ids)
-    running = [i for i in instance_ids if self.get_instance(i).state not in EC2_GONE]
-    held.extend(running)
-    rest = [i for i in instance_ids if i not in running]
-    return _ORIGINAL_EC2_TERMINATE(self, rest) if rest else []
+        # The instances above the new capacity (InService, unprotected, in the group's order) are held in place, so
+        # no describe ever misses them; moto then counts only the InService ones and has nothing left to remove.
+        # Instance weights are not modelled (moto's count assumes weight 1 but for the first override's; ours have
+        # none).
+        target = self.min_size if new_capacity is None else new_capacity
+        active = self.active_instances()
+        excess = len(active) - (target or 0)
+        if excess > 0:
+            _hold(self, [s for s in active if not s.protected_from_scale_in][:excess], hooks)
+        _ORIGINAL_SET_DESIRED(self, new_capacity)
 
 
 def _terminate_instance(self: AutoScalingBackend, instance_id: str, should_decrement: bool) -> Any:
@@ -316,7 +298,6 @@ def install() -> None:
     global _scale
     _scale = _heartbeat_scale()
     FakeAutoScalingGroup.set_desired_capacity = _set_desired_capacity  # type: ignore[method-assign]
-    EC2Backend.terminate_instances = _ec2_terminate_instances  # type: ignore[method-assign,assignment]
     AutoScalingBackend.terminate_instance = _terminate_instance  # type: ignore[method-assign]
     AutoScalingBackend.delete_auto_scaling_group = _delete_auto_scaling_group  # type: ignore[method-assign]
     AutoScalingBackend.delete_lifecycle_hook = _delete_lifecycle_hook  # type: ignore[method-assign]

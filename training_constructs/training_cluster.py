@@ -12,6 +12,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
 from training_constructs.checkpoint_store import CheckpointStore
@@ -29,7 +30,8 @@ INSTALL_DIR = "/opt/spot-training"
 
 def hand_back_unless(command: str, failure: str, *, region: str, tries: int = 3, pause_s: int = 10) -> list[str]:
     """Shell lines: run ``command`` up to ``tries`` times; if it never succeeds, the instance leaves its group (one
-    fewer desired) and the user data exits 2. Before the bootstrap scripts are on disk no agent runs to do it, and
+    fewer desired), completes the group's drain hook for itself (or the hook would hold it, billed, for its
+    heartbeat) and the user data exits 2. Before the bootstrap scripts are on disk no agent runs to do it, and
     the instance would idle in the group, billed, counted as a peer."""
     imds = "${AWS_EC2_METADATA_SERVICE_ENDPOINT:-http://169.254.169.254}"
     return [
@@ -44,6 +46,14 @@ def hand_back_unless(command: str, failure: str, *, region: str, tries: int = 3,
         ">&2",
         f'    aws autoscaling terminate-instance-in-auto-scaling-group --region {region} --instance-id "$id" '
         "--should-decrement-desired-capacity >/dev/null || true",
+        f'    group=$(curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $token" '
+        f"{imds}/latest/meta-data/tags/instance/aws:autoscaling:groupName) || true",
+        "    for pause in 1 2 3 4; do",  # Terminating:Wait begins a moment after the terminate call
+        f'      if aws autoscaling complete-lifecycle-action --region {region} --auto-scaling-group-name "$group" '
+        f'--lifecycle-hook-name {DRAIN_HOOK} --instance-id "$id" --lifecycle-action-result CONTINUE >/dev/null 2>&1; '
+        "then break; fi",
+        '      sleep "$pause"',
+        "    done",
         "    exit 2",
         "  fi",
         f"  sleep {pause_s}",

@@ -22,6 +22,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
+from spot_training.job_spec import DRAIN_HOOK
 
 from .conftest import REGION, TEAM, Cluster, address_map
 
@@ -592,3 +593,71 @@ def test_a_failed_upload_is_retried_next_round_not_the_end_of_the_job(
     syncer.sync(final=True)
     assert any(line.startswith("checkpoint sync failed (S3UploadFailedError") for line in lines), lines
     assert syncer.pending() is not None  # still to upload: the next round tries again
+
+
+def held_by_its_group(agent: Any, monkeypatch: pytest.MonkeyPatch, held: str, group: str) -> list[dict[str, Any]]:
+    """Auto Scaling answers as when the group holds ``held`` in Terminating:Wait (its drain hook; plain moto has no
+    hooks): describes say so, a terminate of it is refused, and CompleteLifecycleAction calls are recorded."""
+    describe_groups = agent.asg.describe_auto_scaling_groups
+    completed: list[dict[str, Any]] = []
+
+    def groups(**kwargs: Any) -> Any:
+        answer = describe_groups(**kwargs)
+        for found in answer["AutoScalingGroups"]:
+            for instance in found["Instances"]:
+                if instance["InstanceId"] == held:
+                    instance["LifecycleState"] = "Terminating:Wait"
+        return answer
+
+    def instances(InstanceIds: list[str]) -> Any:
+        assert InstanceIds == [held]
+        return {
+            "AutoScalingInstances": [
+                {"InstanceId": held, "AutoScalingGroupName": group, "LifecycleState": "Terminating:Wait"}
+            ]
+        }
+
+    def terminate(**_: Any) -> Any:
+        raise ClientError(
+            {"Error": {"Code": "ValidationError", "Message": f"The instance {held} is not in InService or Standby."}},
+            "TerminateInstanceInAutoScalingGroup",
+        )
+
+    monkeypatch.setattr(agent.asg, "describe_auto_scaling_groups", groups)
+    monkeypatch.setattr(agent.asg, "describe_auto_scaling_instances", instances)
+    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", terminate)
+    monkeypatch.setattr(agent.asg, "complete_lifecycle_action", lambda **kwargs: completed.append(kwargs))
+    return completed
+
+
+def test_a_peer_its_group_holds_is_not_lost(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer its group ends (capacity rebalancing, a scale-in, on AWS a spot notice too) waits in Terminating:Wait,
+    running: its agent saves and announces ``leaving``, and its trainer's exit stops ours. Before, anything not
+    InService counted as powered off, and ours was stopped at once with a 10 s grace, its checkpoint cut short."""
+    (survivor, _), (peer, _) = cluster.instances()
+    agent, job, _ = restarting(cluster, survivor, started=time.time())
+    held_by_its_group(agent, monkeypatch, peer, cluster.group)
+    assert agent.lost_peer(job) is None
+
+
+def test_an_instance_its_group_ends_already_is_let_go_and_its_hook_completed(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a notice the agent hands its instance back; on AWS, under capacity rebalancing, the group may hold it in
+    Terminating:Wait already, and refuses the terminate. Before, the agent logged that someone should terminate it by
+    hand and left the drain hook to time out (the instance billed for 300 s more)."""
+    agent, _, lines = agent_for(cluster)
+    completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
+    agent.hand_back(cluster.group)
+    agent.complete_drain()
+    assert f"leaving {cluster.group}: it is ending this instance already (Terminating:Wait)" in lines
+    assert not [line for line in lines if "terminate it by hand" in line]
+    assert completed == [
+        {
+            "AutoScalingGroupName": "its-group",  # the group Auto Scaling names, whatever the agent was told
+            "LifecycleHookName": DRAIN_HOOK,
+            "InstanceId": agent.instance_id,
+            "LifecycleActionResult": "CONTINUE",
+        }
+    ]
+    assert f"completed {DRAIN_HOOK}: its-group terminates this instance now" in lines

@@ -17,6 +17,7 @@ import boto3
 import pytest
 import yaml
 
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from budget_guard.handler import guard, handler
 from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR
@@ -48,6 +49,25 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
         bootstrap(c)
         deploy(c, f"TrainingStack-{TEAM}", context={"teams_dir": str(teams), "team": TEAM})
         yield c
+
+
+@pytest.fixture(autouse=True)
+def _no_agent_drains(cloud: EmulatedCloud) -> Iterator[None]:
+    """No node agent runs in these tests. After each, do an agent's last step for every instance a group of the team
+    holds in Terminating:Wait (the drain hook, after a stop scaled it to 0): complete the hook, so the next test
+    finds the cluster idle instead of busy for the hook's 300 s heartbeat."""
+    yield
+    asg = cloud.client("autoscaling")
+    for name in CLUSTERS:
+        ref = jobs.find_cluster(cloud.client, TEAM, name)
+        for instance in jobs.group(cloud.client, ref)["Instances"]:
+            if instance["LifecycleState"] == "Terminating:Wait":
+                asg.complete_lifecycle_action(
+                    AutoScalingGroupName=ref.group,
+                    LifecycleHookName=DRAIN_HOOK,
+                    InstanceId=instance["InstanceId"],
+                    LifecycleActionResult="CONTINUE",
+                )
 
 
 def _guard_function(cloud: EmulatedCloud) -> dict[str, Any]:

@@ -147,7 +147,8 @@ def finished(cloud: EmulatedCloud) -> Finished:
                 run = JobRun(client, ref, job_id, launcher, time.monotonic() + TIMEOUT_S, lambda _: None)
                 interrupt_once(10)(run)
                 # the survivor and the replacement train on: their processes (user data exec'd the agent) are up
-                environments = {n.instance_id: environment(n.proc.pid) for n in launcher.running()}
+                # (not the interrupted node: it may still be handing its instance back)
+                environments = {i: environment(launcher.node(i).proc.pid) for i in run.running()}
                 run.wait_for(
                     lambda: any(jobs.marker(client, ref, job_id, m) for m in ("DONE", "FAILED")), "the job's end"
                 )
