@@ -36,12 +36,16 @@ DRAIN_HOOK=spot-training-drain
 # Complete the drain hook for this instance once its group holds it in Terminating:Wait (that state begins a moment
 # after the terminate call: a few tries). Out of the group already (a group without the hook): nothing to do.
 # Args: AWS CLI, region, group, instance id, hook name.
+# The instance's lifecycle state in its group ("None": in no group; "" if unknown). Args: AWS CLI, region, instance id.
+lifecycle_state() {
+  "$1" autoscaling describe-auto-scaling-instances --region "$2" --instance-ids "$3" --output text \
+    --query 'AutoScalingInstances[0].LifecycleState' --cli-connect-timeout 10 --cli-read-timeout 20 2>/dev/null ||
+    true
+}
 complete_drain() {
   local try state
   for try in 1 2 3 4 5 6; do
-    state="$("$1" autoscaling describe-auto-scaling-instances --region "$2" --instance-ids "$4" --output text \
-      --query 'AutoScalingInstances[0].LifecycleState' --cli-connect-timeout 10 --cli-read-timeout 20 2>/dev/null)" ||
-      state=""
+    state="$(lifecycle_state "$1" "$2" "$4")"
     case "$state" in
       None | Terminated | Terminating:Proceed) return 0 ;;
       Terminating:Wait)
@@ -142,15 +146,18 @@ install_reboot_hook() {
     # the AWS CLI found now: a later boot's cloud-init may run the hook with a shorter PATH
     printf 'INSTANCE_ID=%q REGION=%q ASG_NAME=%q AWS_CLI=%q DRAIN_HOOK=%q\n' "$INSTANCE_ID" "$REGION" \
       "${ASG_NAME:-its group}" "$(command -v aws || echo aws)" "$DRAIN_HOOK"
-    declare -f complete_drain
+    declare -f lifecycle_state complete_drain
     cat <<'HOOK'
 printf '%s spot-training reboot hook: instance %s rebooted (its node agent does not run again); handing it back to group %s, which launches a replacement\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$INSTANCE_ID" "$ASG_NAME" >&2
 if ! "$AWS_CLI" autoscaling terminate-instance-in-auto-scaling-group --region "$REGION" --instance-id "$INSTANCE_ID" \
   --no-should-decrement-desired-capacity --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null; then
-  printf 'spot-training reboot hook: could not hand instance %s back to group %s: terminate it by hand\n' \
-    "$INSTANCE_ID" "$ASG_NAME" >&2
-  exit 1
+  # refused because its group is ending it already? Then completing the drain hook lets it go.
+  if [[ "$(lifecycle_state "$AWS_CLI" "$REGION" "$INSTANCE_ID")" != Terminating:Wait ]]; then
+    printf 'spot-training reboot hook: could not hand instance %s back to group %s: terminate it by hand\n' \
+      "$INSTANCE_ID" "$ASG_NAME" >&2
+    exit 1
+  fi
 fi
 complete_drain "$AWS_CLI" "$REGION" "$ASG_NAME" "$INSTANCE_ID" "$DRAIN_HOOK"
 HOOK

@@ -53,10 +53,11 @@ def test_a_rebooted_node_leaves_its_group_for_a_replacement(make_cluster: Any, m
 
 
 # Records each call's argv (one call per block, a "--" line after it); answers the lifecycle state read with
-# $AWS_STATE (default "None": the instance is out of its group).
+# $AWS_STATE (default "None": the instance is out of its group); the command named by $AWS_FAIL exits 255.
 FAKE_AWS = """#!/usr/bin/env bash
 printf '%s\\n' "$@" -- >> "$AWS_ARGV_FILE"
 if [[ "$2" == describe-auto-scaling-instances ]]; then echo "${AWS_STATE:-None}"; fi
+if [[ "$2" == "${AWS_FAIL:-}" ]]; then exit 255; fi
 exit "${AWS_EXIT:-0}"
 """
 
@@ -148,6 +149,18 @@ def test_the_hook_bakes_in_its_values_quoted_and_hands_back_without_decrement(tm
         ],
     ]
     assert not pwned.exists()
+
+    # The group is ending it already (it rebooted meanwhile): the terminate is refused, the hook lets it go.
+    ending = {**later, "AWS_FAIL": "terminate-instance-in-auto-scaling-group", "AWS_STATE": "Terminating:Wait"}
+    refused = subprocess.run([str(hook)], env=ending, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 0, refused.stderr
+    assert [c[:2] for c in calls(tmp_path / "argv")] == [
+        ["autoscaling", "terminate-instance-in-auto-scaling-group"],
+        ["autoscaling", "describe-auto-scaling-instances"],
+        ["autoscaling", "describe-auto-scaling-instances"],
+        ["autoscaling", "complete-lifecycle-action"],
+    ]
+    assert "terminate it by hand" not in refused.stderr
 
     failing = subprocess.run(
         [str(hook)], env={**later, "AWS_EXIT": "255"}, capture_output=True, text=True, timeout=60, check=False
