@@ -33,15 +33,15 @@ IMDS="${IMDS%/}"
 
 log() { printf '%s user-data %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 DRAIN_HOOK=spot-training-drain
-# Complete the drain hook for this instance once its group holds it in Terminating:Wait (that state begins a moment
-# after the terminate call: a few tries). Out of the group already (a group without the hook): nothing to do.
-# Args: AWS CLI, region, group, instance id, hook name.
 # The instance's lifecycle state in its group ("None": in no group; "" if unknown). Args: AWS CLI, region, instance id.
 lifecycle_state() {
   "$1" autoscaling describe-auto-scaling-instances --region "$2" --instance-ids "$3" --output text \
     --query 'AutoScalingInstances[0].LifecycleState' --cli-connect-timeout 10 --cli-read-timeout 20 2>/dev/null ||
     true
 }
+# Complete the drain hook for this instance once its group holds it in Terminating:Wait (that state begins a moment
+# after the terminate call: a few tries). Out of the group already (a group without the hook): nothing to do.
+# Args: AWS CLI, region, group, instance id, hook name.
 complete_drain() {
   local try state
   for try in 1 2 3 4 5 6; do
