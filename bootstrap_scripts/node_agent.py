@@ -1738,8 +1738,10 @@ class Agent:
                 self.log(f"could not read this instance's lifecycle state: {one_line(exc)}")
             if state == "Terminating:Wait":
                 break
-            if state is None or state.startswith("Terminat") or not (self.released or self.terminating):
-                return  # out of its group, on its way out, or not let go (it stays, and says so where it failed)
+            if state in (None, "Terminating:Proceed", "Terminated"):
+                return  # out of its group, or past the hook
+            if state != "Terminating" and not (self.released or self.terminating):
+                return  # not let go: it stays (and the agent said so where it failed)
             if time.monotonic() >= deadline:
                 self.log(f"the group did not start ending this instance within {DRAIN_WAIT_S:.0f} s (state {state})")
                 return

@@ -661,3 +661,24 @@ def test_an_instance_its_group_ends_already_is_let_go_and_its_hook_completed(
         }
     ]
     assert f"completed {DRAIN_HOOK}: its-group terminates this instance now" in lines
+
+
+def test_the_drain_is_completed_once_terminating_becomes_the_wait(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Auto Scaling passes through ``Terminating`` before the hook holds the instance in ``Terminating:Wait``. Read
+    then, the agent (ended while its group was ending the instance unseen) took it for past the hook and exited
+    without completing it: the instance stayed billed for the hook's 300 s heartbeat. It waits for the hold, as the
+    user data's ``complete_drain`` does."""
+    agent, _, lines = agent_for(cluster)
+    completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
+    states = iter(["Terminating", "Terminating:Wait"])
+
+    def instances(InstanceIds: list[str]) -> Any:
+        state = next(states)
+        return {"AutoScalingInstances": [{"AutoScalingGroupName": "its-group", "LifecycleState": state}]}
+
+    monkeypatch.setattr(agent.asg, "describe_auto_scaling_instances", instances)
+    agent.complete_drain()
+    assert [c["InstanceId"] for c in completed] == [agent.instance_id]
+    assert f"completed {DRAIN_HOOK}: its-group terminates this instance now" in lines
