@@ -261,6 +261,19 @@ class JobRun:
         self.wait_for(lambda: self.durable_step() >= at_least, f"a checkpoint of step {at_least} or later in S3")
         return self._newest
 
+    def planned_steps(self) -> int:
+        """The job's planned step count from the trainer's ``plan:`` line; waits for that line to be shipped (a
+        node's logs reach CloudWatch after its first checkpoint may already be durable)."""
+        found: list[Optional[int]] = [None]
+
+        def shipped() -> bool:
+            found[0] = jobs.planned_steps(self.client, self.ref, self.job_id)
+            return found[0] is not None
+
+        self.wait_for(shipped, "the trainer's 'plan: N steps' line in the job's logs")
+        assert found[0] is not None
+        return found[0]
+
     def log_events(self) -> list[tuple[float, str, str]]:
         return jobs.log_events(self.client, self.ref, self.job_id)
 

@@ -324,6 +324,8 @@ def test_trainctl_submit_then_stop_saves_a_checkpoint_and_scales_to_zero(
         assert code == 0, err
         job_id = out.strip()
         launcher.wait_for(lambda: len(jobs.checkpoints(client, ref, job_id)) >= 2, 180, "two checkpoints")
+        # the agent ships its lines every 2 s, so the plan line may reach CloudWatch after a checkpoint is durable
+        launcher.wait_for(lambda: jobs.planned_steps(client, ref, job_id) is not None, 60, "the plan line shipped")
         code, out, _ = _trainctl(capsys, "--json", "status", "--cluster", "main", job_id)
         running = json.loads(out)
         assert running["state"] == "RUNNING"

@@ -190,8 +190,7 @@ def wait_for_upload_in_flight(cloud: EmulatedCloud, run: JobRun) -> tuple[str, i
         return any(step > durable for step in flying)
 
     run.wait_for(upload_in_flight, "an upload in flight")
-    planned = jobs.planned_steps(run.client, run.ref, run.job_id)
-    assert planned is not None and max(flying) < planned, "the upload in flight is the job's last checkpoint"
+    assert max(flying) < run.planned_steps(), "the upload in flight is the job's last checkpoint"
     return writer, durable, flying
 
 
@@ -483,8 +482,7 @@ def test_h_three_interruptions_in_one_job(cloud: EmulatedCloud, reference: Any) 
         last = -1
         for number, pick in enumerate(("plain", "replacement", "host"), start=1):
             last = run.wait_durable(last + 1)
-            planned = jobs.planned_steps(run.client, run.ref, run.job_id)
-            assert planned is not None and last < planned, f"the job reached its end before interruption {number}"
+            assert last < run.planned_steps(), f"the job reached its end before interruption {number}"
             if pick == "replacement":
                 victim = max(run.launcher.nodes.values(), key=lambda n: n.booted_at).instance_id
             else:
