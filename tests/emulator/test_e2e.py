@@ -73,7 +73,7 @@ def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, de
     summary, ref = run_job(
         cloud,
         cloud.run_dir / "nodes-host",
-        epochs=2,
+        epochs=EPOCHS,  # 2 epochs left ~2.5 s of training after the first checkpoint: the notice could come too late
         step_sleep_s=0.1,
         checkpoint_interval_s=2.0,
         interrupt_after_step=10,
@@ -89,7 +89,7 @@ def test_interrupting_the_rendezvous_host_loses_nothing(cloud: EmulatedCloud, de
     ]
     assert elected and set(elected) == {summary.victim}, elected
     assert summary.steps_redone == 0
-    assert summary.steps_trained == 2 * STEPS_PER_EPOCH
+    assert summary.steps_trained == EPOCHS * STEPS_PER_EPOCH
 
 
 def test_job_is_done_and_the_group_is_back_at_zero(cloud: EmulatedCloud, demo_run: Any) -> None:

@@ -456,7 +456,7 @@ def test_f_both_nodes_interrupted_at_once(cloud: EmulatedCloud, reference: Any) 
         first, second = run.running()
         events = [run.interrupt(first), run.interrupt(second)]
         run.wait_for(
-            lambda: sum(n.booted_at > events[0].at for n in run.launcher.nodes.values()) >= 2, "two replacements"
+            lambda: sum(n.booted_at > events[0].at for n in run.launcher.all_nodes()) >= 2, "two replacements"
         )
         facts["originals"] = {first, second}
 
@@ -484,7 +484,7 @@ def test_h_three_interruptions_in_one_job(cloud: EmulatedCloud, reference: Any) 
             last = run.wait_durable(last + 1)
             assert last < run.planned_steps(), f"the job reached its end before interruption {number}"
             if pick == "replacement":
-                victim = max(run.launcher.nodes.values(), key=lambda n: n.booted_at).instance_id
+                victim = max(run.launcher.all_nodes(), key=lambda n: n.booted_at).instance_id
             else:
                 victim = run.running()[0 if pick == "host" else -1]
             notice = run.interrupt(victim)
