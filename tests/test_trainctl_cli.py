@@ -92,6 +92,38 @@ def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture
     assert jobs.planned_steps(client_factory("us-east-1"), ref, "run-1") == 100
 
 
+def test_a_checkpoint_pruned_while_listing_is_listed_again(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The agent makes checkpoint 30 durable and prunes 10 between trainctl's listing and its read of 10's manifest.
+    Before, that listing gave [20] alone: status said the ETA was unknown (fewer than 2 checkpoints)."""
+    ref = started(capsys, tmp_path)
+    s3 = boto3.client("s3")
+    folder = f"{ref.job_prefix('run-1')}{jobs.CHECKPOINT_FOLDER}"
+
+    def save(step: int) -> str:
+        key = f"{folder}/{step}/{jobs.MANIFEST}"
+        s3.put_object(Bucket=ref.bucket, Key=key, Body=json.dumps({"files": {"model.pt": {"size": step}}}))
+        return key
+
+    oldest = save(10)
+    save(20)
+    real_get = s3.get_object
+
+    def get_object(**kwargs: Any) -> Any:
+        if kwargs["Key"] == oldest and not pruned:
+            save(30)
+            s3.delete_object(Bucket=ref.bucket, Key=oldest)
+            pruned.append(oldest)
+        return real_get(**kwargs)
+
+    pruned: list[str] = []
+    s3.get_object = get_object
+    found = jobs.checkpoints(lambda _: s3, ref, "run-1")
+    assert pruned == [oldest]
+    assert [(c.step, c.size_bytes) for c in found] == [(20, 20), (30, 30)]
+
+
 def test_a_current_job_parameter_that_is_not_a_job_is_one_line(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

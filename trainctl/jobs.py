@@ -46,6 +46,7 @@ NOT_RUNNING = (*ENDED, "UNFINISHED")  # job_state: no node runs it, none will
 COPIED_CHECKPOINTS = 2  # as many as the node agent keeps in S3 by default (SPOT_TRAINING_KEEP_CHECKPOINTS)
 _PLAN = re.compile(r"\bplan: (\d+) steps\b")
 STREAM_PAGES = 200  # bounded: 200 pages of up to 50 log streams (one per node of a job)
+LIST_PASSES = 3  # listings of a job's checkpoints when manifests vanish under one (the agent pruning)
 FILTER_PAGES = 1000  # bounded: 1000 pages of FilterLogEvents (a page may be empty while CloudWatch searches)
 ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", "node_modules")
 LARGE_CODE_BYTES = 1 << 30  # a code archive above this gets a warning: data belongs in S3, not in --code
@@ -318,22 +319,31 @@ class Checkpoint:
 
 
 def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Checkpoint]:
-    """The job's complete checkpoints in S3 (those with a manifest), oldest first."""
+    """The job's complete checkpoints in S3 (those with a manifest), oldest first.
+
+    A manifest pruned between the listing and its read means the agent made a newer checkpoint durable meanwhile
+    (it prunes right after): the listing is taken again (at most ``LIST_PASSES`` times), not returned a checkpoint
+    short."""
     s3 = client("s3")
     prefix = f"{ref.job_prefix(job_id)}{CHECKPOINT_FOLDER}/"
     found: list[Checkpoint] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
-        for obj in page.get("Contents", []):
-            step, _, rel = obj["Key"][len(prefix) :].partition("/")
-            if rel == MANIFEST and step.isdigit():
-                try:
-                    files = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())["files"]
-                    size = sum(int(f["size"]) for f in files.values())
-                except s3.exceptions.NoSuchKey:
-                    continue  # pruned by the node agent since the listing: no longer a checkpoint
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    continue  # an unreadable manifest: the agent does not restore it either
-                found.append(Checkpoint(int(step), size, len(files), obj["LastModified"].timestamp()))
+    for _ in range(LIST_PASSES):
+        found, pruned = [], False
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                step, _, rel = obj["Key"][len(prefix) :].partition("/")
+                if rel == MANIFEST and step.isdigit():
+                    try:
+                        files = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())["files"]
+                        size = sum(int(f["size"]) for f in files.values())
+                    except s3.exceptions.NoSuchKey:
+                        pruned = True  # no longer a checkpoint
+                        continue
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        continue  # an unreadable manifest: the agent does not restore it either
+                    found.append(Checkpoint(int(step), size, len(files), obj["LastModified"].timestamp()))
+        if not pruned:
+            break
     return sorted(found, key=lambda c: c.step)
 
 

@@ -321,8 +321,9 @@ def test_b_rebalance_recommendation_then_notice(cloud: EmulatedCloud, reference:
         facts.update(victim=victim, rebalance=rebalance)
 
     # The relay takes two agents' metadata polls and the notice one more: slower steps keep the notice mid-training
-    # (at 0.15 s a step, a run whose relay took 4 s saw the notice only after the last step).
-    case = run_case(cloud, "b-rebalance", scenario, checkpoint_interval_s=3600.0, step_sleep_s=0.3)
+    # (at 0.15 s a step, a run whose relay took 4 s saw the notice only after the last step; at 0.3 s a step a loaded
+    # runner's shipped logs, 2 s behind, could leave about 1.5 s: 0.4 s a step adds 4 s).
+    case = run_case(cloud, "b-rebalance", scenario, checkpoint_interval_s=3600.0, step_sleep_s=0.4)
     assert_done_and_clean(cloud, case, reference)
     victim, rebalance, notice = facts["victim"], facts["rebalance"], notices(case)[0]
     assert notice.instance_id == victim and rebalance.at < notice.at
@@ -455,9 +456,7 @@ def test_f_both_nodes_interrupted_at_once(cloud: EmulatedCloud, reference: Any) 
         run.wait_durable(0)
         first, second = run.running()
         events = [run.interrupt(first), run.interrupt(second)]
-        run.wait_for(
-            lambda: sum(n.booted_at > events[0].at for n in run.launcher.all_nodes()) >= 2, "two replacements"
-        )
+        run.wait_for(lambda: sum(n.booted_at > events[0].at for n in run.launcher.all_nodes()) >= 2, "two replacements")
         facts["originals"] = {first, second}
 
     case = run_case(cloud, "f-both", scenario)
