@@ -1,7 +1,7 @@
 """Terminating lifecycle hooks (emulator/lifecycle.py, cfn_compat item 12) against a running emulator.
 
-The server runs with ``EMULATOR_LIFECYCLE_HEARTBEAT_SCALE=0.1``: a hook's HeartbeatTimeout of 30 s (AWS's minimum)
-expires after 3 s; the other tests use 3600 s (6 min here), far beyond their own run.
+The server runs with ``EMULATOR_LIFECYCLE_HEARTBEAT_SCALE=0.1``: a hook's HeartbeatTimeout of 60 s expires after
+6 s; the other tests use 3600 s (6 min here), far beyond their own run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from emulator.lifecycle import SCALE_ENV
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 HOOK = "spot-training-drain"
-WAIT_S = 30.0  # bound of every wait below (the 3 s timeout included); the loops poll and end early
+WAIT_S = 30.0  # bound of every wait below (the 6 s timeout included); the loops poll and end early
 POLL_S = 0.2
 
 
@@ -244,7 +244,8 @@ def test_terminate_without_decrement_waits_and_replaces(cloud: EmulatedCloud, la
 
 
 def test_heartbeat_timeout_applies_the_default_result(cloud: EmulatedCloud, launch_configuration: str) -> None:
-    group = _group(cloud, launch_configuration, 1, hook_timeout=30)  # AWS's minimum; 3 s with the scale
+    # 6 s with the scale: room for the state read after the scale-in on a loaded runner (AWS's minimum is 30 s: 3 s)
+    group = _group(cloud, launch_configuration, 1, hook_timeout=60)
     (instance,) = _states(cloud, group)
     cloud.client("autoscaling").set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)
     assert _states(cloud, group) == {instance: "Terminating:Wait"}
