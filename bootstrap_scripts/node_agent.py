@@ -233,6 +233,9 @@ class LogShipper:
         self.client, self.group, self.stream, self.flush_s = client, group, stream, flush_s
         self.pending: List[Tuple[int, str, int]] = []  # (timestamp ms, message, its UTF-8 bytes)
         self.lock = threading.Lock()
+        # one flush at a time: a caller's flush (before the instance may go) returns only once a batch the
+        # background thread is sending has been sent too, and the stream gets its batches in order
+        self.sending = threading.Lock()
         self.stopped = threading.Event()
         self.failures = self.lost = 0  # failed calls, and lines they did not ship
         self.warned_at = 0.0
@@ -290,6 +293,10 @@ class LogShipper:
             self.flush()
 
     def flush(self) -> None:
+        with self.sending:
+            self._send()
+
+    def _send(self) -> None:
         with self.lock:
             events, self.pending = sorted(self.pending, key=lambda e: e[0]), []
         start = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -200,3 +201,44 @@ def test_a_trainers_progress_bar_reaches_the_log_as_one_line_per_update(make_clu
     trainer = [line for line in lines if line.startswith(f"[trainer {agent.instance_id}]")]
     prefix = f"[trainer {agent.instance_id}] "
     assert trainer == [prefix + "0%|", prefix + "50%|\u2588", prefix + "100%|\u2588\u2588"], trainer
+
+
+class HeldLogs:
+    """A logs client whose first PutLogEvents is held until ``release`` (the background thread mid-send)."""
+
+    def __init__(self) -> None:
+        self.inside, self.release = threading.Event(), threading.Event()
+        self.sent: list[list[str]] = []
+
+    def create_log_stream(self, **_: Any) -> None:
+        return None
+
+    def put_log_events(self, **kwargs: Any) -> dict[str, Any]:
+        if not self.inside.is_set():
+            self.inside.set()
+            assert self.release.wait(10)
+        self.sent.append([e["message"] for e in kwargs["logEvents"]])
+        return {}
+
+
+def test_a_flush_returns_only_once_the_batch_the_shipper_is_sending_is_sent() -> None:
+    """The agent flushes before the instance may go (hand-back, drain hook): a batch the background thread was still
+    sending could be cut off by the termination. Before, the flush sent the newer lines at once and returned, and
+    the stream got them before the older batch."""
+    logs = HeldLogs()
+    shipper = node_agent.LogShipper(logs, "group", "job/i-a", flush_s=0.05)
+    try:
+        shipper.emit("older")
+        assert logs.inside.wait(10), "the background thread never sent"
+        shipper.emit("newer")
+        flushed = threading.Event()
+        caller = threading.Thread(target=lambda: (shipper.flush(), flushed.set()))
+        caller.start()
+        assert not flushed.wait(0.5), "the flush returned while the older batch was still being sent"
+        logs.release.set()
+        caller.join(10)
+        assert flushed.is_set()
+        assert logs.sent == [["older"], ["newer"]]
+    finally:
+        logs.release.set()
+        shipper.close()
