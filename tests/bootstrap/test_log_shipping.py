@@ -232,7 +232,12 @@ def test_a_flush_returns_only_once_the_batch_the_shipper_is_sending_is_sent() ->
         assert logs.inside.wait(10), "the background thread never sent"
         shipper.emit("newer")
         flushed = threading.Event()
-        caller = threading.Thread(target=lambda: (shipper.flush(), flushed.set()))
+
+        def flush() -> None:
+            shipper.flush()
+            flushed.set()
+
+        caller = threading.Thread(target=flush)
         caller.start()
         assert not flushed.wait(0.5), "the flush returned while the older batch was still being sent"
         logs.release.set()
