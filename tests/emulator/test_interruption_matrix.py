@@ -348,7 +348,9 @@ def test_c_hard_termination_without_notice(cloud: EmulatedCloud, reference: Any)
         victim = run.checkpoint_writer()
         run.wait_for_replacement(run.power_off(victim))
 
-    case = run_case(cloud, "c-power-off", scenario)
+    # The kill comes after the agent's sync poll, the upload and the test's poll: at most one interval redone needs
+    # it within about 2.3 s of the save; polling every 0.25 s, not 1 s, leaves room on a loaded runner.
+    case = run_case(cloud, "c-power-off", scenario, node_env={"SPOT_TRAINING_POLL_INTERVAL_S": "0.25"})
     assert_done_and_clean(cloud, case, reference)
     (kill,) = case.summary.events
     assert kill.kind == "power-off"
@@ -513,7 +515,7 @@ def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) ->
         run.wait_durable(0)
         # The first notice goes to the node without rank 0: the survivor then holds the emergency checkpoint and
         # restores it locally at once (no held download), so it launches its trainer with the replacement ...
-        survivor = run.checkpoint_writer()
+        survivor = rank0_node(run)  # the checkpoint writer; its step lines are shipped already (no 2 s log flush)
         replacement = run.wait_for_replacement(run.interrupt(next(i for i in run.running() if i != survivor)))
 
         def survivor_counts_on_it() -> bool:
@@ -536,7 +538,8 @@ def test_i_notice_while_a_node_restores(cloud: EmulatedCloud, reference: Any) ->
         facts.update(second=second, survivor=survivor)
 
     # 10 s: the notice must land while the restore is held, after the "restoring" line reached CloudWatch Logs
-    case = run_case(cloud, "i-restore-notice", scenario, node_env={"SPOT_TRAINING_TEST_RESTORE_DELAY_S": "10"})
+    env = {"SPOT_TRAINING_TEST_RESTORE_DELAY_S": "10"}
+    case = run_case(cloud, "i-restore-notice", scenario, node_env=env, step_sleep_s=0.25)  # room for the notices
     assert_done_and_clean(cloud, case, reference)
     leaver = facts["second"].instance_id
     assert [e.kind for e in case.summary.events] == ["notice", "notice"]
@@ -582,7 +585,9 @@ def test_j_the_group_ends_a_node_with_no_spot_notice(cloud: EmulatedCloud, refer
 
     def scenario(run: JobRun) -> None:
         run.wait_durable(0)
-        victim = run.checkpoint_writer()  # rank 0's node: its emergency checkpoint is the one the job resumes from
+        # rank 0's node (its emergency checkpoint is the one the job resumes from; its step lines are shipped
+        # already, where the checkpoint's "durable" line may take the agent's 2 s log flush)
+        victim = rank0_node(run)
         run.wait_for_replacement(run.end_by_group(victim))
 
         def left_the_group() -> bool:
@@ -591,7 +596,7 @@ def test_j_the_group_ends_a_node_with_no_spot_notice(cloud: EmulatedCloud, refer
         run.wait_for(left_the_group, f"{victim} to leave its group")
         facts["victim"] = victim
 
-    case = run_case(cloud, "j-ended-by-group", scenario)
+    case = run_case(cloud, "j-ended-by-group", scenario, step_sleep_s=0.25)  # room for the group's end mid-training
     assert_done_and_clean(cloud, case, reference)
     victim = facts["victim"]
     assert [(e.kind, e.instance_id) for e in case.summary.events] == [("ended", victim)]
