@@ -133,8 +133,7 @@ def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
     assert jobs.marker(client, ref, job_id, "STOP") is None
 
     _set_spend(cloud, LIMIT + 10)
-    asked_at = time.time()
-    report = guard(client, env, cloud.account_id, now=asked_at)
+    report = guard(client, env, cloud.account_id, now=time.time())
     assert report["actions"] == [f"main: asked job {job_id} to stop"]
     stop = jobs.marker(client, ref, job_id, "STOP")
     assert stop is not None and stop["by"] == "budget guard"
@@ -162,6 +161,9 @@ def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
         f"({budget_name(TEAM)}); raise budget.usd_per_month in its team file or wait for the next month\n"
     )
 
+    # timed as the guard times it: from when S3 stored the STOP (whole seconds in moto), not from the call
+    asked_at = jobs.object_time(client, ref, ref.job_prefix(job_id) + "STOP")
+    assert asked_at is not None
     overdue = asked_at + float(env["FORCE_AFTER_S"]) + 1
     report = guard(client, env, cloud.account_id, now=overdue)
     assert report["actions"] == [f"main: group {ref.group} set to 0"]
