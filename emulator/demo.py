@@ -357,12 +357,12 @@ class JobRun:
         def replaced() -> bool:
             if booted():
                 return True
-            for ended in jobs.ENDED:  # its group is at 0 or stays empty: fail now, not at the deadline
-                if jobs.marker(self.client, self.ref, self.job_id, ended) is not None:
-                    raise EmulatorError(
-                        f"the job ended ({ended}) before a replacement for {event.instance_id} booted (none comes "
-                        "after a job's end): give the job more epochs (--epochs) or a slower step (--step-sleep-s)"
-                    )
+            ended = jobs.end_marker(self.client, self.ref, self.job_id)
+            if ended is not None:  # its group is at 0 or stays empty: fail now, not at the deadline
+                raise EmulatorError(
+                    f"the job ended ({ended}) before a replacement for {event.instance_id} booted (none comes "
+                    "after a job's end): give the job more epochs (--epochs) or a slower step (--step-sleep-s)"
+                )
             return False
 
         self.wait_for(replaced, f"a replacement for {event.instance_id}")

@@ -563,9 +563,9 @@ def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
     empty; STOPPED once it is), RUNNING (a node in the group), WAITING (the group above 0, no node yet). Any other
     job without an end marker is UNFINISHED: nothing runs it (a job submitted after it, or the group at 0 with no
     node while it is current: its nodes went without writing a marker)."""
-    for name in ENDED:
-        if marker(client, ref, job_id, name) is not None:
-            return name
+    ended = end_marker(client, ref, job_id)
+    if ended is not None:
+        return ended
     if current_job_id(client, ref) != job_id:
         return "UNFINISHED"
     members = group(client, ref)
@@ -575,6 +575,11 @@ def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
     if members["Instances"]:
         return "RUNNING"
     return "UNFINISHED" if empty else "WAITING"
+
+
+def end_marker(client: ClientFactory, ref: ClusterRef, job_id: str) -> Optional[str]:
+    """The job's end marker (DONE, FAILED or STOPPED) if it has one, else None."""
+    return next((name for name in ENDED if marker(client, ref, job_id, name) is not None), None)
 
 
 def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:
