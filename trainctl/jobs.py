@@ -328,23 +328,30 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
     prefix = f"{ref.job_prefix(job_id)}{CHECKPOINT_FOLDER}/"
     found: list[Checkpoint] = []
     for _ in range(LIST_PASSES):
-        found, pruned = [], False
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                step, _, rel = obj["Key"][len(prefix) :].partition("/")
-                if rel == MANIFEST and step.isdigit():
-                    try:
-                        files = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())["files"]
-                        size = sum(int(f["size"]) for f in files.values())
-                    except s3.exceptions.NoSuchKey:
-                        pruned = True  # no longer a checkpoint
-                        continue
-                    except (ValueError, KeyError, TypeError, AttributeError):
-                        continue  # an unreadable manifest: the agent does not restore it either
-                    found.append(Checkpoint(int(step), size, len(files), obj["LastModified"].timestamp()))
+        found, pruned = _listed_checkpoints(s3, ref.bucket, prefix)
         if not pruned:
             break
     return sorted(found, key=lambda c: c.step)
+
+
+def _listed_checkpoints(s3: Any, bucket: str, prefix: str) -> tuple[list[Checkpoint], bool]:
+    """One listing of ``checkpoints``: those whose manifest reads, and whether one was pruned since the listing."""
+    found, pruned = [], False
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            step, _, rel = obj["Key"][len(prefix) :].partition("/")
+            if rel != MANIFEST or not step.isdigit():
+                continue
+            try:
+                files = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())["files"]
+                size = sum(int(f["size"]) for f in files.values())
+            except s3.exceptions.NoSuchKey:
+                pruned = True  # no longer a checkpoint
+                continue
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # an unreadable manifest: the agent does not restore it either
+            found.append(Checkpoint(int(step), size, len(files), obj["LastModified"].timestamp()))
+    return found, pruned
 
 
 def submitted(client: ClientFactory, ref: ClusterRef, job_id: str) -> bool:
