@@ -148,6 +148,9 @@ STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps 
 # After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
 # ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
 DRAIN_WAIT_S = 60.0
+# While the drain hook holds the instance, how often the agent looks whether checkpoint bytes went to S3 (and if so
+# records the hook's heartbeat): a third of the heartbeat, so that one missed or failed beat costs nothing.
+DRAIN_BEAT_S = DRAIN_HEARTBEAT_S / 3
 
 
 def part_size(size: int) -> int:
@@ -589,6 +592,14 @@ class CheckpointStore:
         # Steps whose restore failed here (manifest present, objects do not verify): not complete for this agent,
         # so they neither count as durable nor hold a place among the checkpoints pruning keeps.
         self.unreadable: Set[int] = set()
+        self.sent_bytes = 0  # checkpoint bytes uploaded so far: the drain hold's sign of an upload under way
+        self.sent_lock = threading.Lock()
+
+    def count_sent(self, amount: int) -> None:
+        """s3transfer's progress callback (from its worker threads; a retry reports a negative amount)."""
+        if amount > 0:
+            with self.sent_lock:
+                self.sent_bytes += amount
 
     def listing(self) -> Dict[int, Dict[str, int]]:
         """{step: {relative key: size}} of everything under ckpt/, complete or not."""
@@ -631,7 +642,7 @@ class CheckpointStore:
         def put(item: Tuple[str, str]) -> Tuple[str, Dict[str, Any]]:
             rel, path = item
             digests = hasher.submit(file_digests, path)  # hashed while the parts upload (hashlib releases the GIL)
-            self.s3.upload_file(path, self.bucket, base + rel, Config=TRANSFER)
+            self.s3.upload_file(path, self.bucket, base + rel, Config=TRANSFER, Callback=self.count_sent)
             return rel, digests.result()
 
         with ThreadPoolExecutor(PARALLEL_FILES) as pool, ThreadPoolExecutor(PARALLEL_FILES) as hasher:
@@ -1251,6 +1262,68 @@ def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] =
 
 
 # ----------------------------------------------------------------------------------------------- agent
+def lifecycle_of(asg: Any, instance_id: str) -> Tuple[Optional[str], str]:
+    """(the instance's lifecycle state in its group, the group's name); (None, "") once it is in no group."""
+    found = asg.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
+    return (found[0]["LifecycleState"], found[0]["AutoScalingGroupName"]) if found else (None, "")
+
+
+class DrainHold:
+    """Keeps the group's drain hook from ending the instance under a checkpoint upload. The hook holds an instance
+    its group ends for ``DRAIN_HEARTBEAT_S``: enough for the trainer's save (the grace, under 120 s) and a usual final
+    upload, not for a very large checkpoint or a slow S3. Started once the group ends the instance, the hold looks
+    every ``every_s``: if checkpoint bytes went to S3 since its last look (``sent``) and the group holds the instance
+    in ``Terminating:Wait``, it records the hook's heartbeat (``RecordLifecycleActionHeartbeat``: the hook's
+    ``DRAIN_HEARTBEAT_S`` start again). No bytes since the last look, no heartbeat: a finished, failed or hung upload
+    keeps the instance at most ``DRAIN_HEARTBEAT_S`` after the last one. AWS ends a wait after 100 heartbeat
+    timeouts (or 48 h) whatever the agent does."""
+
+    def __init__(
+        self, asg: Any, instance_id: str, log: Callable[[str], None], sent: Callable[[], int], every_s: float
+    ) -> None:
+        self.asg, self.instance_id, self.log, self.sent, self.every_s = asg, instance_id, log, sent, every_s
+        self.done = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        """Idempotent: the first call starts the hold's thread."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="drain-hold", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        """Before the hook is completed: no heartbeat after it (bounded wait for one in flight)."""
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        last = self.sent()
+        while not self.done.wait(self.every_s):
+            sent = self.sent()
+            if sent == last:
+                continue  # nothing under way: the hook's own heartbeat bounds the hold
+            moved, last = sent - last, sent
+            try:
+                state, group = lifecycle_of(self.asg, self.instance_id)
+                if state is None:
+                    return  # out of its group: nothing holds it
+                if state != "Terminating:Wait" or self.done.is_set():
+                    continue
+                self.asg.record_lifecycle_action_heartbeat(
+                    AutoScalingGroupName=group, LifecycleHookName=DRAIN_HOOK, InstanceId=self.instance_id
+                )
+                self.log(
+                    f"checkpoint upload under way ({moved / 2**20:.1f} MiB in {self.every_s:g} s): recorded "
+                    f"{DRAIN_HOOK}'s heartbeat, {group} holds this instance up to {DRAIN_HEARTBEAT_S} s more"
+                )
+            except AWS_ERRORS as exc:
+                self.log(
+                    f"could not record {DRAIN_HOOK}'s heartbeat ({one_line(exc)}); the group may end this instance "
+                    "before its upload is done"
+                )
+
+
 class Agent:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -1289,6 +1362,15 @@ class Agent:
         self.warm_volume: Optional[Tuple[str, str, Optional[str]]] = None  # (volume id, device, bound env root)
         self.terminating = False  # its group is ending this instance (target lifecycle state Terminated)
         self.released = False  # the agent let the instance go: left its group, or scaled it to 0
+        self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
+        # Started when the group ends the instance; ``self.log`` looked up at each line (tests swap it).
+        self.drain_hold = DrainHold(
+            self.asg,
+            self.instance_id,
+            lambda line: self.log(line),
+            lambda: self.store.sent_bytes if self.store is not None else 0,
+            DRAIN_BEAT_S,
+        )
 
     # -- small S3 helpers
     def put_marker(self, job: Job, name: str, body: Dict[str, Any]) -> None:
@@ -1724,18 +1806,20 @@ class Agent:
         if not self.terminating:
             state = self.imds.get("autoscaling/target-lifecycle-state")
             self.terminating = state is not None and state.strip() == "Terminated"
+            if self.terminating:
+                self.drain_hold.start()  # the final upload may outlast the hook's heartbeat
         return self.terminating
 
     def own_lifecycle(self) -> Tuple[Optional[str], str]:
         """(this instance's lifecycle state in its group, the group's name); (None, "") once it is in no group."""
-        found = self.asg.describe_auto_scaling_instances(InstanceIds=[self.instance_id])["AutoScalingInstances"]
-        return (found[0]["LifecycleState"], found[0]["AutoScalingGroupName"]) if found else (None, "")
+        return lifecycle_of(self.asg, self.instance_id)
 
     def complete_drain(self) -> None:
         """The group's drain hook holds an instance it ends in Terminating:Wait (billed) until told. However the
         agent ends: if the group holds this instance (its group ended it, or it was ended on a notice), or once it
         does after the agent let it go (left the group, scaled it to 0; at most ``DRAIN_WAIT_S``), complete the
         hook: the instance goes now, not after the hook's heartbeat. Nothing to do once it is out of its group."""
+        self.drain_hold.stop()
         deadline = time.monotonic() + DRAIN_WAIT_S
         while True:
             try:
@@ -2268,7 +2352,9 @@ class Agent:
             self.log(f"job {job.job_id} is already {ended[0]}; nothing to run")
             self.scale_to_zero(group)
             return EXIT_FAILED if ended[0] == "FAILED" else 0
-        store = CheckpointStore(self.s3, job.bucket, f"{job.job_prefix}{CHECKPOINT_FOLDER}/", job.job_id, self.log)
+        store = self.store = CheckpointStore(
+            self.s3, job.bucket, f"{job.job_prefix}{CHECKPOINT_FOLDER}/", job.job_id, self.log
+        )
         try:
             self.check_notice("boot")
             self.claim_warm_volume(job)

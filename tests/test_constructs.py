@@ -422,6 +422,7 @@ def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template
     [group_id] = default.find_resources("AWS::AutoScaling::AutoScalingGroup").keys()
     assert sorted(scale["Action"]) == [
         "autoscaling:CompleteLifecycleAction",
+        "autoscaling:RecordLifecycleActionHeartbeat",
         "autoscaling:SetDesiredCapacity",
         "autoscaling:TerminateInstanceInAutoScalingGroup",
     ]

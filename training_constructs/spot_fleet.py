@@ -201,7 +201,7 @@ class SpotFleet(Construct):
 
     def scale_policy(self, construct_id: str, role: iam.IRole) -> iam.Policy:
         """Let ``role`` change this group's desired capacity (scale to zero when a job ends), hand an instance back
-        and complete the drain hook for it, nothing else.
+        and complete (or extend, under an upload) the drain hook for it, nothing else.
 
         A separate policy, not the role's default one: the launch template waits for the default
         policy, and this policy names the group, which needs the launch template first.
@@ -217,6 +217,7 @@ class SpotFleet(Construct):
                         "autoscaling:SetDesiredCapacity",
                         "autoscaling:TerminateInstanceInAutoScalingGroup",
                         "autoscaling:CompleteLifecycleAction",
+                        "autoscaling:RecordLifecycleActionHeartbeat",
                     ],
                     resources=[self.group_arn],
                 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import sys
 import threading
 import time
@@ -682,3 +683,55 @@ def test_the_drain_is_completed_once_terminating_becomes_the_wait(
     agent.complete_drain()
     assert [c["InstanceId"] for c in completed] == [agent.instance_id]
     assert f"completed {DRAIN_HOOK}: its-group terminates this instance now" in lines
+
+
+class Ending:
+    """IMDS as on an instance its group ends: ``autoscaling/target-lifecycle-state`` reads ``Terminated``."""
+
+    def get(self, path: str) -> Optional[str]:
+        return "Terminated" if path == "autoscaling/target-lifecycle-state" else None
+
+
+def test_the_group_ending_the_instance_starts_the_drain_hold_and_completing_the_hook_stops_it(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The drain hold (against the hook itself: tests/emulator/test_lifecycle_hooks.py) starts when the group ends
+    the instance, records the hook's heartbeat only while the job's checkpoint uploads send bytes, and stops before
+    the agent completes the hook. Before, nothing extended the hook: an upload longer than its 300 s heartbeat was
+    cut off by the instance's end."""
+    agent, job, lines = agent_for(cluster)
+    completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
+    beats: list[dict[str, Any]] = []
+    monkeypatch.setattr(agent.asg, "record_lifecycle_action_heartbeat", lambda **kw: beats.append(kw))
+    agent.drain_hold.every_s = 0.05
+    agent.store = store_of(agent, job)
+    agent.imds = Ending()
+    assert agent.notice() == f"its Auto Scaling group is ending this instance (lifecycle hook {DRAIN_HOOK})"
+    time.sleep(0.3)  # six looks of the hold with no byte sent
+    assert beats == []
+
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"x" * (3 * 2**20))
+    agent.store.upload(7, {"model.pt": str(checkpoint)}, "flat")
+    assert agent.store.sent_bytes == 3 * 2**20
+    for _ in range(100):  # bounded: 5 s
+        if beats:
+            break
+        time.sleep(0.05)
+    assert beats[0] == {
+        "AutoScalingGroupName": "its-group",
+        "LifecycleHookName": DRAIN_HOOK,
+        "InstanceId": agent.instance_id,
+    }
+    beat_line = re.compile(
+        rf"checkpoint upload under way \([0-9.]+ MiB in 0\.05 s\): recorded {DRAIN_HOOK}'s heartbeat, its-group "
+        "holds this instance up to 300 s more"
+    )
+    assert [line for line in lines if beat_line.fullmatch(line)], lines
+
+    agent.complete_drain()
+    assert [c["InstanceId"] for c in completed] == [agent.instance_id]
+    after = len(beats)
+    agent.store.upload(8, {"model.pt": str(checkpoint)}, "flat")
+    time.sleep(0.3)
+    assert len(beats) == after

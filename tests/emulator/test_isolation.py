@@ -30,6 +30,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import boto3
@@ -37,6 +38,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from emulator import EmulatedCloud
 from emulator.deploy import bootstrap, deploy
 
@@ -248,6 +250,16 @@ def test_own_group_scales_other_teams_denied(a: Team, b: Team) -> None:
     autoscaling.terminate_instance_in_auto_scaling_group(
         InstanceId=a.group_instance, ShouldDecrementDesiredCapacity=True
     )
+    # The group's drain hook holds the instance now: the role extends and completes its own group's hook only.
+    for action in ("record_lifecycle_action_heartbeat", "complete_lifecycle_action"):
+        call = getattr(autoscaling, action)
+        result = {"LifecycleActionResult": "CONTINUE"} if action == "complete_lifecycle_action" else {}
+        hook = {"LifecycleHookName": DRAIN_HOOK, **result}
+        assert_denied(partial(call, AutoScalingGroupName=b.group, InstanceId=b.group_instance, **hook))
+        call(AutoScalingGroupName=a.group, InstanceId=a.group_instance, **hook)
+    assert a.group_instance not in {
+        i["InstanceId"] for i in autoscaling.describe_auto_scaling_instances()["AutoScalingInstances"]
+    }
     autoscaling.set_desired_capacity(AutoScalingGroupName=a.group, DesiredCapacity=0)
     [group] = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[a.group])["AutoScalingGroups"]
     assert group["DesiredCapacity"] == 0

@@ -1,15 +1,18 @@
 """Terminating lifecycle hooks (emulator/lifecycle.py, cfn_compat item 12) against a running emulator.
 
 The server runs with ``EMULATOR_LIFECYCLE_HEARTBEAT_SCALE=0.1``: a hook's HeartbeatTimeout of 60 s expires after
-6 s; the other tests use 3600 s (6 min here), far beyond their own run.
+6 s; the other tests use 3600 s (6 min here), far beyond their own run. The last test runs the node agent's drain
+hold (``bootstrap_scripts/node_agent.py``) against such a hook.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,9 @@ from botocore.exceptions import ClientError
 from emulator import EmulatedCloud
 from emulator.deploy import unsupported
 from emulator.lifecycle import SCALE_ENV
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bootstrap_scripts"))  # as on the node
+import node_agent
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 HOOK = "spot-training-drain"
@@ -315,3 +321,34 @@ def test_group_without_terminating_hook_is_unchanged(cloud: EmulatedCloud, launc
     states = _states(cloud, group)
     assert kept not in states and set(states.values()) == {"InService"} and len(states) == 1
     assert _ec2_state(cloud, kept) == "terminated"
+
+
+def test_the_agents_drain_hold_keeps_an_uploading_instance_past_the_heartbeat(
+    cloud: EmulatedCloud, launch_configuration: str
+) -> None:
+    """The node agent's drain hold against the hook: while checkpoint bytes go to S3 it records the hook's heartbeat,
+    and the instance stays in Terminating:Wait past the heartbeat timeout; once no bytes go out, the timeout applies.
+    Before, an agent still uploading after the hook's heartbeat (300 s on AWS) had its instance ended mid-upload."""
+    group = _group(cloud, launch_configuration, 1, hook_timeout=60)  # 6 s with the scale
+    (instance,) = _states(cloud, group)
+    asg = cloud.client("autoscaling")
+    lines: list[str] = []
+    sent = [0]  # the checkpoint bytes uploaded so far, as CheckpointStore.sent_bytes counts them
+    hold = node_agent.DrainHold(asg, instance, lines.append, lambda: sent[0], every_s=1.0)
+    asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)
+    hold.start()
+    try:
+        uploading_until = time.monotonic() + 15.0  # two and a half heartbeat timeouts
+        for _ in range(200):  # bounded: about 0.25 s each
+            if time.monotonic() >= uploading_until:
+                break
+            sent[0] += 2**20
+            assert _states(cloud, group) == {instance: "Terminating:Wait"}, lines
+            time.sleep(0.25)
+        beats = [line for line in lines if f"recorded {HOOK}'s heartbeat, {group} holds this instance" in line]
+        assert len(beats) >= 5, lines  # one a second while bytes went out; the timeout alone would be 6 s
+        _wait_until(lambda: _ec2_state(cloud, instance) == "terminated", f"{instance} ended once no bytes went out")
+        assert _states(cloud, group) == {}
+    finally:
+        hold.stop()
+    assert not [line for line in lines if "could not record" in line], lines
