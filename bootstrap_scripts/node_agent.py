@@ -1284,18 +1284,22 @@ class DrainHold:
         self.asg, self.instance_id, self.log, self.sent, self.every_s = asg, instance_id, log, sent, every_s
         self.done = threading.Event()
         self.thread: Optional[threading.Thread] = None
+        self.lock = threading.Lock()  # the notice watcher's thread and the main one may both start it
 
     def start(self) -> None:
         """Idempotent: the first call starts the hold's thread."""
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="drain-hold", daemon=True)
-            self.thread.start()
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="drain-hold", daemon=True)
+                self.thread.start()
 
     def stop(self) -> None:
         """Before the hook is completed: no heartbeat after it (bounded wait for one in flight)."""
         self.done.set()
-        if self.thread is not None:
-            self.thread.join(timeout=30)
+        with self.lock:
+            thread = self.thread
+        if thread is not None:
+            thread.join(timeout=30)
 
     def _run(self) -> None:
         last = self.sent()
