@@ -148,9 +148,9 @@ STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps 
 # After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
 # ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
 DRAIN_WAIT_S = 60.0
-# While the drain hook holds the instance, how often the agent looks whether checkpoint bytes went to S3 (and if so
-# records the hook's heartbeat): a third of the heartbeat, so that one missed or failed beat costs nothing.
-DRAIN_BEAT_S = DRAIN_HEARTBEAT_S / 3
+# The drain hold (DrainHold) looks every DRAIN_LOOK_S whether checkpoint bytes went to S3 and records the drain hook's
+# heartbeat at most every DRAIN_BEAT_S: a fifth of the heartbeat, so that failed beats cost nothing but the next.
+DRAIN_LOOK_S, DRAIN_BEAT_S = 10.0, DRAIN_HEARTBEAT_S / 5
 
 
 def part_size(size: int) -> int:
@@ -1271,61 +1271,80 @@ def lifecycle_of(asg: Any, instance_id: str) -> Tuple[Optional[str], str]:
 class DrainHold:
     """Keeps the group's drain hook from ending the instance under a checkpoint upload. The hook holds an instance
     its group ends for ``DRAIN_HEARTBEAT_S``: enough for the trainer's save (the grace, under 120 s) and a usual final
-    upload, not for a very large checkpoint or a slow S3. Started once the group ends the instance, the hold looks
-    every ``every_s``: if checkpoint bytes went to S3 since its last look (``sent``) and the group holds the instance
-    in ``Terminating:Wait``, it records the hook's heartbeat (``RecordLifecycleActionHeartbeat``: the hook's
-    ``DRAIN_HEARTBEAT_S`` start again). No bytes since the last look, no heartbeat: a finished, failed or hung upload
-    keeps the instance at most ``DRAIN_HEARTBEAT_S`` after the last one. AWS ends a wait after 100 heartbeat
-    timeouts (or 48 h) whatever the agent does."""
+    upload, not for a very large checkpoint or a slow S3. For the whole job the hold looks every ``look_s``. When
+    checkpoint bytes went to S3 (``sent``) since its last look, at most every ``beat_s``, and only while the group
+    ends the instance (``ending``: ``target-lifecycle-state`` ``Terminated`` in the metadata) and holds it in
+    ``Terminating:Wait``, it records the hook's heartbeat (``RecordLifecycleActionHeartbeat``: the hook's
+    ``DRAIN_HEARTBEAT_S`` start again). That covers the final upload after the group's own notice, and one the group
+    interrupts (a stop sets the group to 0 while rank 0's node still uploads). No bytes, no heartbeat: a finished,
+    failed or hung upload keeps the instance at most ``DRAIN_HEARTBEAT_S`` after the last one. AWS ends a wait after
+    100 heartbeat timeouts (or 48 h) whatever the agent does."""
 
     def __init__(
-        self, asg: Any, instance_id: str, log: Callable[[str], None], sent: Callable[[], int], every_s: float
+        self,
+        asg: Any,
+        instance_id: str,
+        log: Callable[[str], None],
+        sent: Callable[[], int],
+        ending: Callable[[], bool],
+        look_s: float = DRAIN_LOOK_S,
+        beat_s: float = DRAIN_BEAT_S,
     ) -> None:
-        self.asg, self.instance_id, self.log, self.sent, self.every_s = asg, instance_id, log, sent, every_s
+        self.asg, self.instance_id, self.log, self.sent, self.ending = asg, instance_id, log, sent, ending
+        self.look_s, self.beat_s = look_s, beat_s
         self.done = threading.Event()
         self.thread: Optional[threading.Thread] = None
-        self.lock = threading.Lock()  # the notice watcher's thread and the main one may both start it
+        self.lock = threading.Lock()  # start() and stop() may come from different threads
+        self.beat_at = -math.inf  # time.monotonic() of the last heartbeat
+        self.seen = 0  # ``sent()`` at the last look
 
     def start(self) -> None:
-        """Idempotent: the first call starts the hold's thread."""
+        """Idempotent: the first call starts the hold's thread (bytes sent before it are not counted)."""
         with self.lock:
-            if self.thread is None:
+            if self.thread is None and not self.done.is_set():
+                self.seen = self.sent()
                 self.thread = threading.Thread(target=self._run, name="drain-hold", daemon=True)
                 self.thread.start()
 
     def stop(self) -> None:
-        """Before the hook is completed: no heartbeat after it (bounded wait for one in flight)."""
+        """Before the hook is completed: no heartbeat after it (a short wait for one in flight)."""
         self.done.set()
         with self.lock:
             thread = self.thread
         if thread is not None:
-            thread.join(timeout=30)
+            thread.join(timeout=10)
 
     def _run(self) -> None:
-        last = self.sent()
-        while not self.done.wait(self.every_s):
-            sent = self.sent()
-            if sent == last:
-                continue  # nothing under way: the hook's own heartbeat bounds the hold
-            moved, last = sent - last, sent
+        while not self.done.wait(self.look_s):
             try:
-                state, group = lifecycle_of(self.asg, self.instance_id)
-                if state is None:
-                    return  # out of its group: nothing holds it
-                if state != "Terminating:Wait" or self.done.is_set():
-                    continue
-                self.asg.record_lifecycle_action_heartbeat(
-                    AutoScalingGroupName=group, LifecycleHookName=DRAIN_HOOK, InstanceId=self.instance_id
-                )
+                self.look()
+            except Exception as exc:  # an odd answer must not end the hold for the rest of the job
+                if not self.done.is_set():
+                    self.log(f"drain hold: {type(exc).__name__}: {one_line(exc)}; it looks again in {self.look_s:g} s")
+
+    def look(self) -> None:
+        sent = self.sent()
+        moved, self.seen = sent - self.seen, sent
+        if not moved or time.monotonic() - self.beat_at < self.beat_s or not self.ending():
+            return  # nothing under way, a heartbeat not yet due, or the group keeps the instance
+        state, group = lifecycle_of(self.asg, self.instance_id)
+        if state != "Terminating:Wait" or self.done.is_set():
+            return
+        try:
+            self.asg.record_lifecycle_action_heartbeat(
+                AutoScalingGroupName=group, LifecycleHookName=DRAIN_HOOK, InstanceId=self.instance_id
+            )
+        except AWS_ERRORS as exc:
+            if not self.done.is_set():
                 self.log(
-                    f"checkpoint upload under way ({moved / 2**20:.1f} MiB in {self.every_s:g} s): recorded "
-                    f"{DRAIN_HOOK}'s heartbeat, {group} holds this instance up to {DRAIN_HEARTBEAT_S} s more"
+                    f"could not record {DRAIN_HOOK}'s heartbeat ({one_line(exc)}); it tries again in {self.look_s:g} s"
                 )
-            except AWS_ERRORS as exc:
-                self.log(
-                    f"could not record {DRAIN_HOOK}'s heartbeat ({one_line(exc)}); the group may end this instance "
-                    "before its upload is done"
-                )
+            return
+        self.beat_at = time.monotonic()
+        self.log(
+            f"checkpoint upload under way ({moved / 2**20:.1f} MiB in the last {self.look_s:g} s): recorded "
+            f"{DRAIN_HOOK}'s heartbeat, {group} holds this instance up to {DRAIN_HEARTBEAT_S} s more"
+        )
 
 
 class Agent:
@@ -1367,13 +1386,13 @@ class Agent:
         self.terminating = False  # its group is ending this instance (target lifecycle state Terminated)
         self.released = False  # the agent let the instance go: left its group, or scaled it to 0
         self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
-        # Started when the group ends the instance; ``self.log`` looked up at each line (tests swap it).
+        # Started with the job's store; ``self.log`` and ``group_ending_it`` looked up at each use (tests swap them).
         self.drain_hold = DrainHold(
             self.asg,
             self.instance_id,
             lambda line: self.log(line),
             lambda: self.store.sent_bytes if self.store is not None else 0,
-            DRAIN_BEAT_S,
+            lambda: self.group_ending_it(),
         )
 
     # -- small S3 helpers
@@ -1810,8 +1829,6 @@ class Agent:
         if not self.terminating:
             state = self.imds.get("autoscaling/target-lifecycle-state")
             self.terminating = state is not None and state.strip() == "Terminated"
-            if self.terminating:
-                self.drain_hold.start()  # the final upload may outlast the hook's heartbeat
         return self.terminating
 
     def own_lifecycle(self) -> Tuple[Optional[str], str]:
@@ -2359,6 +2376,7 @@ class Agent:
         store = self.store = CheckpointStore(
             self.s3, job.bucket, f"{job.job_prefix}{CHECKPOINT_FOLDER}/", job.job_id, self.log
         )
+        self.drain_hold.start()  # a final upload may outlast the drain hook's heartbeat
         try:
             self.check_notice("boot")
             self.claim_warm_volume(job)

@@ -686,34 +686,41 @@ def test_the_drain_is_completed_once_terminating_becomes_the_wait(
 
 
 class Ending:
-    """IMDS as on an instance its group ends: ``autoscaling/target-lifecycle-state`` reads ``Terminated``."""
+    """IMDS as on an instance its group ends, once ``on``: ``autoscaling/target-lifecycle-state`` reads
+    ``Terminated``."""
+
+    on = False
 
     def get(self, path: str) -> Optional[str]:
-        return "Terminated" if path == "autoscaling/target-lifecycle-state" else None
+        return "Terminated" if self.on and path == "autoscaling/target-lifecycle-state" else None
 
 
-def test_the_group_ending_the_instance_starts_the_drain_hold_and_completing_the_hook_stops_it(
+def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_go_out_and_the_group_ends_it(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The drain hold (against the hook itself: tests/emulator/test_lifecycle_hooks.py) starts when the group ends
-    the instance, records the hook's heartbeat only while the job's checkpoint uploads send bytes, and stops before
-    the agent completes the hook. Before, nothing extended the hook: an upload longer than its 300 s heartbeat was
-    cut off by the instance's end."""
+    """The drain hold (against the hook itself: tests/emulator/test_lifecycle_hooks.py) runs from the job's start. It
+    records the hook's heartbeat only while checkpoint bytes go to S3 and the group ends the instance, and stops
+    before the agent completes the hook. Before, nothing extended the hook: an upload longer than its 300 s
+    heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) was cut off."""
     agent, job, lines = agent_for(cluster)
     completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
     beats: list[dict[str, Any]] = []
     monkeypatch.setattr(agent.asg, "record_lifecycle_action_heartbeat", lambda **kw: beats.append(kw))
-    agent.drain_hold.every_s = 0.05
-    agent.store = store_of(agent, job)
-    agent.imds = Ending()
-    assert agent.notice() == f"its Auto Scaling group is ending this instance (lifecycle hook {DRAIN_HOOK})"
-    time.sleep(0.3)  # six looks of the hold with no byte sent
-    assert beats == []
-
+    agent.drain_hold.look_s, agent.drain_hold.beat_s = 0.05, 0.1
+    agent.imds = ending = Ending()
+    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "ckpt")
+    agent.stop_signal.set()  # the agent's SIGTERM: it leaves at boot, once it has made the job's store (and hold)
+    assert agent._run(job) == 0
+    store = agent.store
     checkpoint = tmp_path / "model.pt"
-    checkpoint.write_bytes(b"x" * (3 * 2**20))
-    agent.store.upload(7, {"model.pt": str(checkpoint)}, "flat")
-    assert agent.store.sent_bytes == 3 * 2**20
+    checkpoint.write_bytes(b"x" * (20 * 2**20))  # above the 16 MiB multipart threshold
+    store.upload(7, {"model.pt": str(checkpoint)}, "flat")
+    assert store.sent_bytes == 20 * 2**20
+    time.sleep(0.3)  # six looks after the upload
+    assert beats == []  # the group keeps the instance: a routine upload extends nothing
+
+    ending.on = True
+    store.upload(8, {"model.pt": str(checkpoint)}, "flat")
     for _ in range(100):  # bounded: 5 s
         if beats:
             break
@@ -724,14 +731,17 @@ def test_the_group_ending_the_instance_starts_the_drain_hold_and_completing_the_
         "InstanceId": agent.instance_id,
     }
     beat_line = re.compile(
-        rf"checkpoint upload under way \([0-9.]+ MiB in 0\.05 s\): recorded {DRAIN_HOOK}'s heartbeat, its-group "
-        "holds this instance up to 300 s more"
+        rf"checkpoint upload under way \([0-9.]+ MiB in the last 0\.05 s\): recorded {DRAIN_HOOK}'s heartbeat, "
+        "its-group holds this instance up to 300 s more"
     )
     assert [line for line in lines if beat_line.fullmatch(line)], lines
+    time.sleep(0.3)
+    after = len(beats)
+    time.sleep(0.3)  # no bytes: no heartbeat
+    assert len(beats) == after
 
     agent.complete_drain()
     assert [c["InstanceId"] for c in completed] == [agent.instance_id]
-    after = len(beats)
-    agent.store.upload(8, {"model.pt": str(checkpoint)}, "flat")
+    store.upload(9, {"model.pt": str(checkpoint)}, "flat")
     time.sleep(0.3)
-    assert len(beats) == after
+    assert len(beats) == after  # stopped before the hook was completed

@@ -334,7 +334,7 @@ def test_the_agents_drain_hold_keeps_an_uploading_instance_past_the_heartbeat(
     asg = cloud.client("autoscaling")
     lines: list[str] = []
     sent = [0]  # the checkpoint bytes uploaded so far, as CheckpointStore.sent_bytes counts them
-    hold = node_agent.DrainHold(asg, instance, lines.append, lambda: sent[0], every_s=1.0)
+    hold = node_agent.DrainHold(asg, instance, lines.append, lambda: sent[0], lambda: True, look_s=0.5, beat_s=1.0)
     asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)
     hold.start()
     try:
