@@ -122,8 +122,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # What an AWS call can raise when the service or the network misbehaves (a garbled answer is not a BotoCoreError).
 AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError, S3UploadFailedError)  # upload_file's wrapper too
 # What a metadata read can raise: no answer (URLError is an OSError) or a malformed one (BadStatusLine,
-# IncompleteRead), which http.client does not wrap.
-IMDS_ERRORS = (OSError, http.client.HTTPException)
+# IncompleteRead), which http.client does not wrap, or one that is not UTF-8.
+IMDS_ERRORS = (OSError, http.client.HTTPException, UnicodeDecodeError)
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -149,7 +149,8 @@ STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps 
 # ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
 DRAIN_WAIT_S = 60.0
 # The drain hold (DrainHold) looks every DRAIN_LOOK_S whether checkpoint bytes went to S3 and records the drain hook's
-# heartbeat at most every DRAIN_BEAT_S: a fifth of the heartbeat, so that failed beats cost nothing but the next.
+# heartbeat at most every DRAIN_BEAT_S: a fifth of the heartbeat, so that a failed one is tried again at the next look
+# with bytes sent, several times before the hook's heartbeat runs out.
 DRAIN_LOOK_S, DRAIN_BEAT_S = 10.0, DRAIN_HEARTBEAT_S / 5
 
 
@@ -1200,11 +1201,12 @@ class Imds:
 
     def get(self, path: str) -> Optional[str]:
         """``latest/meta-data/<path>``; None when IMDS answers 404 (e.g. no interruption notice)."""
+        token = self.token  # one read: another thread may drop the shared one meanwhile
         for attempt in range(2):
-            if self.token is None:
-                self.token = self._token()
+            if token is None:
+                token = self.token = self._token()
             request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
-                f"{self.endpoint}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": self.token}
+                f"{self.endpoint}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token}
             )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310
@@ -1213,7 +1215,7 @@ class Imds:
                 if exc.code == 404:
                     return None
                 if exc.code == 401 and attempt == 0:
-                    self.token = None
+                    token = self.token = None
                     continue
                 raise
         return None
@@ -1272,13 +1274,14 @@ class DrainHold:
     """Keeps the group's drain hook from ending the instance under a checkpoint upload. The hook holds an instance
     its group ends for ``DRAIN_HEARTBEAT_S``: enough for the trainer's save (the grace, under 120 s) and a usual final
     upload, not for a very large checkpoint or a slow S3. For the whole job the hold looks every ``look_s``. When
-    checkpoint bytes went to S3 (``sent``) since its last look, at most every ``beat_s``, and only while the group
-    ends the instance (``ending``: ``target-lifecycle-state`` ``Terminated`` in the metadata) and holds it in
-    ``Terminating:Wait``, it records the hook's heartbeat (``RecordLifecycleActionHeartbeat``: the hook's
-    ``DRAIN_HEARTBEAT_S`` start again). That covers the final upload after the group's own notice, and one the group
-    interrupts (a stop sets the group to 0 while rank 0's node still uploads). No bytes, no heartbeat: a finished,
-    failed or hung upload keeps the instance at most ``DRAIN_HEARTBEAT_S`` after the last one. AWS ends a wait after
-    100 heartbeat timeouts (or 48 h) whatever the agent does."""
+    checkpoint bytes went to S3 (``sent``) since its last look, at most every ``beat_s``, and only while ``ending``
+    (no trainer runs and the group ends the instance: ``target-lifecycle-state`` ``Terminated`` in the metadata) and
+    the group holds it in ``Terminating:Wait``, it records the hook's heartbeat (``RecordLifecycleActionHeartbeat``:
+    the hook's ``DRAIN_HEARTBEAT_S`` start again). That covers the final upload after the group's own notice, and one
+    the group interrupts (after a stop, a peer's agent sets the group to 0 while rank 0's node may still upload). No
+    bytes, no heartbeat: a finished, failed or hung upload keeps the instance at most ``DRAIN_HEARTBEAT_S`` after the
+    last one. Nor while a trainer runs: an agent that missed the group's notice would otherwise renew the hook with
+    every periodic checkpoint. AWS ends a wait after 100 heartbeat timeouts (or 48 h) whatever the agent does."""
 
     def __init__(
         self,
@@ -1312,7 +1315,7 @@ class DrainHold:
         with self.lock:
             thread = self.thread
         if thread is not None:
-            thread.join(timeout=10)
+            thread.join(timeout=1)  # a heartbeat after the completion is refused by AWS; no need to wait long
 
     def _run(self) -> None:
         while not self.done.wait(self.look_s):
@@ -1386,13 +1389,14 @@ class Agent:
         self.terminating = False  # its group is ending this instance (target lifecycle state Terminated)
         self.released = False  # the agent let the instance go: left its group, or scaled it to 0
         self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
+        self.trainer: Optional["subprocess.Popen[bytes]"] = None  # the last attempt's torchrun
         # Started with the job's store; ``self.log`` and ``group_ending_it`` looked up at each use (tests swap them).
         self.drain_hold = DrainHold(
             self.asg,
             self.instance_id,
             lambda line: self.log(line),
             lambda: self.store.sent_bytes if self.store is not None else 0,
-            lambda: self.group_ending_it(),
+            lambda: not self.trainer_runs() and self.group_ending_it(),
         )
 
     # -- small S3 helpers
@@ -1674,6 +1678,7 @@ class Agent:
         proc = subprocess.Popen(  # noqa: S603 - argv list built from the validated job, no shell
             cmd, cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
+        self.trainer = proc
         assert proc.stdout is not None
         stdout = proc.stdout
 
@@ -1797,6 +1802,10 @@ class Agent:
             return EXIT_FAILED, False
         return proc.returncode, notice is not None
 
+    def trainer_runs(self) -> bool:
+        """Whether the last attempt's torchrun is still running (``Popen.poll`` may be called from any thread)."""
+        return self.trainer is not None and self.trainer.poll() is None
+
     def announce_leaving(self, job: Job, notice: str, syncer: "Syncer") -> None:
         """After the SIGTERM: tell the peers this node leaves (``nodes/<id>/leaving``, not for a stop: the whole job
         ends), and note the newest durable checkpoint, to tell the emergency one from it. Best effort: S3 failing
@@ -1828,7 +1837,8 @@ class Agent:
         """True once ``autoscaling/target-lifecycle-state`` is ``Terminated`` (remembered in ``terminating``)."""
         if not self.terminating:
             state = self.imds.get("autoscaling/target-lifecycle-state")
-            self.terminating = state is not None and state.strip() == "Terminated"
+            if state is not None and state.strip() == "Terminated":
+                self.terminating = True  # only ever set: two threads read it (the notice watcher, the drain hold)
         return self.terminating
 
     def own_lifecycle(self) -> Tuple[Optional[str], str]:

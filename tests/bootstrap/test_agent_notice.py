@@ -10,11 +10,13 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import node_agent
 import pytest
@@ -227,6 +229,57 @@ def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()
     assert any(line.startswith("IMDS poll failed: IncompleteRead") for line in lines), lines
+
+
+class MetadataServer(BaseHTTPRequestHandler):
+    """IMDSv2 on loopback that accepts only the newest token it issued and answers ``spot/instance-action`` with bytes
+    that are not UTF-8."""
+
+    tokens: ClassVar[list[str]] = []
+
+    def do_PUT(self) -> None:
+        self.tokens.append(f"t{len(self.tokens)}")
+        self.answer(200, self.tokens[-1].encode())
+
+    def do_GET(self) -> None:
+        if self.headers.get("X-aws-ec2-metadata-token") != self.tokens[-1]:
+            self.answer(401, b"")
+        elif self.path.endswith("/spot/instance-action"):
+            self.answer(200, b"\xff\xfe{")
+        else:
+            self.answer(200, b"Terminated")
+
+    def answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_token_is_renewed(
+    cluster: Cluster,
+) -> None:
+    """Before, a notice read that was not UTF-8 raised UnicodeDecodeError out of ``notice()``: on the notice watcher's
+    thread, that ended the watch, and the trainer ran on through the notice."""
+    MetadataServer.tokens = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), MetadataServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        agent, _, lines = agent_for(cluster)
+        agent.imds = node_agent.Imds(f"http://127.0.0.1:{server.server_address[1]}")
+        assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
+        MetadataServer.tokens.append("newer")  # the agent's token no longer counts: 401, a new token, the answer
+        assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
+        assert MetadataServer.tokens == ["t0", "newer", "t2"]
+        agent.terminating = False
+        assert agent.notice() is None
+        assert any(line.startswith("IMDS poll failed: 'utf-8' codec can't decode") for line in lines), lines
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluster: Cluster) -> None:
@@ -699,9 +752,10 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The drain hold (against the hook itself: tests/emulator/test_lifecycle_hooks.py) runs from the job's start. It
-    records the hook's heartbeat only while checkpoint bytes go to S3 and the group ends the instance, and stops
-    before the agent completes the hook. Before, nothing extended the hook: an upload longer than its 300 s
-    heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) was cut off."""
+    records the hook's heartbeat only while checkpoint bytes go to S3, no trainer runs and the group ends the
+    instance, and stops before the agent completes the hook. Before, nothing extended the hook: an upload longer
+    than its 300 s heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) was
+    cut off."""
     agent, job, lines = agent_for(cluster)
     completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
     beats: list[dict[str, Any]] = []
@@ -720,21 +774,30 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     assert beats == []  # the group keeps the instance: a routine upload extends nothing
 
     ending.on = True
-    store.upload(8, {"model.pt": str(checkpoint)}, "flat")
+    agent.trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # a trainer still runs: an agent that missed the group's notice does not renew the hook
+        store.upload(8, {"model.pt": str(checkpoint)}, "flat")
+        time.sleep(0.3)
+        assert beats == []
+    finally:
+        agent.trainer.kill()
+        agent.trainer.wait(10)
+
+    store.upload(9, {"model.pt": str(checkpoint)}, "flat")  # the final sync: now it does
+    beat_line = re.compile(
+        rf"checkpoint upload under way \([0-9.]+ MiB in the last 0\.05 s\): recorded {DRAIN_HOOK}'s heartbeat, "
+        "its-group holds this instance up to 300 s more"
+    )
     for _ in range(100):  # bounded: 5 s
-        if beats:
+        if any(beat_line.fullmatch(line) for line in lines):
             break
         time.sleep(0.05)
+    assert [line for line in lines if beat_line.fullmatch(line)], lines
     assert beats[0] == {
         "AutoScalingGroupName": "its-group",
         "LifecycleHookName": DRAIN_HOOK,
         "InstanceId": agent.instance_id,
     }
-    beat_line = re.compile(
-        rf"checkpoint upload under way \([0-9.]+ MiB in the last 0\.05 s\): recorded {DRAIN_HOOK}'s heartbeat, "
-        "its-group holds this instance up to 300 s more"
-    )
-    assert [line for line in lines if beat_line.fullmatch(line)], lines
     time.sleep(0.3)
     after = len(beats)
     time.sleep(0.3)  # no bytes: no heartbeat
@@ -742,6 +805,6 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
 
     agent.complete_drain()
     assert [c["InstanceId"] for c in completed] == [agent.instance_id]
-    store.upload(9, {"model.pt": str(checkpoint)}, "flat")
+    store.upload(10, {"model.pt": str(checkpoint)}, "flat")
     time.sleep(0.3)
     assert len(beats) == after  # stopped before the hook was completed
