@@ -1719,7 +1719,11 @@ class Agent:
             """The spot notice and the agent's own SIGTERM, on their own thread: a slow S3 or Auto Scaling call in
             the loop below must not hold up the trainer's SIGTERM (the notice gives two minutes in all)."""
             while not stopped_by and proc.poll() is None:
-                why = self.notice()
+                try:
+                    why = self.notice()
+                except Exception as exc:  # an agent bug must not end the watch: the trainer would miss the notice
+                    self.log(f"notice poll failed: {type(exc).__name__}: {one_line(exc)}")
+                    why = None
                 if why:
                     sigterm(why, job.grace_s)
                     return

@@ -196,6 +196,30 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
     assert any("spot interruption notice" in line and "sending SIGTERM" in line for line in lines), lines
 
 
+class OddOnceImds(Imds):
+    """Raises an error the agent does not expect (a bug, an odd answer) at the first read of the notice, then serves
+    it."""
+
+    raised = False
+
+    def get(self, path: str) -> Optional[str]:
+        if path == "spot/instance-action" and not self.raised:
+            self.raised = True
+            raise RuntimeError("unexpected")
+        return super().get(path)
+
+
+def test_an_unexpected_error_in_the_notice_watch_does_not_end_it(cluster: Cluster, tmp_path: Path) -> None:
+    """The notice watch is the only reader of the spot notice while the trainer runs. Before, any error other than
+    a failed metadata read ended its thread, and the trainer ran on through the notice until EC2 took the instance."""
+    agent, job, lines = agent_for(cluster)
+    agent.imds = OddOnceImds(NOTICE, ready=tmp_path / "saved.ready")
+    rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
+    assert (rc, interrupted) == (143, True)
+    assert saved.read_text() == "saved"
+    assert "notice poll failed: RuntimeError: unexpected" in lines
+
+
 def garbled(**_: Any) -> Any:
     """An answer botocore cannot parse (a proxy's HTML page): ResponseParserError, which is no BotoCoreError."""
     raise ResponseParserError("Unable to parse response (not well-formed), invalid XML received: <html>")
