@@ -1340,7 +1340,8 @@ class DrainHold:
         except AWS_ERRORS as exc:
             if not self.done.is_set():
                 self.log(
-                    f"could not record {DRAIN_HOOK}'s heartbeat ({one_line(exc)}); it tries again in {self.look_s:g} s"
+                    f"could not record {DRAIN_HOOK}'s heartbeat ({one_line(exc)}); the next look with bytes sent "
+                    "tries again"
                 )
             return
         self.beat_at = time.monotonic()

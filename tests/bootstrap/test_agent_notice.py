@@ -832,3 +832,32 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     store.upload(10, {"model.pt": str(checkpoint)}, "flat")
     time.sleep(0.3)
     assert len(beats) == after  # stopped before the hook was completed
+
+
+def test_a_failed_heartbeat_is_logged_and_tried_again_at_the_next_look_with_bytes_sent() -> None:
+    """The hold's looks driven by hand (no thread): Auto Scaling throttles the first heartbeat."""
+    calls: list[dict[str, Any]] = []
+
+    class Asg:
+        def describe_auto_scaling_instances(self, InstanceIds: list[str]) -> Any:
+            return {"AutoScalingInstances": [{"AutoScalingGroupName": "g", "LifecycleState": "Terminating:Wait"}]}
+
+        def record_lifecycle_action_heartbeat(self, **kwargs: Any) -> None:
+            calls.append(kwargs)
+            if len(calls) == 1:
+                error = {"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}
+                raise ClientError(error, "RecordLifecycleActionHeartbeat")
+
+    lines: list[str] = []
+    sent = [0]
+    hold = node_agent.DrainHold(Asg(), "i-1", lines.append, lambda: sent[0], lambda: True, look_s=10.0, beat_s=0.0)
+    sent[0] = 2**20
+    hold.look()
+    hold.look()  # no bytes since: no try
+    assert len(calls) == 1
+    assert len(lines) == 1 and "Rate exceeded" in lines[0], lines
+    assert lines[0].startswith(f"could not record {DRAIN_HOOK}'s heartbeat (")
+    assert lines[0].endswith("); the next look with bytes sent tries again")
+    sent[0] += 2**20
+    hold.look()
+    assert len(calls) == 2 and lines[-1].startswith("checkpoint upload under way (1.0 MiB in the last 10 s)"), lines
