@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from urllib.parse import unquote
 
 
@@ -54,7 +54,8 @@ class ImdsMock:
         self.role_name: Optional[str] = None
         self.role_credentials: Optional[dict[str, str]] = None
         self.instance_profile: Optional[dict[str, str]] = None
-        self.values = {
+        # path -> answer; bytes are served as they are (a test's answer that is not UTF-8)
+        self.values: dict[str, Union[str, bytes]] = {
             "instance-id": instance_id,
             "placement/availability-zone": availability_zone,
             "placement/region": region,
@@ -107,7 +108,7 @@ class ImdsMock:
             "InstanceProfileId": instance_profile_id,
         }
 
-    def _answer(self, path: str) -> Optional[str]:
+    def _answer(self, path: str) -> Optional[Union[str, bytes]]:
         if path in self.values:
             return self.values[path]
         if path == "tags/instance":
@@ -133,8 +134,8 @@ class ImdsMock:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-            def _send(self, code: int, body: str = "") -> None:
-                data = body.encode()
+            def _send(self, code: int, body: Union[str, bytes] = "") -> None:
+                data = body if isinstance(body, bytes) else body.encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(data)))

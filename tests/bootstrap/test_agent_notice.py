@@ -14,9 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import node_agent
 import pytest
@@ -26,6 +25,8 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
 from spot_training.job_spec import DRAIN_HOOK
+
+from emulator.imds import ImdsMock
 
 from .conftest import REGION, TEAM, Cluster, address_map
 
@@ -255,55 +256,22 @@ def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_
     assert any(line.startswith("IMDS poll failed: IncompleteRead") for line in lines), lines
 
 
-class MetadataServer(BaseHTTPRequestHandler):
-    """IMDSv2 on loopback that accepts only the newest token it issued and answers ``spot/instance-action`` with bytes
-    that are not UTF-8."""
-
-    tokens: ClassVar[list[str]] = []
-
-    def do_PUT(self) -> None:
-        self.tokens.append(f"t{len(self.tokens)}")
-        self.answer(200, self.tokens[-1].encode())
-
-    def do_GET(self) -> None:
-        if self.headers.get("X-aws-ec2-metadata-token") != self.tokens[-1]:
-            self.answer(401, b"")
-        elif self.path.endswith("/spot/instance-action"):
-            self.answer(200, b"\xff\xfe{")
-        else:
-            self.answer(200, b"Terminated")
-
-    def answer(self, code: int, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-
 def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_token_is_renewed(
     cluster: Cluster,
 ) -> None:
     """Before, a notice read that was not UTF-8 raised UnicodeDecodeError out of ``notice()``: on the notice watcher's
     thread, that ended the watch, and the trainer ran on through the notice."""
-    MetadataServer.tokens = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), MetadataServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        agent, _, lines = agent_for(cluster)
-        agent.imds = node_agent.Imds(f"http://127.0.0.1:{server.server_address[1]}")
+    agent, _, lines = agent_for(cluster)
+    with ImdsMock(instance_id=agent.instance_id) as mock:
+        mock.terminating()
+        mock.values["spot/instance-action"] = b"\xff\xfe{"
+        agent.imds = node_agent.Imds(mock.url)
         assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
-        MetadataServer.tokens.append("newer")  # the agent's token no longer counts: 401, a new token, the answer
+        mock.tokens.clear()  # the agent's token no longer counts: 401, a new token, the answer
         assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
-        assert MetadataServer.tokens == ["t0", "newer", "t2"]
-        agent.terminating = False
+        assert [r for r in mock.requests if r.startswith("PUT")] == ["PUT /latest/api/token"] * 2
         assert agent.notice() is None
         assert any(line.startswith("IMDS poll failed: 'utf-8' codec can't decode") for line in lines), lines
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluster: Cluster) -> None:
