@@ -115,7 +115,7 @@ from spot_training.job_spec import (
 )
 from spot_training.peers import launch_order
 from spot_training.proctree import kill_all, process_tree
-from spot_training.sync_state import STATE_DIR, SYNC_STATE, read_sync_state, write_sync_state
+from spot_training.sync_state import COMPLETE, STATE_DIR, SYNC_STATE, read_sync_state, step_number, write_sync_state
 from urllib3.exceptions import HTTPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -186,6 +186,11 @@ class JobFailed(AgentError):
 class S3Unanswered(AgentError):
     """S3 refused or failed a read of a checkpoint after botocore's retries (throttling, access, outage): the
     checkpoint itself may be good, so the restore stops here instead of skipping it for an older one."""
+
+
+class LocalDiskError(AgentError):
+    """Writing a restored checkpoint to this node's disk failed (full, read-only): the checkpoint is not at fault, so
+    the restore stops instead of skipping it for an older one (which a full disk might still hold)."""
 
 
 # What S3 answers when an object is not there (deleted since the listing) or shorter than the range asked for.
@@ -607,9 +612,10 @@ class CheckpointStore:
         out: Dict[int, Dict[str, int]] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
             for obj in page.get("Contents", []):
-                step, _, rel = obj["Key"][len(self.prefix) :].partition("/")
-                if step.isdigit() and rel:
-                    out.setdefault(int(step), {})[rel] = obj["Size"]
+                name, _, rel = obj["Key"][len(self.prefix) :].partition("/")
+                step = step_number(name)
+                if step is not None and rel:
+                    out.setdefault(step, {})[rel] = obj["Size"]
         return out
 
     def complete_steps(self, listing: Optional[Dict[int, Dict[str, int]]] = None) -> List[int]:
@@ -798,7 +804,9 @@ class CheckpointStore:
                     where = f"s3://{self.bucket}/{key} bytes {start}-{start + length - 1}: {exc}"
                     local = isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
                     if local:  # this node's disk
-                        raise AgentError(where) from None
+                        raise LocalDiskError(
+                            f"this node's disk: {where}; not skipped for an older checkpoint"
+                        ) from None
                     raise S3Unanswered(f"{where}; not skipped for an older checkpoint: it may be good") from None
         return None
 
@@ -841,7 +849,7 @@ class CheckpointStore:
             tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
             try:
                 manifest = self.download_patiently(step, listing[step], tmp)
-            except S3Unanswered:
+            except (S3Unanswered, LocalDiskError):
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
             except AgentError as exc:
@@ -903,7 +911,19 @@ def local_steps(checkpoint_dir: str) -> List[int]:
         names = os.listdir(checkpoint_dir)
     except FileNotFoundError:
         return []
-    return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, n)))
+    steps = ((step_number(n), n) for n in names)
+    return sorted(s for s, n in steps if s is not None and os.path.isdir(os.path.join(checkpoint_dir, n)))
+
+
+def step_files(root: str) -> Dict[str, str]:
+    """{relative name: path} of the files of step directory ``root``, but the helper's ``COMPLETE`` marker."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            files[os.path.relpath(path, root).replace(os.sep, "/")] = path
+    files.pop(COMPLETE, None)
+    return files
 
 
 class Syncer:
@@ -925,6 +945,7 @@ class Syncer:
         # then uploads flat files only if they were already unchanged at the poll before.
         self.trainer_killed = False
         self.flat_refused: Optional[List[Tuple[str, int, int, int]]] = None
+        self.step_seen: Optional[Tuple[int, List[Tuple[str, int, int, int]]]] = None  # the last round's step folder
         self.failures = 0
         # The stall watchdog's view of the directory, from the scans above (no walker of its own): what the last
         # round saw, when a round last saw it change, and when the round in progress (if any) started.
@@ -951,7 +972,9 @@ class Syncer:
         files = {}
         for root, dirs, names in os.walk(self.dir):
             rel_root = os.path.relpath(root, self.dir)
-            dirs[:] = [d for d in dirs if not d.startswith(".") and not (rel_root == "." and d.isdigit())]
+            dirs[:] = [
+                d for d in dirs if not d.startswith(".") and not (rel_root == "." and step_number(d) is not None)
+            ]
             for name in names:
                 path = os.path.join(root, name)
                 if not name.startswith(".") and os.path.exists(path):  # not a dangling link (last.pt -> rotated)
@@ -962,6 +985,8 @@ class Syncer:
         """What this node's checkpoint directory holds that is not durable in S3 yet (described), or None."""
         steps = self.local_steps()
         if steps:
+            if not step_files(os.path.join(self.dir, str(steps[-1]))):  # an empty folder is no checkpoint
+                return None
             newest = self.store.newest_complete()
             return f"checkpoint {steps[-1]}" if newest is None or steps[-1] > newest else None
         files = self._flat_files()
@@ -1027,17 +1052,28 @@ class Syncer:
         if steps:
             newest = steps[-1]
             root = os.path.join(self.dir, str(newest))
-            files = {}
-            for dirpath, _, names in os.walk(root):
-                for name in names:
-                    path = os.path.join(dirpath, name)
-                    files[os.path.relpath(path, root).replace(os.sep, "/")] = path
+            files = step_files(root)
             # The helper rewrites a step it saves twice (the final save on the last periodic one's step), while
             # it uploads or after: the objects must be of one version, and S3 must get the last one.
             seen = self.flat_fingerprint(files)
             self._scanned(("step", newest, seen))  # older steps the agent deletes below are no progress
+            # The helper renames a complete folder into place (COMPLETE in it). One a script writes in place (e.g.
+            # torch.distributed.checkpoint to <dir>/<step>) is complete, as a flat checkpoint is, once a round sees
+            # it as the round before did, or when its trainer has exited and was not killed.
+            stable = (
+                os.path.exists(os.path.join(root, COMPLETE))
+                or (final and not self.trainer_killed)
+                or self.step_seen == (newest, seen)
+            )
+            self.step_seen = (newest, seen)
             saved_again = self.step_uploaded.get(newest, seen) != seen
-            if saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest)):
+            new = saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest))
+            if new and final and self.trainer_killed and not (stable and files):
+                # Maybe cut off mid-write: not a checkpoint, not even this node's own resume point.
+                self.log(f"deleting checkpoint folder {newest} unuploaded: the killed trainer may have been writing it")
+                shutil.rmtree(root, ignore_errors=True)
+                return
+            if new and stable and files:
                 again = " again: saved anew since its upload" if saved_again else ""
                 self.log(f"uploading checkpoint {newest} ({len(files)} file(s)){again}")
                 seconds = self.store.upload(
@@ -1062,7 +1098,9 @@ class Syncer:
         self.flat_seen = fingerprint
         due = final or time.monotonic() >= self.flat_due
         if stable and due and fingerprint != self.flat_uploaded:
-            step = (self.newest or 0) + 1
+            # Numbered from S3, not from what this agent knows: the writer (rank 0) may have moved to this node in
+            # the attempt, after another node's uploads; a step without a manifest may be another's upload under way.
+            step = max([*self.store.listing(), self.newest or 0]) + 1
             # The trainer may rewrite a file while it uploads (s3transfer and the hashing each read it by name).
             self._record(
                 step, self.store.upload(step, files, "flat", lambda: self.flat_fingerprint(files) == fingerprint)

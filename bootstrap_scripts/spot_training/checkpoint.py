@@ -13,10 +13,11 @@ of *every* rank, and ``extra`` (data position; must be the same on every rank). 
 run resumed from a checkpoint continues bit for bit like the uninterrupted run.
 
 Protocol with the node agent: a checkpoint is the directory ``<dir>/<step>/`` (file ``state.pt``); it is written
-as ``<dir>/.tmp-<step>-<pid>/`` and renamed when complete, so a directory named by an integer is always
-complete. Rank 0 writes; the agent uploads it to S3 (objects, then a manifest) and prunes old ones. Saving is
-asynchronous: ``step()`` copies the state to CPU memory (training waits only for that) and a background thread
-serialises it to disk; the agent's upload is a separate process, so S3 never blocks training.
+as ``<dir>/.tmp-<step>-<pid>/`` and renamed when complete, with the marker ``sync_state.COMPLETE`` in it, so the
+agent uploads it as soon as it sees it. Rank 0 writes; the agent uploads it to S3 (objects, then a manifest)
+and prunes old ones. Saving is asynchronous: ``step()`` copies the state to CPU memory (training waits only for
+that) and a background thread serialises it to disk; the agent's upload is a separate process, so S3 never blocks
+training.
 
 When to save (collective: every rank must call ``step()`` at every step): after SIGTERM (emergency checkpoint,
 then ``step()`` returns True), when the agent asks (``<dir>/.spot-training/save-request``, on a rebalance
@@ -50,7 +51,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from .sync_state import STATE_DIR, read_sync_state
+from .sync_state import COMPLETE, STATE_DIR, read_sync_state, step_number
 
 try:
     import numpy as np
@@ -180,8 +181,9 @@ class Checkpointer:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
+        steps = ((step_number(n), n) for n in names)
         return sorted(
-            int(n) for n in names if n.isdigit() and os.path.isfile(os.path.join(self.directory, n, STATE_FILE))
+            s for s, n in steps if s is not None and os.path.isfile(os.path.join(self.directory, n, STATE_FILE))
         )
 
     def restore(self) -> Optional[Restored]:
@@ -339,6 +341,8 @@ class Checkpointer:
                 torch.save(snapshot, f)
                 f.flush()
                 os.fsync(f.fileno())
+            with open(os.path.join(tmp, COMPLETE), "wb"):  # the agent uploads it at once, not after two polls
+                pass
             if os.path.isdir(final):
                 shutil.rmtree(final)
             os.replace(tmp, final)

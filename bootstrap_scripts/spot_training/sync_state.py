@@ -10,6 +10,16 @@ from typing import Any, Dict, Optional
 
 STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory; dot entries are never synced
 SYNC_STATE = "sync-state.json"
+# In a step directory: the checkpoint helper writes it into ``.tmp-<step>-<pid>/`` before renaming that to
+# ``<step>/``, so a step directory holding it is complete. One without it (a script writing ``<step>/`` in place)
+# is uploaded once two polls see it unchanged. Never uploaded itself.
+COMPLETE = ".spot-training-complete"
+
+
+def step_number(name: str) -> Optional[int]:
+    """The step a checkpoint folder (on disk or in S3) named ``name`` holds: a canonical decimal (``500``; not
+    ``000500``, which would be read back as another folder, nor a non-ASCII digit), else None."""
+    return int(name) if name.isascii() and name.isdigit() and name == str(int(name)) else None
 
 
 def read_sync_state(directory: str) -> Dict[str, Any]:

@@ -373,9 +373,9 @@ sys.exit(3)
 def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     make_cluster: Any, make_nodes: Any, tmp_path: Path
 ) -> None:
-    """The newest flat checkpoint (2) fails its sha256, so the node restores 1 and its next save is numbered 2 again.
-    Before, "progress" compared with the newest listed before the restore (2): that save counted as no new
-    checkpoint, and the job was FAILED one restart early."""
+    """The newest flat checkpoint (2) fails its sha256, so the node restores 1; its next save is numbered after every
+    step in S3 (3). Before, "progress" compared with the newest listed before the restore (2): that save counted as
+    no new checkpoint, and the job was FAILED one restart early."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
     log: list[str] = []
     store = node_agent.CheckpointStore(
@@ -395,7 +395,7 @@ def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     assert node.text.count("progress was made") == 1
     out = tmp_path / "restored"
     out.mkdir()
-    assert store.restore_newest(str(out)) == (2, "flat")  # the save replaced the unreadable 2
+    assert store.restore_newest(str(out)) == (3, "flat")
     assert (out / "model.bin").read_text() == "trained on from step 1"
     failed = cluster.marker("bad-run", "FAILED")
     assert failed is not None and "after 1 restart(s) without a new checkpoint" in failed["reason"]
@@ -476,10 +476,10 @@ def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_upload
     assert any("changed on disk while it was uploaded" in line for line in log), log
     assert syncer.pending() == "the checkpoint directory"
     syncer.sync()  # seen unchanged again
-    assert syncer.sync(final=True) == 1
+    assert syncer.sync(final=True) == 2  # numbered after the objects step 1's failed round left in S3
     out = tmp_path / "restored"
     out.mkdir()
-    assert store.restore_newest(str(out)) == (1, "flat")
+    assert store.restore_newest(str(out)) == (2, "flat")
     assert (out / "model.bin").read_text() == "state at step 20, a longer one"
 
 
@@ -493,6 +493,7 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
     step = tmp_path / "7"
     step.mkdir()
     (step / "state.pt").write_text("periodic save of step 7")
+    (step / node_agent.COMPLETE).touch()
     upload_file = aws.s3.upload_file
     saves = ["final save of step 7, a longer one"]
 
@@ -502,6 +503,7 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
             tmp = tmp_path / ".tmp-7"
             tmp.mkdir()
             (tmp / "state.pt").write_text(saves.pop())
+            (tmp / node_agent.COMPLETE).touch()
             shutil.rmtree(step)
             tmp.replace(step)
 
@@ -523,11 +525,13 @@ def test_a_step_saved_again_after_its_upload_is_uploaded_again(aws: Any, tmp_pat
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "state.pt").write_text("periodic save of step 7")
+    (tmp_path / "7" / node_agent.COMPLETE).touch()
     assert syncer.sync() == 7
     assert syncer.sync() == 7 and sum("uploading checkpoint 7" in line for line in log) == 1  # nothing new
     tmp = tmp_path / ".tmp-7"
     tmp.mkdir()
     (tmp / "state.pt").write_text("final save of step 7, a longer one")
+    (tmp / node_agent.COMPLETE).touch()
     shutil.rmtree(tmp_path / "7")
     tmp.replace(tmp_path / "7")
     assert syncer.sync(final=True) == 7
@@ -550,6 +554,66 @@ def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tm
     assert not [line for line in log if "sync failed" in line], log
     manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/1/{node_agent.MANIFEST}")["Body"].read()
     assert json.loads(manifest)["files"].keys() == {"model-20.bin"}
+
+
+def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, tmp_path: Path) -> None:
+    """A script saves to ``<dir>/000500/``. Before, the agent took it for step 500, walked ``<dir>/500/`` (absent),
+    and made an empty checkpoint 500 durable, pruning the good ones for it: a restore then got an empty folder."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "000500").mkdir(parents=True)
+    (ckpt / "000500" / "model.pt").write_text("state at step 500")
+    store, syncer, _ = flat_syncer(aws, ckpt, 0.01)
+    assert node_agent.local_steps(str(ckpt)) == []
+    syncer.sync()  # seen once
+    assert syncer.sync() == 1  # unchanged since: uploaded whole, as flat step 1
+    out = tmp_path / "restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (1, "flat")
+    assert (out / "000500" / "model.pt").read_text() == "state at step 500"
+
+
+def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_unchanged(aws: Any, tmp_path: Path) -> None:
+    """A script writes ``<dir>/<step>/`` file by file (as torch.distributed.checkpoint does). Before, the first round
+    after its mkdir uploaded what was there (one file of two, or none) as the newest checkpoint, and pruning
+    deleted the good one before it."""
+    store, syncer, log = flat_syncer(aws, tmp_path, 3600)
+    (tmp_path / "100").mkdir()
+    assert syncer.sync() is None and syncer.pending() is None  # an empty folder: nothing to upload or wait for
+    (tmp_path / "100" / "a.pt").write_text("half a")
+    assert syncer.sync() is None  # changed since the round before: maybe still being written
+    (tmp_path / "100" / "b.pt").write_text("half b")
+    assert syncer.sync() is None
+    assert syncer.pending() == "checkpoint 100"
+    assert syncer.sync() == 100  # unchanged since the round before
+    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/100/{node_agent.MANIFEST}")["Body"].read()
+    assert json.loads(manifest)["files"].keys() == {"a.pt", "b.pt"}
+    # The trainer is killed while it writes 200: never uploaded, and deleted, so no restart here resumes from it.
+    (tmp_path / "200").mkdir()
+    (tmp_path / "200" / "a.pt").write_text("cut off")
+    syncer.trainer_killed = True
+    assert syncer.sync(final=True) == 100
+    assert not (tmp_path / "200").exists() and syncer.pending() is None
+    assert store.complete_steps() == [100]
+    assert any("deleting checkpoint folder 200 unuploaded: the killed trainer" in line for line in log), log
+
+
+def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path: Path) -> None:
+    """Rank 0 moves to node B during an attempt (a late joiner) after node A uploaded steps 1 and 2. Before, B
+    numbered its save from what it knew at the attempt's start (nothing: step 1) and wrote over A's objects of 1."""
+    (tmp_path / "A").mkdir()
+    store, syncer_a, _ = flat_syncer(aws, tmp_path / "A", None)
+    (tmp_path / "B").mkdir()
+    job_b = type("Job", (), {"checkpoint_dir": str(tmp_path / "B"), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
+    syncer_b = node_agent.Syncer(store, job_b, lambda line: None, 2)
+    for step in (1, 2):
+        (tmp_path / "A" / "model.bin").write_text(f"A's state {step}")
+        assert syncer_a.sync(final=True) == step
+    (tmp_path / "B" / "model.bin").write_text("B's newer state")
+    assert syncer_b.sync(final=True) == 3
+    out = tmp_path / "restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (3, "flat")
+    assert (out / "model.bin").read_text() == "B's newer state"
 
 
 @pytest.mark.parametrize("failed_writable", [True, False])

@@ -187,6 +187,33 @@ def restore_stopped_at_20(store: Any, tmp_path: Path) -> str:
     return str(err.value)
 
 
+def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older_checkpoint(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This node's disk still holds its own checkpoint 10, and writing 20's download fills it. Before, 20 was marked
+    unreadable and the restore took the local 10: the job resumed from an older checkpoint than the newest durable
+    one, without a word of why."""
+    upload(store, tmp_path, 10, b"ten")
+    upload(store, tmp_path, 20, b"twenty")
+    dest = tmp_path / "ckpt"
+    (dest / "10").mkdir(parents=True)
+    (dest / "10" / "state.pt").write_bytes(b"ten")
+
+    def full(path: str, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if mode == "r+b":  # get_range writing a part into place
+            raise OSError(28, "No space left on device")
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(node_agent, "open", full, raising=False)
+    with pytest.raises(node_agent.LocalDiskError) as err:
+        store.restore_newest(str(dest))
+    assert str(err.value) == (
+        f"this node's disk: s3://{store.bucket}/{store.prefix}20/state.pt bytes 0-5: [Errno 28] No space left on "
+        "device; not skipped for an older checkpoint"
+    )
+    assert 20 not in store.unreadable and sorted(p.name for p in dest.iterdir()) == ["10"]
+
+
 def test_a_file_that_shrinks_while_it_is_hashed_is_an_os_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """OSError is what the sync loop logs and retries next round (the upload then never writes a manifest)."""
     path = tmp_path / "state.pt"
@@ -293,6 +320,7 @@ def test_a_checkpoint_the_restore_found_bad_is_neither_durable_nor_kept_in_place
     for step, payload in ((15, b"fifteen"), (20, b"twenty, trained again")):
         (ckpt / str(step)).mkdir()
         (ckpt / str(step) / "state.pt").write_bytes(payload)
+        (ckpt / str(step) / node_agent.COMPLETE).touch()  # as the checkpoint helper renames it into place
         assert syncer.sync() == step
         assert json.loads(state.read_text())["last_uploaded_step"] == step
         again = tmp_path / f"restored-{step}"

@@ -18,9 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import node_agent
 import pytest
 import torch
 from spot_training.checkpoint import CHECK_S, STATE_DIR, STATE_FILE, Checkpointer
+from spot_training.sync_state import COMPLETE
 
 from .conftest import BOOTSTRAP
 
@@ -73,6 +75,22 @@ def test_by_default_training_goes_on_while_the_checkpoint_uploads(tmp_path: Path
     agent.join(BOUND_S)
     ckpt.close()
     assert (tmp_path / "1" / STATE_FILE).exists()
+
+
+def test_the_agent_uploads_a_helper_checkpoint_in_its_first_round_without_the_helper_s_marker(
+    aws: Any, tmp_path: Path
+) -> None:
+    """The helper renames a complete folder into place: the agent need not wait a second round (a poll, 5 s) to see
+    it unchanged, as it does for a folder a script writes in place. The marker saying so is not uploaded."""
+    ckpt = checkpointer(tmp_path, wait=False)
+    assert ckpt.step(4) is False
+    ckpt.close()
+    assert sorted(p.name for p in (tmp_path / "4").iterdir()) == [COMPLETE, STATE_FILE]
+    aws.s3.create_bucket(Bucket="ckpt-helper")
+    store = node_agent.CheckpointStore(aws.s3, "ckpt-helper", "c/j/ckpt/", "j", lambda line: None)
+    job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
+    assert node_agent.Syncer(store, job, lambda line: None, 2).sync() == 4
+    assert sorted(store.listing()[4]) == [node_agent.MANIFEST, STATE_FILE]
 
 
 def test_wait_for_upload_without_an_agent_gives_up_with_one_line_and_a_notice_cuts_the_wait_short(
