@@ -9,6 +9,7 @@ line per problem (file, field, what is wrong, what to do) and exit code 2.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,27 @@ def add_teams(app: App, teams: Sequence[Team]) -> list[TrainingStack]:
     return stacks
 
 
+# aws-cdk-lib's check at synth of CloudFormation's per-stack quota (the jsii error's text)
+TOO_MANY_RESOURCES = re.compile(
+    r"Number of resources in stack '([^']+)': (\d+) is greater than allowed maximum of (\d+)"
+)
+
+
+def too_many_resources(error: Exception, teams: Sequence[Team]) -> Optional[str]:
+    """The one line to print when ``error`` is a team's stack over CloudFormation's resource quota, else None."""
+    found = TOO_MANY_RESOURCES.search(str(error))
+    paths = {team.stack_name: team.path for team in teams}
+    if found is None or found.group(1) not in paths:
+        return None
+    stack, count, limit = found.groups()
+    volumes = re.search(r"AWS::EC2::Volume \((\d+)\)", str(error))
+    of_them = f" ({volumes.group(1)} of them warm pool volumes)" if volumes else ""
+    return (
+        f"{paths[stack]}: stack {stack} would hold {count} CloudFormation resources{of_them}, more than the {limit} "
+        "one stack may hold; split the clusters across team files (a stack each) or make warm_pool.size smaller"
+    )
+
+
 def cdk_json_context() -> dict[str, object]:
     """cdk.json's feature flags. The CDK CLI passes them to the app; ``python3 app.py`` run by hand gets them here,
     so that it builds what ``npx cdk synth`` builds. An App's own context has the lowest precedence: the CLI's (and
@@ -57,7 +79,14 @@ def main(app: Optional[App] = None, teams_dir: Path = TEAMS_DIR) -> App:
             print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     add_teams(app, teams)
-    app.synth()
+    try:
+        app.synth()
+    except RuntimeError as exc:  # jsii's error for what aws-cdk-lib threw
+        too_many = too_many_resources(exc, teams)
+        if too_many is None:
+            raise
+        print(f"error: {too_many}", file=sys.stderr)
+        sys.exit(2)
     return app
 
 

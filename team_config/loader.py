@@ -66,11 +66,14 @@ def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
     return model
 
 
+SHOW_MAX = 80  # characters of a value an error line quotes (YAML anchors can make a value of megabytes)
+
+
 def _show(value: Any) -> str:
-    """A value as the person wrote it in YAML, not as a Python repr (a date is 2024-01-01, not datetime.date(...))."""
-    if isinstance(value, (datetime.date, datetime.datetime)):
-        return str(value)
-    return repr(value)
+    """A value as the person wrote it in YAML, not as a Python repr (a date is 2024-01-01, not datetime.date(...)),
+    cut to ``SHOW_MAX`` characters."""
+    text = str(value) if isinstance(value, (datetime.date, datetime.datetime)) else repr(value)
+    return text if len(text) <= SHOW_MAX else f"{text[: SHOW_MAX - 3]}..."
 
 
 def _similar_keys(key: str, allowed: list[str]) -> list[str]:
@@ -107,11 +110,11 @@ def _describe(error: Any) -> str:
         unknown = str(loc[-1])
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
-        guesses = _similar_keys(unknown, allowed)
+        guesses = _guesses(error)
         hint = f"did you mean {' or '.join(repr(g) for g in guesses)}? " if guesses else ""
         return f"unknown key '{unknown}': {hint}allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
-        return "required key is missing"
+        return f'required key is missing; add {loc[-1]}: (see the README\'s "Team file reference")'
     if kind == "string_pattern_mismatch":
         pattern = error["ctx"]["pattern"]
         if pattern == INSTANCE_TYPE_PATTERN:
@@ -151,6 +154,20 @@ def _describe(error: Any) -> str:
         where = f"indented under {key}:" if key else "in this list item"
         return f"expected keys ({keys} ...) {where}, got {got}"
     return f"{msg} (got {_show(value)})" if kind not in ("value_error",) and not isinstance(value, dict) else msg
+
+
+def _guesses(error: Any) -> list[str]:
+    """The allowed keys an unknown key (``extra_forbidden``) may be a typo of."""
+    loc = tuple(error["loc"])
+    model = _model_at(loc)
+    return _similar_keys(str(loc[-1]), sorted(model.model_fields) if model else [])
+
+
+def _one_per_typo(errors: list[Any]) -> list[Any]:
+    """A misspelt required key (``max_node:``) is one problem: the unknown key, with its suggestion; not also the
+    required key it was meant to be, as missing."""
+    meant = {(*tuple(e["loc"])[:-1], guess) for e in errors if e["type"] == "extra_forbidden" for guess in _guesses(e)}
+    return [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in meant)]
 
 
 def _line(error: Any) -> str:
@@ -208,12 +225,16 @@ def load_team(path: Path) -> Team:
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}; fix the syntax") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the file ({exc.strerror})") from None
+    if raw is None:
+        raise ConfigError(
+            f"{path}: the file is empty; write the team's settings (at least clusters:), as in teams/default.yaml"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys (clusters:, network:, ...), got {type(raw).__name__}")
     try:
         config = TeamConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError("\n".join(f"{path}: {_line(error)}" for error in exc.errors())) from None
+        raise ConfigError("\n".join(f"{path}: {_line(error)}" for error in _one_per_typo(exc.errors()))) from None
     return Team(name=name, path=path, config=config)
 
 

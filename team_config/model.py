@@ -24,6 +24,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from bootstrap_scripts.spot_training.job_spec import (
+    CHECKPOINT_INTERVAL_MIN_S,
+    MTBI_MAX_S,
     STALL_TIMEOUT_MAX_S,
     STALL_TIMEOUT_MIN_S,
     JobSpecError,
@@ -390,14 +392,19 @@ class JobConfig(Strict):
     nproc_per_node: int = Field(1, ge=1, le=64)
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
     checkpoint_interval_s: Optional[float] = Field(
-        None, gt=0, allow_inf_nan=False, description="Fixed interval; unset: Young/Daly from measured cost."
+        None,
+        ge=CHECKPOINT_INTERVAL_MIN_S,
+        allow_inf_nan=False,
+        description="Fixed interval; unset: Young/Daly from measured cost.",
     )
     checkpoint_wait_for_upload: bool = Field(
         False,
         description="Training waits at each checkpoint until it is durable in S3: a hard kill then loses at most one "
         "interval (default: training goes on while it uploads, so one interval plus the write and upload time).",
     )
-    mean_time_between_interruptions_s: int = Field(3600, gt=0, description="Assumed MTBI for the Young/Daly interval.")
+    mean_time_between_interruptions_s: int = Field(
+        3600, gt=0, le=MTBI_MAX_S, description="Assumed MTBI for the Young/Daly interval."
+    )
     max_restarts: int = Field(3, ge=0, le=100)
     interruption_grace_s: int = Field(
         90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice."
@@ -449,7 +456,7 @@ class JobConfig(Strict):
     def _not_a_system_dir(cls, path: str) -> str:
         # The node agent uploads the whole tree under checkpoint_dir (and restores into it).
         clean = posixpath.normpath(path)
-        clean = "/" if clean == "//" else clean  # POSIX keeps a leading "//"
+        clean = "/" + clean.lstrip("/")  # POSIX keeps a leading "//" (//usr is /usr)
         if clean in SYSTEM_DIRS or clean.startswith(tuple(f"{tree}/" for tree in SYSTEM_TREES)):
             raise ValueError(
                 f"{path!r} is a system directory: the node agent uploads everything under checkpoint_dir to S3; "

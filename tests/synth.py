@@ -70,3 +70,24 @@ def resources(template: Template, type_name: str) -> list[dict[str, Any]]:
 def joined(value: Any) -> str:
     """Flatten an Fn::Join / Fn::Sub / Ref structure into text, for substring checks."""
     return json.dumps(value, sort_keys=True)
+
+
+def oversized_team(teams_dir: Path) -> Path:
+    """``teams_dir/default.yaml``: a valid team whose stack is over CloudFormation's 500 resources (seven clusters,
+    each with a warm pool of 64 volumes), and its path."""
+    pool = {"size": 64, "snapshot_id": "snap-0123456789abcdef0"}
+    clusters = [
+        {"name": f"c{i}", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 64, "warm_pool": pool}
+        for i in range(7)
+    ]
+    teams_dir.mkdir()
+    path = teams_dir / "default.yaml"
+    path.write_text(json.dumps({"clusters": clusters}))  # JSON is YAML
+    return path
+
+
+# What app.py and trainctl review print for it (after "error: " and "trainctl: error: ")
+OVERSIZED = (
+    "stack TrainingStack would hold {count} CloudFormation resources (448 of them warm pool volumes), more than the "
+    "500 one stack may hold; split the clusters across team files (a stack each) or make warm_pool.size smaller"
+)

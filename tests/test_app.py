@@ -15,7 +15,7 @@ from aws_cdk import aws_ec2 as ec2
 
 import app as cdk_app
 from team_config import load_teams
-from tests.synth import CONTEXT, EVERYTHING, team_config
+from tests.synth import CONTEXT, EVERYTHING, OVERSIZED, oversized_team, team_config
 
 # Physical-name properties: a literal value here would collide when two teams deploy to one account.
 NAME_PROPERTIES = {
@@ -158,3 +158,16 @@ def test_team_context_synthesizes_only_that_team(tmp_path: Path, repo: Path) -> 
     app = App(context={**CONTEXT, "team": "research"}, outdir=str(tmp_path))
     cdk_app.main(app)
     assert [s.stack_name for s in app.node.children if isinstance(s, Stack)] == ["TrainingStack-research"]
+
+
+def test_a_stack_over_cloudformation_s_resource_quota_is_one_line_naming_the_team_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A team file the schema accepts whose stack would exceed 500 resources. Before, synth ended in a 40-line jsii
+    traceback naming neither the file nor a fix. (582 in-process; `npx cdk synth` adds the CLI's CDK::Metadata.)"""
+    path = oversized_team(tmp_path / "teams")
+    app = App(context={**CONTEXT, "teams_dir": str(path.parent)}, outdir=str(tmp_path / "out"))
+    with pytest.raises(SystemExit) as exit_:
+        cdk_app.main(app)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"error: {path}: {OVERSIZED.format(count=582)}\n"

@@ -179,8 +179,34 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         ),
         pytest.param(
             cluster(job={"checkpoint_interval_s": 0}),
-            "clusters[0].job.checkpoint_interval_s: Input should be greater than 0 (got 0)",
+            "clusters[0].job.checkpoint_interval_s: Input should be greater than or equal to 1 (got 0)",
             id="zero-interval",
+        ),
+        pytest.param(  # before: accepted, and the checkpoint helper saved at every step
+            cluster(job={"checkpoint_interval_s": 1e-9}),
+            "clusters[0].job.checkpoint_interval_s: Input should be greater than or equal to 1 (got 1e-09)",
+            id="tiny-interval",
+        ),
+        pytest.param(  # before: accepted, written to the job spec as null, and every submit refused by the agent
+            cluster(job={"mean_time_between_interruptions_s": 10**400}),
+            "clusters[0].job.mean_time_between_interruptions_s: Input should be less than or equal to 315360000 "
+            f"(got {str(10**400)[:77]}...)",  # a value quoted in an error line is cut to 80 characters
+            id="huge-mtbi",
+        ),
+        pytest.param(  # before: a required key misspelt was two lines, the typo and the key as missing
+            {"clusters": [{"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_node": 2}]},
+            "clusters[0].max_node: unknown key 'max_node': did you mean 'max_nodes'? allowed keys here: ",
+            id="typo-of-a-required-key",
+        ),
+        pytest.param(
+            {"clusters": [{"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"]}]},
+            'clusters[0].max_nodes: required key is missing; add max_nodes: (see the README\'s "Team file reference")',
+            id="missing-key",
+        ),
+        pytest.param(
+            "",
+            "the file is empty; write the team's settings (at least clusters:), as in teams/default.yaml",
+            id="empty-file",
         ),
         pytest.param(
             cluster(job={"interruption_grace_s": 150}),
@@ -795,7 +821,8 @@ def test_a_stall_timeout_of_twice_the_checkpoint_interval_or_more_is_fine(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "directory", ["/", "//", "/usr", "/usr/local/ckpt", "/etc/ckpt", "/opt/", "/home", "/tmp", "/var"]
+    "directory",
+    ["/", "//", "/usr", "//usr", "///etc/ckpt", "/usr/local/ckpt", "/etc/ckpt", "/opt/", "/home", "/tmp", "/var"],
 )
 def test_a_system_directory_is_not_a_checkpoint_dir(tmp_path: Path, directory: str) -> None:
     assert error_for(tmp_path, cluster(job={"checkpoint_dir": directory})).endswith(

@@ -120,4 +120,18 @@ def test_a_negated_pattern_reaches_into_folders_its_patterns_exclude(tmp_path: P
 def test_a_missing_code_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(JobError) as refused:
         pack_code(tmp_path / "nowhere", io.BytesIO())
-    assert str(refused.value) == f"code directory {tmp_path / 'nowhere'} does not exist"
+    assert (
+        str(refused.value)
+        == f"code directory {tmp_path / 'nowhere'} does not exist; give the folder that holds the training script"
+    )
+
+
+def test_a_code_path_that_is_a_file_is_refused_as_one(tmp_path: Path) -> None:
+    """Before, a file given as --code was said not to exist."""
+    (tmp_path / "train.py").write_text("print('training')\n")
+    with pytest.raises(JobError) as refused:
+        pack_code(tmp_path / "train.py", io.BytesIO())
+    assert str(refused.value) == (
+        f"code directory {tmp_path / 'train.py'} is a file, not a directory; give the folder that holds the training "
+        "script"
+    )

@@ -15,7 +15,7 @@ from trainctl import review
 from trainctl.cli import main as trainctl_main
 from trainctl.prices import PriceTable, load_prices
 
-from .synth import EVERYTHING, synth, team_config
+from .synth import EVERYTHING, OVERSIZED, oversized_team, synth, team_config
 
 TYPES = ["g5.xlarge", "g5.2xlarge"]
 CLUSTER = {"name": "main", "instance_types": TYPES, "max_nodes": 2}
@@ -451,3 +451,12 @@ def test_a_policy_attached_to_another_role_is_a_change(everything: tuple[dict[st
     assert lines[0] == f"S: {n} added, {n} removed"
     assert all(f"<{other}>" in line for line in lines[1:] if line.startswith("- added"))
     assert not any(f"<{other}>" in line for line in lines[1:] if line.startswith("- removed"))
+
+
+def test_review_of_a_stack_over_cloudformation_s_resource_quota_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, `trainctl review` ended in a 43-line jsii traceback. 582: an in-process synth has no CDK::Metadata."""
+    path = oversized_team(tmp_path / "teams")
+    code, out, err = _trainctl(capsys, "review", "--teams-dir", str(path.parent), "--out", str(tmp_path / "r.md"))
+    assert (code, out, err) == (2, "", f"trainctl: error: {path}: {OVERSIZED.format(count=582)}\n")

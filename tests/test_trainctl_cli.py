@@ -233,3 +233,43 @@ def test_the_trainctl_script_silences_jsiis_node_banner_unless_told_otherwise(tm
     )
     ran = subprocess.run([str(script), "list"], env=given, capture_output=True, text=True, timeout=60)
     assert ran.stdout == " 0 -m trainctl list\n", ran.stderr  # set by the caller: left as they are
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("127.0.0.1:9", "no host"),
+        ("http://127.0.0.1:99999", "Port out of range 0-65535"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("ftp://127.0.0.1:9", "not an http(s) URL"),
+    ],
+)
+def test_a_bad_endpoint_url_is_one_line_naming_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, url: str, problem: str
+) -> None:
+    """Before, botocore's ValueError ended trainctl with a traceback (at the client, or at the first request)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+    assert trainctl_main(["--region", "us-east-1", "status", "--cluster", "main"]) == 2
+    assert capsys.readouterr().err == (
+        f"trainctl: error: AWS_ENDPOINT_URL {url!r}: {problem}; give a URL such as https://host:port\n"
+    )
+
+
+def test_a_region_that_is_not_one_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: exit 3, as if AWS had failed."""
+    assert trainctl_main(["--region", "us east 1", "status", "--cluster", "main"]) == 2
+    assert capsys.readouterr().err == (
+        "trainctl: error: --region / AWS_REGION 'us east 1' is not a region; use one such as us-east-1\n"
+    )
+
+
+def test_logs_of_a_node_without_any_is_one_line_naming_those_with_logs(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Before, a mistyped --node printed nothing and exited 0, as if that node had logged nothing."""
+    started(capsys, tmp_path)
+    ship("i-0aaa", (now_ms(), "training step 1"))
+    rc, out, err = trainctl(capsys, "logs", "run-1", "--node", "i-0bbb")
+    assert (rc, out, err) == (2, "", "trainctl: error: no logs of node i-0bbb in job run-1; nodes with logs: i-0aaa\n")
+    rc, out, err = trainctl(capsys, "logs", "run-1", "--node", "i-0aaa")
+    assert (rc, err) == (0, "") and out.endswith(" i-0aaa training step 1\n")

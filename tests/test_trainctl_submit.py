@@ -108,10 +108,15 @@ def state() -> dict[str, Any]:
             ("--job-id", "My_Job.v2"),
             "job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got 'My_Job.v2'",
         ),
-        (("--checkpoint-interval-s", "-5"), "checkpoint_interval_s must be a positive number or null, got -5.0"),
-        (("--checkpoint-interval-s", "inf"), "checkpoint_interval_s must be a positive number or null, got inf"),
+        (("--checkpoint-interval-s", "-5"), "checkpoint_interval_s must be a number of at least 1 or null, got -5.0"),
+        (("--checkpoint-interval-s", "inf"), "checkpoint_interval_s must be a number of at least 1 or null, got inf"),
+        (
+            ("--checkpoint-interval-s", "1e-300"),
+            "checkpoint_interval_s must be a number of at least 1 or null, got 1e-300",
+        ),  # before: submitted, a save at every step
         (("--job-id", "code"), "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
         (("--python", "python3"), "python must be an absolute path, got 'python3'"),
+        (("--command", ""), "command must be a non-empty string, got ''"),  # before: the cluster's command, silently
     ],
 )
 def test_a_job_the_agent_would_refuse_is_refused_before_anything_starts(

@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +31,13 @@ from typing import Any, Optional
 
 import boto3
 from boto3.exceptions import Boto3Error
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    InvalidRegionError,
+    NoCredentialsError,
+)
 
 from trainctl import cost, jobs, prices, review
 
@@ -53,7 +60,23 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
+def _check_endpoint() -> None:
+    """AWS_ENDPOINT_URL, when set, as botocore needs it (it fails late, with a traceback, on some bad forms)."""
+    url = os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return
+    try:
+        parts = urllib.parse.urlsplit(url)
+        problem = "" if parts.port is not None or parts.hostname else "no host"  # .port raises on a bad port
+        problem = problem or ("" if parts.scheme in ("http", "https") else "not an http(s) URL")
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        raise CliError(f"AWS_ENDPOINT_URL {url!r}: {problem}; give a URL such as https://host:port")
+
+
 def _client_factory(region: Optional[str]) -> jobs.ClientFactory:
+    _check_endpoint()
     session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION") or None)
     if session.region_name is None:
         raise CliError("no AWS region: set AWS_REGION or pass --region")
@@ -61,7 +84,15 @@ def _client_factory(region: Optional[str]) -> jobs.ClientFactory:
 
     def client(service: str) -> Any:
         if service not in cache:
-            cache[service] = session.client(service)
+            try:
+                cache[service] = session.client(service)
+            except InvalidRegionError:
+                raise CliError(
+                    f"--region / AWS_REGION {session.region_name!r} is not a region; use one such as us-east-1"
+                ) from None
+            except ValueError as exc:  # botocore: an endpoint URL it cannot use
+                url = os.environ.get("AWS_ENDPOINT_URL")
+                raise CliError(f"AWS_ENDPOINT_URL {url!r}: {exc}; give a URL such as https://host:port") from None
         return cache[service]
 
     return client
@@ -192,6 +223,9 @@ def print_logs(
     deadline = time.monotonic() + FOLLOW_LIMIT_S
     while True:
         streams = jobs.stream_events(client, ref, job_id)
+        if node is not None and not follow and not any(name.endswith("/" + node) for name in streams):
+            shipped = ", ".join(sorted(name.split("/", 1)[1] for name in streams)) or "none yet"
+            raise CliError(f"no logs of node {node} in job {job_id}; nodes with logs: {shipped}")
         # only the lines not printed yet: one another node ships late is printed when it comes, though lines of a
         # later time were printed before it (sorted by time only: a stream's lines of one time stay in its order)
         new = sorted(
@@ -331,8 +365,9 @@ def run(args: argparse.Namespace) -> int:
             "checkpoint_wait_for_upload": args.checkpoint_wait_for_upload,
         }
         overrides = {k: v for k, v in given.items() if v is not None}
+        command = str(ref.spec["command"]) if args.entry_command is None else args.entry_command  # "" is refused
         job_id = jobs.submit(
-            client, ref, args.code, command=args.entry_command or str(ref.spec["command"]),
+            client, ref, args.code, command=command,
             nodes=int(ref.spec["desired_nodes"]) if args.nodes is None else args.nodes,
             job_id=args.job_id, resume_from=args.resume_from, report=lambda line: print(line, file=sys.stderr),
             **overrides,

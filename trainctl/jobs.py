@@ -111,7 +111,8 @@ def pack_code(directory: Path, out: IO[bytes]) -> list[str]:
     naming it.
     """
     if not directory.is_dir():
-        raise JobError(f"code directory {directory} does not exist")
+        what = "is a file, not a directory" if directory.exists() else "does not exist"
+        raise JobError(f"code directory {directory} {what}; give the folder that holds the training script")
     try:
         return _pack(directory, out)
     except UnicodeDecodeError as exc:

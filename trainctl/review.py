@@ -59,6 +59,9 @@ def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
     try:
         application.synth()
     except RuntimeError as exc:
+        too_many = cdk_app.too_many_resources(exc, teams)
+        if too_many is not None:
+            raise ReviewError(too_many) from None
         if "ValidationFailed" not in str(exc):
             raise
         raise ReviewError(

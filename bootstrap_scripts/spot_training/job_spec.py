@@ -53,6 +53,10 @@ CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objec
 CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
 END_MARKERS = ("DONE", "FAILED", "STOPPED")  # <cluster>/<job>/<marker>: the job has ended
 SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
+# A fixed checkpoint interval under a second would save at every step; an MTBI over ten years is no estimate (and
+# one of hundreds of digits is no number once it is JSON: CDK writes it as null).
+CHECKPOINT_INTERVAL_MIN_S = 1.0
+MTBI_MAX_S = 10 * 365 * 24 * 3600
 # The cluster group's terminating lifecycle hook: an instance the group itself ends (capacity rebalancing, a scale-in)
 # waits in Terminating:Wait until its agent has saved and completes this hook, or DRAIN_HEARTBEAT_S has passed.
 # Above the longest interruption_grace_s (119 s) plus the final upload.
@@ -82,12 +86,29 @@ def _int(d: Dict[str, Any], key: str, lo: int, hi: int) -> int:
     return value
 
 
-def _number(d: Dict[str, Any], key: str, optional: bool = False, below: float = math.inf) -> Optional[float]:
+def _number(
+    d: Dict[str, Any],
+    key: str,
+    optional: bool = False,
+    below: float = math.inf,
+    minimum: float = 0.0,
+    maximum: float = math.inf,
+) -> Optional[float]:
+    """``d[key]``: a number above 0 (and at least ``minimum``, below ``below``, at most ``maximum``)."""
     value = d.get(key)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < below:
-        what = "a positive number" if below == math.inf else f"a number above 0 and below {below:g}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 < value < below and minimum <= value <= maximum)
+    ):
+        if minimum > 0:
+            what = f"a number of at least {minimum:g}"
+        elif maximum < math.inf:
+            what = f"a positive number of at most {maximum:g}"
+        else:
+            what = "a positive number" if below == math.inf else f"a number above 0 and below {below:g}"
         raise JobSpecError(f"{key} must be {what}{' or null' if optional else ''}, got {value!r}")
     return float(value)
 
@@ -171,8 +192,8 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
         _int(merged, "nodes", merged["min_nodes"], merged["max_nodes"])
     _int(merged, "max_restarts", 0, 100)
     _int(merged, "rendezvous_port", 1024, 65535)
-    _number(merged, "checkpoint_interval_s", optional=True)
-    _number(merged, "mean_time_between_interruptions_s")
+    _number(merged, "checkpoint_interval_s", optional=True, minimum=CHECKPOINT_INTERVAL_MIN_S)
+    _number(merged, "mean_time_between_interruptions_s", maximum=MTBI_MAX_S)
     _number(merged, "interruption_grace_s", below=SPOT_NOTICE_S)
     stall = merged.setdefault("stall_timeout_s", None)
     whole = isinstance(stall, int) and not isinstance(stall, bool)

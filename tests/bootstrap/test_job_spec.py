@@ -64,7 +64,15 @@ def job_error(cluster: Cluster, current: Any) -> str:
         ({"min_nodes": 3, "max_nodes": 2}, "max_nodes must be an integer from 3 to 1000, got 2"),
         ({"interruption_grace_s": "90"}, "interruption_grace_s must be a number above 0 and below 120, got '90'"),
         ({"interruption_grace_s": 120}, "interruption_grace_s must be a number above 0 and below 120, got 120"),
-        ({"checkpoint_interval_s": float("inf")}, "checkpoint_interval_s must be a positive number or null, got inf"),
+        (
+            {"checkpoint_interval_s": float("inf")},
+            "checkpoint_interval_s must be a number of at least 1 or null, got inf",
+        ),
+        ({"checkpoint_interval_s": 0.5}, "checkpoint_interval_s must be a number of at least 1 or null, got 0.5"),
+        (
+            {"mean_time_between_interruptions_s": None},
+            "mean_time_between_interruptions_s must be a positive number of at most 3.1536e+08, got None",
+        ),
         ({"job_id": "code"}, "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
         ({"python": "python3"}, "python must be an absolute path, got 'python3'"),
         ({"checkpoint_wait_for_upload": "yes"}, "checkpoint_wait_for_upload must be true or false, got 'yes'"),

@@ -144,7 +144,8 @@ def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
          "--job-id (to go on from its checkpoint: --resume-from first-run)"),
         ("leftover", (), "job second-run already exists on team-a/{cluster}; choose another --job-id (objects of "
          "a submit that did not finish are under s3://{bucket}/{cluster}/second-run/)"),
-        ("bad code", ("--code", "/nonexistent"), "code directory /nonexistent does not exist"),
+        ("bad code", ("--code", "/nonexistent"), "code directory /nonexistent does not exist; give the folder that "
+         "holds the training script"),
     ],
 )  # fmt: skip
 def test_a_job_that_cannot_resume_is_refused_before_anything_is_written(

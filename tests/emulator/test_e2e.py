@@ -293,7 +293,10 @@ def test_trainctl_errors_are_one_line(
     assert code == 2
     assert err == "trainctl: error: no job 'job-that-never-was' on default/main (see 'trainctl list')\n"
     code, _, err = _trainctl(capsys, "submit", "--cluster", "main", "--code", "/nonexistent", "--nodes", "1")
-    assert (code, err) == (2, "trainctl: error: code directory /nonexistent does not exist\n")
+    assert (code, err) == (
+        2,
+        "trainctl: error: code directory /nonexistent does not exist; give the folder that holds the training script\n",
+    )
     code, _, err = _trainctl(capsys, "submit", "--cluster", "main", "--code", str(EXAMPLE_DIR), "--nodes", "9")
     assert (code, err) == (2, "trainctl: error: --nodes must be from 1 to 2 (the cluster's max_nodes), got 9\n")
     with socket.socket() as s:
