@@ -1413,6 +1413,9 @@ class Agent:
         self.peers: List[Tuple[str, str]] = []
         self.group = ""
         self.syncer: Optional[Syncer] = None  # of the last attempt
+        # The last attempt's ``nodes/<id>/synced`` report (job, body): written again once what it said was pending
+        # is durable, so peers waiting for it go on.
+        self.synced_report: Optional[Tuple[Job, Dict[str, Any]]] = None
         self.trainer_started = 0.0  # time.time() the last attempt's trainer started
         self.trainer_ended = 0.0  # and ended
         self.stalled: Optional[str] = None  # why the stall watchdog ended the last attempt's trainer, if it did
@@ -1960,6 +1963,14 @@ class Agent:
         if own is not None and self.syncer is not None:
             self.syncer.sync(final=True)
             own = self.syncer.pending()
+        if own is None and self.synced_report is not None and self.synced_report[1].get("pending") is not None:
+            job, body = self.synced_report
+            self.synced_report = job, dict(body, pending=None)
+            try:
+                self.put_marker(job, f"nodes/{self.instance_id}/synced", self.synced_report[1])
+                self.log(f"{body['pending']} is durable in S3 now: reported to the peers")
+            except (OSError, *AWS_ERRORS) as exc:
+                self.log(f"could not report this node's final sync again ({exc}); peers wait for it at most the grace")
         return own
 
     def own_pending_until(self, deadline: float) -> Optional[str]:
@@ -2126,6 +2137,7 @@ class Agent:
         try:
             pending = syncer.pending()
             synced = {"attempt": attempt, "pending": pending, "rc": rc, "interrupted": interrupted}
+            self.synced_report = job, synced
             self.put_marker(job, f"nodes/{self.instance_id}/synced", synced)
         except (OSError, *AWS_ERRORS) as exc:  # the notice, stop or restart that follows must still happen
             self.log(f"could not report this node's final sync ({exc}); peers wait for it at most the grace")
@@ -2219,7 +2231,9 @@ class Agent:
         trainer written after ours started is not the sync of the trainer it ran with ours."""
         if training is None or stamp(training) > self.trainer_ended:
             return False
-        return synced is None or stamp(synced) < stamp(training)
+        # A report with a pending checkpoint: its final sync failed, and its agent retries it (``own_pending``)
+        # and reports again once it is durable.
+        return synced is None or stamp(synced) < stamp(training) or synced.get("pending") is not None
 
     def restarting(self, job: Job, peer: str) -> bool:
         """Whether ``peer`` trains again after this attempt instead of finishing: its trainer failed where ours
@@ -2495,6 +2509,14 @@ class Agent:
                 self.log("interrupted: exiting cleanly; the group replaces this instance")
                 self.hand_back(group)
                 return 0
+            # This node's own final sync may have failed: the restore of a flat checkpoint would write S3's older
+            # copy over the newer files, and peers wait for this node's report.
+            try:
+                own = self.own_pending_until(time.monotonic() + job.grace_s)
+                if own is not None:
+                    self.log(f"{own} not durable in S3 within {job.grace_s:.0f} s; restarting from what S3 holds")
+            except (OSError, *AWS_ERRORS) as exc:  # S3 does not say: restart from what it holds
+                self.log(f"could not make this node's last checkpoint durable ({exc}); restarting from what S3 holds")
             self.wait_for_final_syncs(job)
             try:
                 after = store.newest_complete()

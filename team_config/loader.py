@@ -143,6 +143,21 @@ def _describe(error: Any) -> str:
         number = _number_hint(value)
         if number:
             return f"{msg}, {number}"
+    if kind == "int_type" and isinstance(value, float):
+        whole = f"it without the decimal point: {int(value)}" if value.is_integer() else "a whole number"
+        return f"{msg}, got {value}; write {whole}"
+    if kind == "float_type" and isinstance(value, int):
+        return f"{msg}, got {_show(value)}, too large to be one; write a smaller number"
+    if kind == "bool_type" and isinstance(value, str):
+        return f"{msg}, got {value!r} (text, in quotes); write true or false without quotes"
+    if value is None and kind.endswith("_type"):
+        model = _model_at(loc)
+        field = model.model_fields.get(str(key)) if model and key else None
+        default = field is not None and not field.is_required()
+        fix = "remove the line to take the default, or give a value" if default else "give a value"
+        return f"{msg}, got nothing (null, or a key with no value); {fix}"
+    if kind == "too_short":
+        return f"{msg} (got {_show(value)}); add at least {error['ctx']['min_length']}"
     if kind == "list_type":
         what = "a list of clusters" if key == "clusters" else "a list"
         got = "a mapping" if isinstance(value, dict) else _show(value)
@@ -242,7 +257,7 @@ def load_teams(teams_dir: Path, only: Optional[str] = None) -> list[Team]:
     """Every ``*.yaml``/``*.yml`` in ``teams_dir`` (or just team ``only``), default team first. Dotfiles are not
     team files: an editor's lock or backup (Emacs's ``.#default.yaml``) is skipped."""
     if not teams_dir.is_dir():
-        raise ConfigError(f"{teams_dir}: no such directory; give the folder of the team files (-c teams_dir=...)")
+        raise ConfigError(f"{teams_dir}: no such directory; give the folder that holds the team files")
     files = sorted(f for f in [*teams_dir.glob("*.yaml"), *teams_dir.glob("*.yml")] if not f.name.startswith("."))
     for odd in sorted(teams_dir.iterdir()):
         if odd.name.startswith("."):
@@ -260,7 +275,7 @@ def load_teams(teams_dir: Path, only: Optional[str] = None) -> list[Team]:
             raise ConfigError(f"{teams_dir}: no team file for -c team={only}; known teams: {known}")
         files = [stems[only]]
     if not files:
-        raise ConfigError(f"{teams_dir}: no team files (*.yaml); add teams/{DEFAULT_TEAM}.yaml")
+        raise ConfigError(f"{teams_dir}: no team files (*.yaml); add one, e.g. {teams_dir / (DEFAULT_TEAM + '.yaml')}")
     errors: list[str] = []
     teams: list[Team] = []
     for f in files:

@@ -538,6 +538,12 @@ class ClusterConfig(Strict):
             raise ValueError(
                 f"on_demand_base_capacity ({self.on_demand_base_capacity}) exceeds max_nodes ({self.max_nodes})"
             )
+        no_spot = self.on_demand_percentage_above_base == 100 or self.on_demand_base_capacity >= self.max_nodes
+        if self.interruption_drill is not None and no_spot:
+            raise ValueError(
+                "interruption_drill interrupts spot instances, and this cluster launches none (all on-demand); remove "
+                "interruption_drill, or lower on_demand_percentage_above_base / on_demand_base_capacity"
+            )
         if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
             raise ValueError(
                 f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "

@@ -203,6 +203,41 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             'clusters[0].max_nodes: required key is missing; add max_nodes: (see the README\'s "Team file reference")',
             id="missing-key",
         ),
+        pytest.param(  # the next five: before, pydantic's words without the fix
+            cluster(root_volume_size_gib=200.0),
+            "clusters[0].root_volume_size_gib: Input should be a valid integer, got 200.0; write it without the "
+            "decimal point: 200",
+            id="int-as-float",
+        ),
+        pytest.param(
+            cluster(placement_group="true"),
+            "clusters[0].placement_group: Input should be a valid boolean, got 'true' (text, in quotes); write true or "
+            "false without quotes",
+            id="quoted-bool",
+        ),
+        pytest.param(
+            cluster(on_demand_base_capacity=None),
+            "clusters[0].on_demand_base_capacity: Input should be a valid integer, got nothing (null, or a key with no "
+            "value); remove the line to take the default, or give a value",
+            id="null-with-default",
+        ),
+        pytest.param(
+            {"clusters": [{**GOOD_CLUSTER, "max_nodes": None}]},
+            "clusters[0].max_nodes: Input should be a valid integer, got nothing (null, or a key with no value); give "
+            "a value",
+            id="null-required",
+        ),
+        pytest.param(
+            {"clusters": []},
+            "clusters: List should have at least 1 item after validation, not 0 (got []); add at least 1",
+            id="no-clusters",
+        ),
+        pytest.param(  # before: accepted; the drill would find no spot instance to interrupt
+            cluster(interruption_drill={}, on_demand_percentage_above_base=100),
+            "clusters[0]: interruption_drill interrupts spot instances, and this cluster launches none (all "
+            "on-demand); remove interruption_drill, or lower on_demand_percentage_above_base / on_demand_base_capacity",
+            id="drill-without-spot",
+        ),
         pytest.param(
             "",
             "the file is empty; write the team's settings (at least clusters:), as in teams/default.yaml",
@@ -409,9 +444,12 @@ def test_non_utf8_team_file_is_one_line(tmp_path: Path) -> None:
 def test_missing_teams_dir_and_uppercase_extension_are_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_teams(tmp_path / "nope")
+    assert str(exc.value) == f"{tmp_path / 'nope'}: no such directory; give the folder that holds the team files"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError) as exc:
+        load_teams(tmp_path / "empty")
     assert (
-        str(exc.value)
-        == f"{tmp_path / 'nope'}: no such directory; give the folder of the team files (-c teams_dir=...)"
+        str(exc.value) == f"{tmp_path / 'empty'}: no team files (*.yaml); add one, e.g. {tmp_path}/empty/default.yaml"
     )
     write(tmp_path, cluster(), "default.yaml")
     write(tmp_path, cluster(), "research.YAML")
@@ -787,7 +825,8 @@ def test_a_stall_timeout_outside_its_range_is_one_line_with_the_fix(tmp_path: Pa
 
 def test_a_stall_timeout_is_whole_seconds(tmp_path: Path) -> None:
     assert error_for(tmp_path, cluster(job={"stall_timeout_s": 600.5})) == (
-        f"{tmp_path / 'team-a.yaml'}: clusters[0].job.stall_timeout_s: Input should be a valid integer (got 600.5)"
+        f"{tmp_path / 'team-a.yaml'}: clusters[0].job.stall_timeout_s: Input should be a valid integer, got 600.5; "
+        "write a whole number"
     )
 
 

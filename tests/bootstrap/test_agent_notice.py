@@ -830,3 +830,59 @@ def test_a_failed_heartbeat_is_logged_and_tried_again_at_the_next_look_with_byte
     sent[0] += 2**20
     hold.look()
     assert len(calls) == 2 and lines[-1].startswith("checkpoint upload under way (1.0 MiB in the last 10 s)"), lines
+
+
+def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_it_reports_it_durable(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """B (rank 0's node) reported its final sync with a checkpoint still pending (S3 refused it); its agent retries.
+    Before, any ``synced`` ended A's wait: A restored the older checkpoint and trained on without B's newer one."""
+    (a, _), (b, _) = cluster.instances()
+    agent, job, _ = restarting(cluster, a, started=time.time() - 1)
+    peer, peer_job, peer_lines = agent_for(cluster, b)
+    peer_job.checkpoint_dir = str(tmp_path / "b")
+    (tmp_path / "b" / "7").mkdir(parents=True)
+    (tmp_path / "b" / "7" / "state.pt").write_text("emergency checkpoint 7")
+    (tmp_path / "b" / "7" / node_agent.COMPLETE).touch()
+    peer.syncer = node_agent.Syncer(store_of(peer, peer_job), peer_job, peer.log, keep=2)
+    report = {"attempt": 0, "pending": peer.syncer.pending(), "rc": 143, "interrupted": True}
+    assert report["pending"] == "checkpoint 7"
+    peer.synced_report = peer_job, report
+    peer.put_marker(peer_job, f"nodes/{b}/synced", report)
+    assert agent.unsynced_peers(job) == [b]
+    assert peer.own_pending() is None  # the retry went through: 7 is durable, and B says so
+    assert "checkpoint 7 is durable in S3 now: reported to the peers" in peer_lines
+    assert agent.unsynced_peers(job) == [] and agent.synced_durably(job, b)
+
+
+def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, tmp_path: Path) -> None:
+    """The trainer wrote a newer flat checkpoint and crashed; the final sync did not get it to S3. Before, the next
+    attempt's restore wrote S3's older copy over it at once: that progress was lost."""
+    cluster = make_cluster(nodes=1, interruption_grace_s=30)
+    cluster.submit("job-f", {"train.py": ""}, "python train.py")
+    agent, job, lines = restarting(cluster, started=time.time() - 1)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    store = store_of(agent, job)
+    (tmp_path / "ckpt" / "model.bin").write_text("state at step 10")
+    store.upload(1, {"model.bin": str(tmp_path / "ckpt" / "model.bin")}, "flat")
+    seen: list[tuple[Optional[int], str]] = []
+
+    def attempt(job: Any, group: str, code_dir: str, store: Any, attempt: int) -> tuple[int, bool]:
+        if attempt == 0:  # trained on, saved, crashed; its final sync did not get the file to S3
+            agent.newest_before = 1
+            syncer = node_agent.Syncer(store, job, agent.log, keep=2)
+            syncer.restored_flat()
+            (tmp_path / "ckpt" / "model.bin").write_text("state at step 20")
+            agent.syncer = syncer
+            return 1, False
+        out = tmp_path / f"restore-{attempt}"  # what this attempt's restore would put in place
+        out.mkdir()
+        restored = store.restore_newest(str(out))
+        seen.append((restored[0] if restored else None, (out / "model.bin").read_text()))
+        return 0, False
+
+    agent.attempt = attempt
+    assert agent.attempts(job, cluster.group, str(tmp_path), store) == 0
+    assert seen == [(2, "state at step 20")]
+    assert "progress was made" in " ".join(lines)
