@@ -86,6 +86,8 @@ def test_a_price_file_adds_types_and_bad_ones_say_what_to_fix(tmp_path: Path) ->
             f"{tmp_path}/bad.yaml: expected a mapping of instance type to USD per hour, e.g. 'g5.xlarge: 1.006'",
         ),
         ("g5.xlarge: [1\n", f"{tmp_path}/bad.yaml: cannot read prices (ParserError: while parsing a flow sequence)"),
+        # before: accepted, and the built-in price of g5.xlarge used without a word
+        ("G5.xlarge: 1.0\n", f"{tmp_path}/bad.yaml: G5.xlarge: not an EC2 instance type; did you mean g5.xlarge?"),
     ):
         (tmp_path / "bad.yaml").write_text(text)
         with pytest.raises(PriceError) as bad:

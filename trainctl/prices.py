@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import yaml
 
+from team_config.instance_types import closest_instance_type, known_instance_types
 from team_config.text import not_utf8
 
 TABLE_REGION = "us-east-1"
@@ -81,6 +82,10 @@ def read_price_file(path: Path) -> dict[str, float]:
     if not isinstance(data, dict) or not data:
         raise PriceError(f"{path}: expected a mapping of instance type to USD per hour, e.g. 'g5.xlarge: 1.006'")
     for key, value in data.items():
+        if str(key) not in known_instance_types():  # a typo would silently leave the built-in price in use
+            guess = closest_instance_type(str(key))
+            hint = f"; did you mean {guess}?" if guess else "; use the EC2 name, e.g. g5.xlarge"
+            raise PriceError(f"{path}: {key}: not an EC2 instance type{hint}")
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise PriceError(f"{path}: {key}: price must be a positive number of USD per hour, got {value!r}")
         if not math.isfinite(value):  # YAML reads .nan and .inf as floats
