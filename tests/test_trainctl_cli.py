@@ -273,3 +273,26 @@ def test_logs_of_a_node_without_any_is_one_line_naming_those_with_logs(
     assert (rc, out, err) == (2, "", "trainctl: error: no logs of node i-0bbb in job run-1; nodes with logs: i-0aaa\n")
     rc, out, err = trainctl(capsys, "logs", "run-1", "--node", "i-0aaa")
     assert (rc, err) == (0, "") and out.endswith(" i-0aaa training step 1\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "trainctl: error: the following arguments are required: action; see trainctl --help"),
+        (
+            ["submit", "--cluster", "main", "--code", ".", "--nodes", "abc"],
+            "trainctl submit: error: argument --nodes: invalid int value: 'abc'; see trainctl submit --help",
+        ),
+        (
+            ["status", "--cluster", "main", "job-1", "--region", "us-east-1"],
+            "trainctl: error: unrecognized arguments: --region us-east-1; --region goes before the command: trainctl "
+            "--region ... status ...; see trainctl --help",
+        ),
+    ],
+)
+def test_a_usage_mistake_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    """Before, argparse printed its whole usage (3 to 7 lines) above the error."""
+    with pytest.raises(SystemExit) as exit_:
+        trainctl_main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == message + "\n"

@@ -27,7 +27,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import boto3
 from boto3.exceptions import Boto3Error
@@ -273,8 +273,24 @@ def format_cost(info: dict[str, Any]) -> str:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line with where to look (argparse prints the whole usage first).
+    Subcommands' parsers are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        unrecognized = message.split()[2:] if message.startswith("unrecognized arguments:") else []
+        misplaced = [option for option in ("--region", "--json") if option in unrecognized]
+        verb = "go" if len(misplaced) > 1 else "goes"
+        hint = (
+            f"; {' and '.join(misplaced)} {verb} before the command: trainctl {misplaced[0]} ... status ..."
+            if misplaced
+            else ""
+        )
+        self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trainctl", description=(__doc__ or "").splitlines()[0])
+    p = Parser(prog="trainctl", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--region", help="AWS region (default: AWS_REGION / the AWS config)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     sub = p.add_subparsers(dest="action", required=True)
