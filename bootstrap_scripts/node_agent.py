@@ -838,40 +838,54 @@ class CheckpointStore:
     ) -> Optional[Tuple[int, str]]:
         """The first of ``steps`` (newest first) that verifies, put in place; each failure's reason appended."""
         for step in steps:
-            local = os.path.join(checkpoint_dir, str(step))
-            if os.path.isdir(local):
-                self.log(f"checkpoint {step} already present locally; not downloading")
-                return step, "step"
-            self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")
-            if self.test_restore_delay_s > 0:
-                self.log(f"restore held back {self.test_restore_delay_s:g} s (SPOT_TRAINING_TEST_RESTORE_DELAY_S)")
-                self.pause(self.test_restore_delay_s)
-            tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
             try:
-                manifest = self.download_patiently(step, listing[step], tmp)
-            except (S3Unanswered, LocalDiskError):
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            except AgentError as exc:
-                shutil.rmtree(tmp, ignore_errors=True)
-                self.unreadable.add(step)
-                reasons.append(str(exc))
-                self.log(f"skipping {exc}")
-                continue
-            except BaseException:  # abandoned (a notice): nothing half-downloaded stays behind
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            layout = manifest.get("layout", "step")
-            if layout == "flat":
-                for rel in manifest["files"]:
-                    target = os.path.join(checkpoint_dir, rel)
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    os.replace(os.path.join(tmp, rel), target)
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                os.replace(tmp, local)
-            return step, layout
+                restored = self._restore_one(step, listing, checkpoint_dir, reasons)
+            except OSError as exc:
+                if isinstance(exc, (ConnectionError, TimeoutError)):
+                    raise
+                where = f"restoring checkpoint {step} into {checkpoint_dir}: {exc}"
+                raise LocalDiskError(f"this node's disk: {where}; not skipped for an older checkpoint") from None
+            if restored is not None:
+                return restored
         return None
+
+    def _restore_one(
+        self, step: int, listing: Dict[int, Dict[str, int]], checkpoint_dir: str, reasons: List[str]
+    ) -> Optional[Tuple[int, str]]:
+        """``_restore_first`` of one step: (step, layout), or None when it does not verify."""
+        local = os.path.join(checkpoint_dir, str(step))
+        if step in local_steps(checkpoint_dir):
+            self.log(f"checkpoint {step} already present locally; not downloading")
+            return step, "step"
+        self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")
+        if self.test_restore_delay_s > 0:
+            self.log(f"restore held back {self.test_restore_delay_s:g} s (SPOT_TRAINING_TEST_RESTORE_DELAY_S)")
+            self.pause(self.test_restore_delay_s)
+        tmp = tempfile.mkdtemp(prefix=f".restore-{step}-", dir=checkpoint_dir)
+        try:
+            manifest = self.download_patiently(step, listing[step], tmp)
+        except (S3Unanswered, LocalDiskError):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except AgentError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.unreadable.add(step)
+            reasons.append(str(exc))
+            self.log(f"skipping {exc}")
+            return None
+        except BaseException:  # abandoned (a notice): nothing half-downloaded stays behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        layout = manifest.get("layout", "step")
+        if layout == "flat":
+            for rel in manifest["files"]:
+                target = os.path.join(checkpoint_dir, rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(os.path.join(tmp, rel), target)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            os.replace(tmp, local)
+        return step, layout
 
     def prune(self, keep: int) -> None:
         """Delete all but the ``keep`` newest complete checkpoints, and leftovers older than the newest complete one.
@@ -906,13 +920,14 @@ def stamp(marker: Dict[str, Any]) -> float:
 
 
 def local_steps(checkpoint_dir: str) -> List[int]:
-    """The step directories (``<dir>/<step>/``) in a checkpoint directory, oldest first."""
+    """The step directories (``<dir>/<step>/``) in a checkpoint directory that hold a file, oldest first. An empty
+    one (a script that made it and crashed) is no checkpoint: not the newest, not a resume step."""
     try:
         names = os.listdir(checkpoint_dir)
     except FileNotFoundError:
         return []
-    steps = ((step_number(n), n) for n in names)
-    return sorted(s for s, n in steps if s is not None and os.path.isdir(os.path.join(checkpoint_dir, n)))
+    steps = ((step_number(n), os.path.join(checkpoint_dir, n)) for n in names)
+    return sorted(s for s, path in steps if s is not None and os.path.isdir(path) and step_files(path))
 
 
 def step_files(root: str) -> Dict[str, str]:
@@ -941,9 +956,10 @@ class Syncer:
         self.flat_due = 0.0
         # step -> its files when this agent uploaded it
         self.step_uploaded: Dict[int, List[Tuple[str, int, int, int]]] = {}
-        # Set when the agent SIGKILLs the trainer: a flat file it was writing may be cut short, so the final sync
-        # then uploads flat files only if they were already unchanged at the poll before.
-        self.trainer_killed = False
+        # Set when the trainer may have been cut off mid-write: the agent SIGKILLed it, or it failed without the
+        # agent asking it to stop (a crash, torchrun tearing its workers down after a peer failed). The final sync
+        # then uploads only what was already unchanged at the poll before; a step folder that was not is deleted.
+        self.trainer_cut_off = False
         self.flat_refused: Optional[List[Tuple[str, int, int, int]]] = None
         self.step_seen: Optional[Tuple[int, List[Tuple[str, int, int, int]]]] = None  # the last round's step folder
         self.failures = 0
@@ -985,8 +1001,6 @@ class Syncer:
         """What this node's checkpoint directory holds that is not durable in S3 yet (described), or None."""
         steps = self.local_steps()
         if steps:
-            if not step_files(os.path.join(self.dir, str(steps[-1]))):  # an empty folder is no checkpoint
-                return None
             newest = self.store.newest_complete()
             return f"checkpoint {steps[-1]}" if newest is None or steps[-1] > newest else None
         files = self._flat_files()
@@ -1062,13 +1076,13 @@ class Syncer:
             # it as the round before did, or when its trainer has exited and was not killed.
             stable = (
                 os.path.exists(os.path.join(root, COMPLETE))
-                or (final and not self.trainer_killed)
+                or (final and not self.trainer_cut_off)
                 or self.step_seen == (newest, seen)
             )
             self.step_seen = (newest, seen)
             saved_again = self.step_uploaded.get(newest, seen) != seen
             new = saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest))
-            if new and final and self.trainer_killed and not (stable and files):
+            if new and final and self.trainer_cut_off and not (stable and files):
                 # Maybe cut off mid-write: not a checkpoint, not even this node's own resume point.
                 self.log(f"deleting checkpoint folder {newest} unuploaded: the killed trainer may have been writing it")
                 shutil.rmtree(root, ignore_errors=True)
@@ -1090,8 +1104,8 @@ class Syncer:
         self._scanned(("flat", fingerprint))
         if not files:
             return
-        stable = (final and not self.trainer_killed) or fingerprint == self.flat_seen
-        if final and self.trainer_killed and not stable:  # maybe cut off mid-write: never upload, nothing pending
+        stable = (final and not self.trainer_cut_off) or fingerprint == self.flat_seen
+        if final and self.trainer_cut_off and not stable:  # maybe cut off mid-write: never upload, nothing pending
             self.flat_refused = fingerprint
             self.log("not uploading the checkpoint directory: the killed trainer may have been writing it")
             return
@@ -1832,15 +1846,16 @@ class Agent:
                         proc.wait(timeout=max(0.0, self.notice_at + grace - time.monotonic()))
                     except subprocess.TimeoutExpired:
                         self.log(f"trainer still running after {grace:.0f} s grace: killing it")
-                        syncer.trainer_killed = True
+                        syncer.trainer_cut_off = True
                         kill_all(process_tree(proc.pid))
         finally:
             stop_sync.set()
             sync_thread.join()
             if proc.poll() is None:
-                syncer.trainer_killed = True
+                syncer.trainer_cut_off = True
                 kill_all(process_tree(proc.pid))
-            proc.wait()
+            if proc.wait() != 0 and not stopped_by:  # failed on its own: maybe in the middle of a save
+                syncer.trainer_cut_off = True
             self.trainer_ended = time.time()
             watcher.join(timeout=self.poll_s + 10)
             reader.join(timeout=10)
@@ -1965,22 +1980,25 @@ class Agent:
             own = self.syncer.pending()
         if own is None and self.synced_report is not None and self.synced_report[1].get("pending") is not None:
             job, body = self.synced_report
-            self.synced_report = job, dict(body, pending=None)
             try:
-                self.put_marker(job, f"nodes/{self.instance_id}/synced", self.synced_report[1])
+                self.put_marker(job, f"nodes/{self.instance_id}/synced", dict(body, pending=None))
+                self.synced_report = job, dict(body, pending=None)  # once written: a failed PUT is tried again
                 self.log(f"{body['pending']} is durable in S3 now: reported to the peers")
             except (OSError, *AWS_ERRORS) as exc:
                 self.log(f"could not report this node's final sync again ({exc}); peers wait for it at most the grace")
         return own
 
-    def own_pending_until(self, deadline: float) -> Optional[str]:
+    def own_pending_until(self, deadline: float, during: Optional[str] = None) -> Optional[str]:
         """``own_pending`` about every second until nothing is pending or ``deadline`` (``time.monotonic()``)
-        passes; what is still pending then, or None."""
-        own = self.own_pending()
-        while own is not None and time.monotonic() < deadline:
-            time.sleep(min(self.poll_s, 1.0))
+        passes; what is still pending then, or None. ``during``: before each try, a spot notice raises
+        ``LeavingBeforeTraining`` (see ``check_notice``)."""
+        while True:
+            if during is not None:
+                self.check_notice(during)
             own = self.own_pending()
-        return own
+            if own is None or time.monotonic() >= deadline:
+                return own
+            time.sleep(min(self.poll_s, 1.0))
 
     def hand_back(self, group: str, for_good: bool = False) -> None:
         """Free the warm volume, flush the logs and leave the group: the group launches a replacement now (unless
@@ -2133,6 +2151,7 @@ class Agent:
         with Timed(self.log, "final checkpoint sync"):
             syncer.sync(final=True)
         self.syncer = syncer
+        self.synced_report = None  # an earlier attempt's report is not to be written again for this one
         # Peers leaving on a notice (or a stop) wait for this: what this node held is in S3 (or failed to get there).
         try:
             pending = syncer.pending()
@@ -2512,7 +2531,7 @@ class Agent:
             # This node's own final sync may have failed: the restore of a flat checkpoint would write S3's older
             # copy over the newer files, and peers wait for this node's report.
             try:
-                own = self.own_pending_until(time.monotonic() + job.grace_s)
+                own = self.own_pending_until(time.monotonic() + job.grace_s, during="a restart")
                 if own is not None:
                     self.log(f"{own} not durable in S3 within {job.grace_s:.0f} s; restarting from what S3 holds")
             except (OSError, *AWS_ERRORS) as exc:  # S3 does not say: restart from what it holds

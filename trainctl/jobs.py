@@ -36,6 +36,7 @@ from bootstrap_scripts.spot_training.job_spec import (
     check_job,
     stall_too_short,
 )
+from bootstrap_scripts.spot_training.sync_state import step_number
 from budget_guard.handler import read_marker, written_at
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
 
@@ -340,8 +341,9 @@ def _listed_checkpoints(s3: Any, bucket: str, prefix: str) -> tuple[list[Checkpo
     found, pruned = [], False
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            step, _, rel = obj["Key"][len(prefix) :].partition("/")
-            if rel != MANIFEST or not step.isdigit():
+            name, _, rel = obj["Key"][len(prefix) :].partition("/")
+            step = step_number(name)  # as the agent reads it
+            if rel != MANIFEST or step is None:
                 continue
             try:
                 files = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())["files"]
@@ -351,7 +353,7 @@ def _listed_checkpoints(s3: Any, bucket: str, prefix: str) -> tuple[list[Checkpo
                 continue
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # an unreadable manifest: the agent does not restore it either
-            found.append(Checkpoint(int(step), size, len(files), obj["LastModified"].timestamp()))
+            found.append(Checkpoint(step, size, len(files), obj["LastModified"].timestamp()))
     return found, pruned
 
 

@@ -442,7 +442,7 @@ def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unch
     whatever was there as the newest checkpoint, and every restore then picked the cut-off file."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model.bin").write_text("half of a sta")  # the kill struck mid-write
-    syncer.trainer_killed = True
+    syncer.trainer_cut_off = True
     assert syncer.sync(final=True) is None
     assert syncer.sync(final=True) is None  # the wait for a durable checkpoint syncs again: still not uploaded
     assert syncer.pending() is None  # and nothing to wait for
@@ -590,11 +590,31 @@ def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_uncha
     # The trainer is killed while it writes 200: never uploaded, and deleted, so no restart here resumes from it.
     (tmp_path / "200").mkdir()
     (tmp_path / "200" / "a.pt").write_text("cut off")
-    syncer.trainer_killed = True
+    syncer.trainer_cut_off = True
     assert syncer.sync(final=True) == 100
     assert not (tmp_path / "200").exists() and syncer.pending() is None
     assert store.complete_steps() == [100]
     assert any("deleting checkpoint folder 200 unuploaded: the killed trainer" in line for line in log), log
+
+
+def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_from(aws: Any, tmp_path: Path) -> None:
+    """A script made ``900/`` and crashed; the next attempt resumes from 800 and writes 850. Before, the empty 900 was
+    the newest step: the resume step handed to the trainer, and the only folder the sync looked at, so 850 never
+    went up and was never pending."""
+    store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
+    assert store.complete_steps() == []
+    for step in ("800", "900"):
+        (tmp_path / step).mkdir()
+    (tmp_path / "800" / "model.pt").write_text("state at step 800")
+    (tmp_path / "800" / node_agent.COMPLETE).touch()
+    assert node_agent.local_steps(str(tmp_path)) == [800]
+    assert syncer.sync() == 800
+    (tmp_path / "850").mkdir()
+    (tmp_path / "850" / "model.pt").write_text("state at step 850")
+    assert syncer.pending() == "checkpoint 850"
+    syncer.sync()
+    assert syncer.sync() == 850 and syncer.pending() is None
+    assert store.complete_steps() == [850, 800]
 
 
 def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path: Path) -> None:

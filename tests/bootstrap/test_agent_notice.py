@@ -886,3 +886,67 @@ def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, t
     assert agent.attempts(job, cluster.group, str(tmp_path), store) == 0
     assert seen == [(2, "state at step 20")]
     assert "progress was made" in " ".join(lines)
+
+
+def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the report was taken as written before its PUT: after one SlowDown the peers saw "pending" for good,
+    waited the whole grace, and the done barrier counted this node as lost."""
+    agent, job, lines = agent_for(cluster)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)  # nothing pending (any more)
+    agent.synced_report = job, {"attempt": 0, "pending": "checkpoint 7", "rc": 143, "interrupted": True}
+    put_marker, calls = agent.put_marker, []
+
+    def slow_down_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        if len(calls) == 1:
+            raising("PutObject")()
+        return put_marker(*args, **kwargs)
+
+    monkeypatch.setattr(agent, "put_marker", slow_down_once)
+    assert agent.own_pending() is None
+    assert any(line.startswith("could not report this node's final sync again") for line in lines), lines
+    assert agent.own_pending() is None
+    synced = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/synced")
+    assert synced is not None and synced["pending"] is None and synced["rc"] == 143
+    assert calls == [f"nodes/{agent.instance_id}/synced"] * 2
+    assert agent.own_pending() is None and len(calls) == 2  # reported: not again
+
+
+def test_a_notice_during_a_restart_s_retry_of_its_own_final_sync_makes_the_node_leave(cluster: Cluster) -> None:
+    """Before, the retry (at most the grace, plus the upload under way) looked for no notice."""
+    agent, _, _ = agent_for(cluster)
+    agent.imds = Imds(NOTICE)
+    with pytest.raises(node_agent.LeavingBeforeTraining, match="during a restart"):
+        agent.own_pending_until(time.monotonic() + 30, during="a restart")
+
+
+def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_short(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The trainer creates <dir>/800/ and dies (a crash, or torchrun ending its workers after a peer failed) before
+    its second shard. Before, its final sync took it for complete: 800 went up with one shard of two, every
+    restore took it, and the job crash-looped to FAILED."""
+    agent, job, _ = agent_for(cluster)
+    ckpt = tmp_path / "ckpt"
+    job.checkpoint_dir = str(ckpt)
+    ckpt.mkdir()
+    store = store_of(agent, job)
+
+    class FinalOnly(node_agent.Syncer):
+        """No periodic round sees the folder while the trainer lives (one could, on a slow machine, see it twice)."""
+
+        def sync(self, final: bool = False) -> Optional[int]:
+            return super().sync(final) if final else self.newest
+
+    syncer = FinalOnly(store, job, agent.log, keep=2)
+    crash = (
+        "import os, sys; os.makedirs(sys.argv[1]); open(sys.argv[1] + '/shard0.distcp', 'w').write('0'); sys.exit(1)"
+    )
+    cmd = [sys.executable, "-c", crash, str(ckpt / "800")]
+    assert agent.run_trainer(job, str(tmp_path), cmd, {}, syncer) == (1, False)
+    assert syncer.trainer_cut_off
+    syncer.sync(final=True)
+    assert store.complete_steps() == [] and not (ckpt / "800").exists()

@@ -67,7 +67,7 @@ def test_a_trainer_that_ignores_sigterm_is_killed_with_its_tree_after_the_grace(
         f"left {cluster.group}: the group launches a replacement",
     ]
     assert [line for line in lines if line in expected] == expected, lines
-    assert agent.syncer is not None and agent.syncer.trainer_killed
+    assert agent.syncer is not None and agent.syncer.trainer_cut_off
     # what the peers read: this node leaves on a notice, its trainer was killed (SIGKILL), nothing is pending
     leaving = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving")
     assert leaving is not None and (leaving["notice"], leaving["trainer"]) == (notice, True)

@@ -214,6 +214,27 @@ def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older
     assert 20 not in store.unreadable and sorted(p.name for p in dest.iterdir()) == ["10"]
 
 
+def test_a_restore_that_cannot_make_its_folder_stops_in_one_line(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the OSError of the restore's temporary folder ended the agent with a traceback."""
+    upload(store, tmp_path, 20, b"twenty")
+    dest = tmp_path / "ckpt"
+    dest.mkdir()
+
+    def full(**_: Any) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(node_agent.tempfile, "mkdtemp", full)
+    with pytest.raises(node_agent.LocalDiskError) as err:
+        store.restore_newest(str(dest))
+    assert str(err.value) == (
+        f"this node's disk: restoring checkpoint 20 into {dest}: [Errno 28] No space left on device; not skipped for "
+        "an older checkpoint"
+    )
+    assert 20 not in store.unreadable
+
+
 def test_a_file_that_shrinks_while_it_is_hashed_is_an_os_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """OSError is what the sync loop logs and retries next round (the upload then never writes a manifest)."""
     path = tmp_path / "state.pt"
