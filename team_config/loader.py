@@ -193,9 +193,10 @@ def _line(error: Any) -> str:
     return f"{field + ': ' if field else ''}{_describe(error)}"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML keeps the last of two equal keys in a mapping; a team file with ``clusters:`` twice would silently
-    drop the first list (and, deployed, delete those clusters). This loader refuses the second key instead.
+    drop the first list (and, deployed, delete those clusters). This loader refuses the second key instead (a
+    ``ConfigError``; trainctl's price files are read with it too).
     A merge key (``<<: *defaults``) is not a key of the mapping: the keys written next to it override the merged
     ones, as YAML intends."""
 
@@ -228,7 +229,7 @@ def load_team(path: Path) -> Team:
             "lowercase letters, digits and '-', starting with a letter, at most 32 characters"
         )
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:

@@ -88,6 +88,10 @@ def test_a_price_file_adds_types_and_bad_ones_say_what_to_fix(tmp_path: Path) ->
         ("g5.xlarge: [1\n", f"{tmp_path}/bad.yaml: cannot read prices (ParserError: while parsing a flow sequence)"),
         # before: accepted, and the built-in price of g5.xlarge used without a word
         ("G5.xlarge: 1.0\n", f"{tmp_path}/bad.yaml: G5.xlarge: not an EC2 instance type; did you mean g5.xlarge?"),
+        (  # before: the last one silently won
+            "g5.xlarge: 1.0\ng5.xlarge: 2.0\n",
+            f"{tmp_path}/bad.yaml: line 2: key 'g5.xlarge' appears twice in one mapping (first at line 1); keep one",
+        ),
     ):
         (tmp_path / "bad.yaml").write_text(text)
         with pytest.raises(PriceError) as bad:

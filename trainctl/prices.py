@@ -20,6 +20,7 @@ from typing import Any, Optional
 import yaml
 
 from team_config.instance_types import closest_instance_type, known_instance_types
+from team_config.loader import ConfigError, UniqueKeyLoader
 from team_config.text import not_utf8
 
 TABLE_REGION = "us-east-1"
@@ -74,7 +75,9 @@ class PriceTable:
 def read_price_file(path: Path) -> dict[str, float]:
     """A YAML/JSON mapping of instance type to USD per hour, checked."""
     try:
-        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data: Any = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except ConfigError as exc:  # a type priced twice
+        raise PriceError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise PriceError(f"{path}: {not_utf8(exc)}") from None
     except (OSError, yaml.YAMLError) as exc:
