@@ -641,6 +641,17 @@ def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
     }
 
 
+def test_only_a_cluster_with_a_warm_pool_may_list_volumes(default: Template, variant: Template) -> None:
+    """Before, every cluster's DescribePolicy granted ec2:DescribeVolumes on "*": nodes without a pool could list
+    every volume of the account and region, other teams' included."""
+
+    def listing(template: Template) -> list[Any]:
+        return [s.get("Sid") for s in policies(template) if "ec2:DescribeVolumes" in json.dumps(s["Action"])]
+
+    assert listing(default) == []
+    assert listing(variant) == ["FindFreePoolVolumes"]  # one cluster of two has a pool
+
+
 def test_the_job_spec_lists_the_pools_volumes_for_the_claim(variant: Template) -> None:
     """The agent claims only these (a retained volume of an earlier pool keeps the tag, but IAM refuses it)."""
     specs = [p for p in resources(variant, "AWS::SSM::Parameter") if p["Properties"]["Name"].endswith("/big/job-spec")]

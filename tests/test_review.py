@@ -55,7 +55,7 @@ def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assem
     assert "| TrainingStack-alpha | spot-training-alpha | 500 |" in text
     # every acknowledgement of the template's metadata, with its reason
     assert "AwsSolutions-IAM5[Resource::*]" in text
-    assert "Read-only Describe* calls for peer discovery and volume claims" in text
+    assert "Read-only Describe* calls for peer discovery;" in text
     assert "Replaced or deleted" not in text  # only with a base
 
 

@@ -236,7 +236,6 @@ class TrainingCluster(Construct):
                         "autoscaling:DescribeAutoScalingGroups",
                         "autoscaling:DescribeAutoScalingInstances",
                         "ec2:DescribeInstances",
-                        "ec2:DescribeVolumes",
                     ],
                     resources=["*"],
                 )
@@ -245,8 +244,8 @@ class TrainingCluster(Construct):
         acknowledge(
             describe,
             "AwsSolutions-IAM5[Resource::*]",
-            "Read-only Describe* calls for peer discovery and volume claims; these actions support no "
-            "resource-level permissions, so IAM requires Resource '*'.",
+            "Read-only Describe* calls for peer discovery; these actions support no resource-level permissions, so "
+            "IAM requires Resource '*'.",
         )
         checkpoint_store.cluster_access_policy(self, "CheckpointAccess", self.role, spec.name)
         self.fleet.scale_policy("ScalePolicy", self.role)

@@ -119,7 +119,15 @@ class WarmVolumePool(Construct):
                     resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
                     conditions={"StringEquals": {f"aws:ResourceTag/{k}": v for k, v in instance_tags.items()}},
                 ),
+                # Only a cluster with a pool looks for a free volume (spot_training/warm_volume.py).
+                iam.PolicyStatement(sid="FindFreePoolVolumes", actions=["ec2:DescribeVolumes"], resources=["*"]),
             ],
+        )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ec2:DescribeVolumes, to find a free volume of the pool in the node's AZ: it supports no resource-level "
+            "permissions, so IAM requires Resource '*'. Read-only; only clusters with a warm pool get it.",
         )
         acknowledge(
             policy,
