@@ -854,7 +854,7 @@ class CheckpointStore:
     ) -> Optional[Tuple[int, str]]:
         """``_restore_first`` of one step: (step, layout), or None when it does not verify."""
         local = os.path.join(checkpoint_dir, str(step))
-        if step in local_steps(checkpoint_dir):
+        if step_files(local):  # a step folder with a file in it (``local_steps``' rule), without listing the others
             self.log(f"checkpoint {step} already present locally; not downloading")
             return step, "step"
         self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")

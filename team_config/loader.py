@@ -110,7 +110,7 @@ def _describe(error: Any) -> str:
         unknown = str(loc[-1])
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
-        guesses = _guesses(error)
+        guesses = _similar_keys(unknown, allowed)
         hint = f"did you mean {' or '.join(repr(g) for g in guesses)}? " if guesses else ""
         return f"unknown key '{unknown}': {hint}allowed keys here: {', '.join(allowed)}"
     if kind == "missing":

@@ -60,6 +60,12 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
+def _bad_endpoint(problem: object) -> CliError:
+    return CliError(
+        f"AWS_ENDPOINT_URL {os.environ.get('AWS_ENDPOINT_URL')!r}: {problem}; give a URL such as https://host:port"
+    )
+
+
 def _check_endpoint() -> None:
     """AWS_ENDPOINT_URL, when set, as botocore needs it (it fails late, with a traceback, on some bad forms)."""
     url = os.environ.get("AWS_ENDPOINT_URL")
@@ -72,7 +78,7 @@ def _check_endpoint() -> None:
     except ValueError as exc:
         problem = str(exc)
     if problem:
-        raise CliError(f"AWS_ENDPOINT_URL {url!r}: {problem}; give a URL such as https://host:port")
+        raise _bad_endpoint(problem)
 
 
 def _client_factory(region: Optional[str]) -> jobs.ClientFactory:
@@ -90,9 +96,8 @@ def _client_factory(region: Optional[str]) -> jobs.ClientFactory:
                 raise CliError(
                     f"--region / AWS_REGION {session.region_name!r} is not a region; use one such as us-east-1"
                 ) from None
-            except ValueError as exc:  # botocore: an endpoint URL it cannot use
-                url = os.environ.get("AWS_ENDPOINT_URL")
-                raise CliError(f"AWS_ENDPOINT_URL {url!r}: {exc}; give a URL such as https://host:port") from None
+            except ValueError as exc:  # botocore: an endpoint URL it cannot use (a host name it refuses)
+                raise _bad_endpoint(exc) from None
         return cache[service]
 
     return client

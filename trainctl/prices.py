@@ -84,8 +84,9 @@ def read_price_file(path: Path) -> dict[str, float]:
         raise PriceError(f"{path}: cannot read prices ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
         raise PriceError(f"{path}: expected a mapping of instance type to USD per hour, e.g. 'g5.xlarge: 1.006'")
+    known = known_instance_types()
     for key, value in data.items():
-        if str(key) not in known_instance_types():  # a typo would silently leave the built-in price in use
+        if str(key) not in known:  # a typo would silently leave the built-in price in use
             guess = closest_instance_type(str(key))
             hint = f"; did you mean {guess}?" if guess else "; use the EC2 name, e.g. g5.xlarge"
             raise PriceError(f"{path}: {key}: not an EC2 instance type{hint}")
