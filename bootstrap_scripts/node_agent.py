@@ -1084,7 +1084,10 @@ class Syncer:
             new = saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest))
             if new and final and self.trainer_cut_off and not (stable and files):
                 # Maybe cut off mid-write: not a checkpoint, not even this node's own resume point.
-                self.log(f"deleting checkpoint folder {newest} unuploaded: the killed trainer may have been writing it")
+                self.log(
+                    f"deleting checkpoint folder {newest} unuploaded: "
+                    "the trainer, killed or failed, may have been writing it"
+                )
                 shutil.rmtree(root, ignore_errors=True)
                 return
             if new and stable and files:
@@ -1107,7 +1110,7 @@ class Syncer:
         stable = (final and not self.trainer_cut_off) or fingerprint == self.flat_seen
         if final and self.trainer_cut_off and not stable:  # maybe cut off mid-write: never upload, nothing pending
             self.flat_refused = fingerprint
-            self.log("not uploading the checkpoint directory: the killed trainer may have been writing it")
+            self.log("not uploading the checkpoint directory: the trainer, killed or failed, may have been writing it")
             return
         self.flat_seen = fingerprint
         due = final or time.monotonic() >= self.flat_due

@@ -134,8 +134,21 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+# Ranges no VPC's hosts can use (RFC 6890): their addresses mean something else on every host.
+NOT_FOR_HOSTS = {
+    ipaddress.IPv4Network("0.0.0.0/8"): '"this network"',
+    ipaddress.IPv4Network("127.0.0.0/8"): "the loopback range",
+    ipaddress.IPv4Network("169.254.0.0/16"): "the link-local range (the instance metadata service and Amazon DNS)",
+    ipaddress.IPv4Network("224.0.0.0/4"): "the multicast range",
+    ipaddress.IPv4Network("240.0.0.0/4"): "a reserved range",
+}
+
+
 class NewVpcConfig(Strict):
-    cidr: str = Field("10.0.0.0/16", description="IPv4 range of the new VPC, /16 to /24.")
+    cidr: str = Field(
+        "10.0.0.0/16",
+        description="IPv4 range of the new VPC, /16 to /24, not in 0/8, 127/8, 169.254/16, 224/4 or 240/4.",
+    )
     az_count: int = Field(1, ge=1, le=3, description="Availability zones the VPC spans.")
     availability_zones: Optional[list[AzName]] = Field(
         None,
@@ -165,6 +178,9 @@ class NewVpcConfig(Strict):
             raise ValueError(f"cidr {self.cidr!r} is not an IPv4 network ({exc}); use e.g. 10.0.0.0/16") from None
         if not 16 <= net.prefixlen <= 24:
             raise ValueError(f"cidr {self.cidr!r} has prefix /{net.prefixlen}; use a /16 to /24 range")
+        for special, what in NOT_FOR_HOSTS.items():
+            if net.overlaps(special):
+                raise ValueError(f"cidr {self.cidr!r} is in {special}, {what}; use a private range such as 10.0.0.0/16")
         zones = self.availability_zones
         if zones is None and self.az_count > 2:
             raise ValueError(

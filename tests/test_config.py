@@ -265,6 +265,18 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "network.new_vpc: cidr '10.0.0.0/8' has prefix /8; use a /16 to /24 range",
             id="cidr",
         ),
+        pytest.param(  # before: accepted; nodes in it could not reach the metadata service
+            new_vpc({"cidr": "169.254.0.0/16"}),
+            "network.new_vpc: cidr '169.254.0.0/16' is in 169.254.0.0/16, the link-local range (the instance metadata "
+            "service and Amazon DNS); use a private range such as 10.0.0.0/16",
+            id="cidr-link-local",
+        ),
+        pytest.param(
+            new_vpc({"cidr": "224.1.0.0/16"}),
+            "network.new_vpc: cidr '224.1.0.0/16' is in 224.0.0.0/4, the multicast range; use a private range such "
+            "as 10.0.0.0/16",
+            id="cidr-multicast",
+        ),
         pytest.param(
             {
                 **cluster(placement_group=False),

@@ -594,7 +594,7 @@ def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_uncha
     assert syncer.sync(final=True) == 100
     assert not (tmp_path / "200").exists() and syncer.pending() is None
     assert store.complete_steps() == [100]
-    assert any("deleting checkpoint folder 200 unuploaded: the killed trainer" in line for line in log), log
+    assert any("deleting checkpoint folder 200 unuploaded: the trainer, killed or failed," in line for line in log), log
 
 
 def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_from(aws: Any, tmp_path: Path) -> None:
