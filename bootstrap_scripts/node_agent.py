@@ -143,6 +143,8 @@ RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3tr
 # before the restore gives up with S3's answer: never skipped for an older one, which would lose progress.
 UNANSWERED_TRIES, UNANSWERED_PAUSE_S = 3, 30.0
 RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer checkpoints may have replaced them
+# a node's markers written when its trainer stopped, or it leaves: after them, its ``training`` marker is stale
+END_OF_TRAINING = ("synced", "leaving", "done")
 PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
 STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
 # After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
@@ -1549,6 +1551,21 @@ class Agent:
                 return
             self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
 
+    def peers_training(self, job: Job, group: str) -> List[str]:
+        """The other InService instances of the group whose trainer runs now: each one's ``training`` marker is
+        newer than its last ``synced``, ``leaving`` and ``done`` (stamps of one writer: one clock)."""
+        groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        present = {i["InstanceId"] for g in groups for i in g["Instances"] if i.get("LifecycleState") == "InService"}
+        training = []
+        for instance_id, names in sorted(self.node_markers(job).items()):
+            if instance_id == self.instance_id or instance_id not in present or "training" not in names:
+                continue
+            started = stamp(self.marker(job, f"nodes/{instance_id}/training") or {})
+            ended = [stamp(self.marker(job, f"nodes/{instance_id}/{n}") or {}) for n in END_OF_TRAINING if n in names]
+            if started > max(ended, default=0.0):
+                training.append(instance_id)
+        return training
+
     def give_up(self, why: str) -> None:
         """This node cannot take part (no job spec, no answer from S3 or Auto Scaling at boot): leave the group, one
         node fewer, instead of idling billed. The job is not marked FAILED: its other nodes may be fine."""
@@ -2484,6 +2501,12 @@ class Agent:
                 reason = f"AWS did not answer after the retries: {exc}"
             else:
                 reason = f"node agent error: {type(exc).__name__}: {exc}"
+            training = self.training_without_this_node(job, group, reason)
+            if training:  # a replacement that could not join: the job goes on without it
+                self.give_up(f"{reason} (peers {', '.join(training)} train on without this node)")
+                if isinstance(exc, (AgentError, *AWS_ERRORS)):
+                    raise AgentError(f"before training: {reason}") from None
+                raise  # an agent bug: its traceback goes to the node's console too
             try:
                 self.fail(job, group, reason)
             except AWS_ERRORS as failed:
@@ -2492,6 +2515,18 @@ class Agent:
             if isinstance(exc, (AgentError, *AWS_ERRORS)):  # one line: S3 or Auto Scaling did not answer
                 raise JobFailed(reason) from None
             raise  # an agent bug: its traceback goes to the node's console too
+
+    def training_without_this_node(self, job: Job, group: str, reason: str) -> List[str]:
+        """On an error before this node's trainer ever started (a replacement's boot: code download, restore,
+        peers): the peers that train now, who can go on without it. Empty if its trainer ran, or no peer trains
+        (the error is then the job's: every node would meet it), or that cannot be told."""
+        if self.trainer_started:
+            return []
+        try:
+            return self.peers_training(job, group)
+        except AWS_ERRORS as exc:
+            self.log(f"could not tell whether peers train on ({exc}); failing the job for: {reason}")
+            return []
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""

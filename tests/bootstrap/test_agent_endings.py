@@ -664,6 +664,39 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     assert cluster.desired_capacity() == 0
 
 
+@pytest.mark.parametrize("peer", ["training", "restarting"])
+def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: str
+) -> None:
+    """Before, an error on a node that never started its trainer (here: the code download past S3's retries)
+    marked the whole job FAILED and scaled the group to 0, stopping peers that trained fine (min_nodes <
+    max_nodes). It now leaves the group, one node fewer. With no peer training (a restart after a lost peer
+    waits for this node, or every node meets the same error at the first boot) the job still fails."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("boot-run", {"train.py": ""}, "python train.py")
+    (a, a_ip), (b, _) = cluster.instances()
+    agent, job, lines = agent_for(cluster, b)  # B: a replacement booting while A's trainer runs (or restarts)
+    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "ckpt")
+    agent.put_marker(job, f"nodes/{a}/training", {"attempt": 0, "address": a_ip, "private_ip": a_ip})
+    if peer == "restarting":  # A's attempt ended (a lost peer): it waits for B in its next rendezvous
+        time.sleep(0.01)
+        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+    monkeypatch.setattr(node_agent, "download_code", lambda *args: raising("GetObject")())
+    with pytest.raises(node_agent.AgentError) as error:
+        agent._run(job)
+    assert "AWS did not answer after the retries: An error occurred (SlowDown)" in str(error.value)
+    if peer == "training":
+        assert not isinstance(error.value, node_agent.JobFailed)
+        assert cluster.marker("boot-run", "FAILED") is None
+        assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
+        assert any(
+            f"(peers {a} train on without this node); leaving the group (one node fewer)" in line for line in lines
+        )
+    else:
+        assert isinstance(error.value, node_agent.JobFailed)
+        assert cluster.marker("boot-run", "FAILED") is not None and cluster.desired_capacity() == 0
+
+
 def test_s3_errors_after_a_failed_attempt_count_as_no_progress_instead_of_ending_the_agent(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
