@@ -150,6 +150,9 @@ STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps 
 # After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
 # ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
 DRAIN_WAIT_S = 60.0
+# An instance the agent cannot hand back to its group (Auto Scaling refuses, after botocore's retries) idles billed:
+# it tries again, the pause doubling from the first value to the second, for at most HAND_BACK_RETRY_S.
+HAND_BACK_PAUSE_S, HAND_BACK_RETRY_S = (30.0, 600.0), 6 * 3600.0
 # The drain hold (DrainHold) looks every DRAIN_LOOK_S whether checkpoint bytes went to S3 and records the drain hook's
 # heartbeat at most every DRAIN_BEAT_S: a fifth of the heartbeat, so that a failed one is tried again at the next look
 # with bytes sent, several times before the hook's heartbeat runs out.
@@ -1534,22 +1537,33 @@ class Agent:
             self.released = True
             self.log(f"leaving {group}: it is ending this instance already")
             return
-        try:
-            self.asg.terminate_instance_in_auto_scaling_group(
-                InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=for_good
-            )
-            self.released = True
-            self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
-        except AWS_ERRORS as exc:
-            try:  # the group may be ending it already (a spot notice under capacity rebalancing does that on AWS)
-                state, _ = self.own_lifecycle()
-            except AWS_ERRORS:
-                state = None
-            if state is not None and state.startswith("Terminat"):
+        deadline, pause = time.monotonic() + HAND_BACK_RETRY_S, HAND_BACK_PAUSE_S[0]
+        while True:
+            try:
+                self.asg.terminate_instance_in_auto_scaling_group(
+                    InstanceId=self.instance_id, ShouldDecrementDesiredCapacity=for_good
+                )
                 self.released = True
-                self.log(f"leaving {group}: it is ending this instance already ({state})")
+                self.log(f"left {group}: " + ("one node fewer" if for_good else "the group launches a replacement"))
                 return
-            self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
+            except AWS_ERRORS as exc:
+                try:  # the group may be ending it already (a spot notice under capacity rebalancing does that on AWS)
+                    state, _ = self.own_lifecycle()
+                except AWS_ERRORS:
+                    state = ""
+                if state is not None and state.startswith("Terminat"):
+                    self.released = True
+                    self.log(f"leaving {group}: it is ending this instance already ({state})")
+                    return
+                if state is None or time.monotonic() + pause > deadline:  # None: in no group, nothing to leave
+                    self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
+                    return
+                # Idle, the instance is billed until it goes: an Auto Scaling outage is waited out, not left to people.
+                self.log(f"could not leave {group} ({one_line(exc)}); trying again in {pause:g} s")
+                if self.stop_signal.wait(pause):  # SIGTERM: the instance is shutting down already
+                    self.log(f"not leaving {group}: this instance is shutting down")
+                    return
+                pause = min(pause * 2, HAND_BACK_PAUSE_S[1])
 
     def peers_training(self, job: Job, group: str) -> List[str]:
         """The other InService instances of the group whose trainer runs now: each one's ``training`` marker is

@@ -1,6 +1,7 @@
 """Budget guard: a scheduled Lambda function that stops a team's jobs once its monthly budget is spent.
 
-Every run: read the team's AWS Budgets budget; below the limit, do nothing. At or over it, for each cluster
+Every run: read the team's AWS Budgets budget. Below the limit, only set to 0 a group still above 0 after its current
+job ended (``DONE``, ``FAILED`` or ``STOPPED``: its agents could not scale it down). At or over it, for each cluster
 (its job-spec parameter names the bucket, prefix and current-job parameter): ask the current job to stop the
 way ``trainctl stop`` does (a ``STOP`` object: the node agents save a checkpoint, write ``STOPPED`` and scale
 the group to 0), and set the group to 0 at once when no instance runs or the stop was asked more than
@@ -62,21 +63,59 @@ def guard(clients: Any, env: dict[str, str], account: str, now: float) -> dict[s
     limit = float(budget["BudgetLimit"]["Amount"])
     spent = float(budget.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0.0))
     report: dict[str, Any] = {"budget": env["BUDGET_NAME"], "limit_usd": limit, "spent_usd": spent, "actions": []}
-    if spent < limit:
-        return report
     s3, ssm, autoscaling = clients("s3"), clients("ssm"), clients("autoscaling")
     groups = _groups(autoscaling, env["TEAM_TAG"], env["TEAM"])
     force_after = float(env.get("FORCE_AFTER_S", "900"))
     failed: list[str] = []
     for name in filter(None, env["JOB_SPEC_PARAMETERS"].split(",")):
         try:
-            _stop_cluster(s3, ssm, autoscaling, groups, name, env["BUDGET_NAME"], now, force_after, report)
+            if spent < limit:
+                _sweep_cluster(s3, ssm, autoscaling, groups, name, report)
+            else:
+                _stop_cluster(s3, ssm, autoscaling, groups, name, env["BUDGET_NAME"], now, force_after, report)
         except Exception as exc:  # one cluster must not keep the guard from the others
             failed.append(f"{name}: {type(exc).__name__}: {exc}")
     if failed:
         print(json.dumps(report))
         raise RuntimeError("budget guard could not judge: " + "; ".join(failed))
     return report
+
+
+def _current_job(
+    s3: Any, ssm: Any, groups: dict[str, dict[str, Any]], spec_parameter: str, report: dict[str, Any]
+) -> Optional[tuple[dict[str, Any], dict[str, Any], Optional[str], Optional[str]]]:
+    """(job spec, group, current job id, the end marker it has) of a cluster whose group is above 0, else None."""
+    spec = json.loads(ssm.get_parameter(Name=spec_parameter)["Parameter"]["Value"])
+    group = groups.get(spec["cluster"])
+    if group is None:  # its group lost its tags, or another name: never stopped, so the run says so
+        raise LookupError(f"no Auto Scaling group with the team's tags for cluster {spec['cluster']!r}")
+    if group["DesiredCapacity"] == 0:
+        return None
+    job_id: Optional[str] = None
+    try:
+        job_id = str(json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])["job_id"])
+    except ssm.exceptions.ParameterNotFound:
+        pass
+    except (ValueError, KeyError, TypeError) as exc:  # not a job trainctl wrote: nothing to ask, stop the spending
+        report["actions"].append(f"{spec['cluster']}: current-job parameter unreadable ({exc!r}): no job to ask")
+    prefix = f"{spec['prefix']}{job_id}/" if job_id else None
+    # whether an end marker is there is all the guard needs: it lists them and never reads one
+    ended = prefix and next((m for m in FINISHED if _listed(s3, spec["bucket"], prefix + m) is not None), None)
+    return spec, group, job_id, ended or None
+
+
+def _sweep_cluster(
+    s3: Any, ssm: Any, autoscaling: Any, groups: dict[str, dict[str, Any]], spec_parameter: str, report: dict[str, Any]
+) -> None:
+    """Under the budget: a group still above 0 after its job ended (its agents could not scale it down: an Auto
+    Scaling outage, an agent that died) goes to 0. Idle nodes must not bill until the budget is spent."""
+    current = _current_job(s3, ssm, groups, spec_parameter, report)
+    if current is not None and current[3] is not None:
+        spec, group, job_id, ended = current
+        autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
+        report["actions"].append(
+            f"{spec['cluster']}: job {job_id} is {ended}: group {group['AutoScalingGroupName']} set to 0"
+        )
 
 
 def _stop_cluster(
@@ -90,20 +129,12 @@ def _stop_cluster(
     force_after: float,
     report: dict[str, Any],
 ) -> None:
-    spec = json.loads(ssm.get_parameter(Name=spec_parameter)["Parameter"]["Value"])
-    group = groups.get(spec["cluster"])
-    if group is None or group["DesiredCapacity"] == 0:
+    current = _current_job(s3, ssm, groups, spec_parameter, report)
+    if current is None:
         return
-    job_id: Optional[str] = None
-    try:
-        job_id = str(json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])["job_id"])
-    except ssm.exceptions.ParameterNotFound:
-        pass
-    except (ValueError, KeyError, TypeError) as exc:  # not a job trainctl wrote: nothing to ask, stop the spending
-        report["actions"].append(f"{spec['cluster']}: current-job parameter unreadable ({exc!r}): no job to ask")
+    spec, group, job_id, ended = current
     prefix = f"{spec['prefix']}{job_id}/" if job_id else None
-    # whether an end marker is there is all the guard needs: it lists them and never reads one
-    finished = prefix is not None and any(_listed(s3, spec["bucket"], prefix + m) is not None for m in FINISHED)
+    finished = ended is not None
     asked_at = written_at(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
     if prefix and not finished and asked_at is None:
         body = {"requested_at": now, "by": "budget guard", "reason": f"budget {budget} spent"}

@@ -337,6 +337,42 @@ def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
     assert cluster.desired_capacity() == 0
 
 
+@pytest.mark.parametrize("outage", [2, 99])
+def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, outage: int
+) -> None:
+    """Before, when SetDesiredCapacity and then TerminateInstanceInAutoScalingGroup both failed after botocore's
+    retries, the agent logged "terminate it by hand" and exited: the instance idled in its group, billed, for good.
+    It now tries to leave again, the pause doubling, until ``HAND_BACK_RETRY_S``; "by hand" only after that."""
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("outage-run", {"train.py": ""}, "python train.py")
+    agent, job, lines = restarting(cluster, started=time.time())
+    agent.attempt = lambda *args: (0, False)
+    monkeypatch.setattr(node_agent, "HAND_BACK_PAUSE_S", (0.05, 0.1))
+    monkeypatch.setattr(node_agent, "HAND_BACK_RETRY_S", 1.0)
+    refused: list[Any] = []
+    terminate = agent.asg.terminate_instance_in_auto_scaling_group
+
+    def until_the_outage_ends(**kwargs: Any) -> Any:
+        if len(refused) < outage:
+            refused.append(kwargs)
+            raising("TerminateInstanceInAutoScalingGroup")()
+        return terminate(**kwargs)
+
+    monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
+    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", until_the_outage_ends)
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
+    assert cluster.marker("outage-run", "DONE") is not None
+    retries = [line for line in lines if line.startswith(f"could not leave {cluster.group} (") and "again in" in line]
+    if outage == 2:
+        assert len(retries) == 2 and f"left {cluster.group}: one node fewer" in lines
+        assert cluster.instances() == [] and cluster.desired_capacity() == 0
+        assert not [line for line in lines if "by hand" in line]
+    else:  # HAND_BACK_RETRY_S passed: the log says so, and the instance is still there
+        assert 2 <= len(retries) < len(refused) < 99 and lines[-1].endswith("terminate it by hand"), lines[-3:]
+        assert len(cluster.instances()) == 1
+
+
 CRASHING = """
 import os, sys
 path = os.path.join(os.environ["SPOT_TRAINING_CHECKPOINT_DIR"], "model.bin")

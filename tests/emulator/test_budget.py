@@ -232,3 +232,32 @@ def test_the_guard_tells_a_finished_job_by_listing_alone(cloud: EmulatedCloud) -
     assert reads == []
     assert f"main: group {ref.group} set to 0" in report
     assert jobs.desired_capacity(cloud.client, ref) == 0  # DONE is there: nothing to ask, the group goes to 0
+
+
+def test_under_the_budget_the_guard_sets_a_group_its_ended_job_left_up_to_zero(cloud: EmulatedCloud) -> None:
+    """Before, under the limit the guard did nothing: a group still above 0 after its job ended (its agents could not
+    scale it down: an Auto Scaling outage past their retries, an agent that died) billed idle nodes until the month's
+    budget was spent. And a cluster whose group it could not find was skipped without a word: never stopped."""
+    client = cloud.client
+    _set_spend(cloud, 0.0)
+    ref = jobs.find_cluster(client, TEAM, "main")
+    job_id = jobs.submit(client, ref, EXAMPLE_DIR, command="python train.py", nodes=1)
+    env = _guard_function(cloud)["Environment"]["Variables"]
+    assert guard(client, env, cloud.account_id, now=time.time())["actions"] == []  # it runs: left alone
+    assert jobs.desired_capacity(client, ref) == 1
+    client("s3").put_object(Bucket=ref.bucket, Key=ref.job_prefix(job_id) + "STOPPED", Body=b"{}")
+    report = guard(client, env, cloud.account_id, now=time.time())
+    assert report["actions"] == [f"main: job {job_id} is STOPPED: group {ref.group} set to 0"]
+    assert jobs.desired_capacity(client, ref) == 0
+
+    ghost = f"/spot-training/{TEAM}/ghost/job-spec"  # a cluster whose group lost the team's tags
+    client("ssm").put_parameter(Name=ghost, Value=json.dumps({**ref.spec, "cluster": "ghost"}), Type="String")
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            guard(client, {**env, "JOB_SPEC_PARAMETERS": f"{env['JOB_SPEC_PARAMETERS']},{ghost}"}, cloud.account_id, 0)
+    finally:
+        client("ssm").delete_parameter(Name=ghost)
+    assert str(failed.value) == (
+        f"budget guard could not judge: {ghost}: LookupError: no Auto Scaling group with the team's tags for "
+        "cluster 'ghost'"
+    )
