@@ -1726,6 +1726,7 @@ class Agent:
         own_ip = dict(peers)[self.instance_id]
         local = address_map.get(own_ip, own_ip)
         is_host = "true" if host_id == self.instance_id else "false"
+        wait = int(self.join_timeout_s)
         cmd = [
             job.python,
             "-m",
@@ -1735,7 +1736,9 @@ class Agent:
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={host}:{job.rendezvous_port}",
             f"--rdzv-id={job.job_id}",
-            f"--rdzv-conf=is_host={is_host},join_timeout={int(self.join_timeout_s)}",
+            # read_timeout: how long a node tries to reach the host's store (torch: 60 s, whatever join_timeout
+            # says); a host that restores a checkpoint its peers already hold comes up later than they do.
+            f"--rdzv-conf=is_host={is_host},join_timeout={wait},read_timeout={wait}",
             f"--local-addr={local}",
             "--max-restarts=0",
             *job.argv,

@@ -43,3 +43,30 @@ def test_a_replacement_joins_the_survivors_rendezvous_even_when_its_id_sorts_fir
         hosts.add(next(a for a in cmd if a.startswith("--rdzv-endpoint=")))
         assert f"is_host={'true' if instance_id == survivor else 'false'}" in " ".join(cmd)
     assert len(hosts) == 1  # one rendezvous for both nodes
+
+
+def test_a_node_waits_for_the_rendezvous_host_as_long_as_the_join_timeout(make_cluster: Any) -> None:
+    """torch's c10d rendezvous connects a non-host node to the host's store within ``read_timeout`` (default 60 s),
+    whatever ``join_timeout`` says. Before, a host that came up more than a minute later (restoring a big checkpoint
+    rank 0's node already held) failed every other node's torchrun, each failure counted as a restart without
+    progress, and enough of them marked the job FAILED. Read as torch's own launcher and backend read it."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.run import config_from_args, parse_args
+
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("late-host", {"train.py": ""}, "python train.py")
+    (_, _), (other, _) = cluster.instances()
+    agent, job, _ = agent_for(cluster, other)
+    cmd, _ = agent.torchrun_command(job, agent.wait_for_peers(cluster.group, job))
+    assert "is_host=false" in " ".join(cmd)
+    config, _, _ = config_from_args(parse_args(cmd[3:]))  # after `python -m spot_training.launch`
+    params = RendezvousParameters(
+        config.rdzv_backend,
+        config.rdzv_endpoint,
+        config.run_id,
+        config.min_nodes,
+        config.max_nodes,
+        **config.rdzv_configs,
+    )
+    read_timeout = params.get_as_int("read_timeout", 60)  # as c10d_rendezvous_backend._create_tcp_store reads it
+    assert read_timeout == params.get_as_int("join_timeout") == int(agent.join_timeout_s) > 60
