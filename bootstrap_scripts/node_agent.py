@@ -1318,7 +1318,13 @@ def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] =
     found: List[Dict[str, Any]] = []
     for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
         for reservation in page["Reservations"]:
-            found.extend(inst for inst in reservation["Instances"] if inst.get("PrivateIpAddress"))
+            # Running only: a node EC2 took hard (no notice seen) stays InService until the group's next health
+            # check, and as the oldest launch it would be elected host again, every peer's torchrun failing on it.
+            found.extend(
+                inst
+                for inst in reservation["Instances"]
+                if inst.get("PrivateIpAddress") and inst.get("State", {}).get("Name") == "running"
+            )
     ips = {inst["InstanceId"]: inst["PrivateIpAddress"] for inst in found}
     return [(i, ips[i]) for i in launch_order(found)]
 

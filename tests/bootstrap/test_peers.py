@@ -70,3 +70,22 @@ def test_a_node_waits_for_the_rendezvous_host_as_long_as_the_join_timeout(make_c
     )
     read_timeout = params.get_as_int("read_timeout", 60)  # as c10d_rendezvous_backend._create_tcp_store reads it
     assert read_timeout == params.get_as_int("join_timeout") == int(agent.join_timeout_s) > 60
+
+
+def test_a_node_ec2_took_hard_is_no_peer_while_its_group_still_lists_it(make_cluster: Any) -> None:
+    """A node EC2 ended without a notice the agent saw stays InService until the group's next health check. Before,
+    discovery kept it (EC2 says shutting-down or terminated; stopped here), and as the oldest launch it hosted the
+    next rendezvous: every survivor's torchrun failed on it, each failure a restart without progress."""
+    cluster: Cluster = make_cluster(nodes=2)
+    cluster.submit("hard-kill", {"train.py": ""}, "python train.py")
+    (host, _), (survivor, _) = cluster.instances()
+    assert [i for i, _ in node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)] == [
+        host,
+        survivor,
+    ]
+    # EC2's side only (moto's group does no health checks; its terminate would take the instance out of the group)
+    cluster.aws.ec2.stop_instances(InstanceIds=[host])
+    group = cluster.aws.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[cluster.group])["AutoScalingGroups"][0]
+    assert {i["InstanceId"]: i["LifecycleState"] for i in group["Instances"]}[host] == "InService"
+    peers = node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
+    assert [i for i, _ in peers] == [survivor]
