@@ -2044,11 +2044,12 @@ class Agent:
             time.sleep(min(self.poll_s, 1.0))
 
     def hand_back(self, group: str, for_good: bool = False) -> None:
-        """Free the warm volume, flush the logs and leave the group: the group launches a replacement now (unless
-        ``for_good``: one node fewer)."""
-        self.release_warm_volume()
+        """Flush the logs, free the warm volume and leave the group: the group launches a replacement now (unless
+        ``for_good``: one node fewer). The logs first: the volume's detach may take up to a minute of what is left
+        of a spot notice's two."""
         if self.log.shipper is not None:
             self.log.shipper.flush()
+        self.release_warm_volume()
         self.leave_group(group, for_good=for_good)
 
     def request_checkpoint(self, job: Job) -> None:

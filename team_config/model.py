@@ -302,7 +302,11 @@ class InterruptionDrillConfig(Strict):
 
 
 class WarmPoolConfig(Strict):
-    size: int = Field(ge=1, le=64, description="Number of pre-warmed volumes; at least max_nodes.")
+    size: int = Field(
+        ge=1,
+        le=64,
+        description="Number of pre-warmed volumes; at least max_nodes (max_nodes + 1 for rebalancing's replacements).",
+    )
     snapshot_id: Optional[SnapshotId] = None
     ami_id: Optional[AmiId] = Field(None, description="AMI whose root snapshot the volumes copy (resolve it first).")
     volume_size_gib: int = Field(200, ge=1, le=16384)
@@ -563,7 +567,8 @@ class ClusterConfig(Strict):
         if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
             raise ValueError(
                 f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "
-                "set size to at least max_nodes so every node finds a warm volume"
+                "set size to at least max_nodes so every node finds a warm volume (max_nodes + 1: also the "
+                "replacement capacity rebalancing launches before the node it replaces lets its volume go)"
             )
         pool_ami = self.warm_pool.ami_id if self.warm_pool is not None else None
         if pool_ami is not None and self.ami.ssm_parameter is not None:

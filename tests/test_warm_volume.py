@@ -203,6 +203,57 @@ def test_a_claim_whose_attachment_is_never_confirmed_gives_the_volume_back(
     assert (volume["State"], volume["Attachments"]) == ("available", [])
 
 
+def test_an_attachment_whose_answer_was_lost_is_still_this_nodes_claim(
+    endpoint: str, cloud: dict[str, list[str]]
+) -> None:
+    """EC2 took the AttachVolume but its answer was lost, and botocore's retry got VolumeInUse: the volume is
+    attached to this very node. Before, the node took it for a lost race, tried the next volume (refused: the
+    device was in use) and booted cold, the first volume attached to it unknown and never released."""
+    ec2, node, pool = client(endpoint), cloud["instances"][0], cloud["pool"][:2]
+    real = ec2.attach_volume
+
+    def answer_lost(**kwargs: Any) -> Any:
+        real(**kwargs)  # EC2 attached it; the answer never came back
+        return real(**kwargs)  # botocore's retry: VolumeInUse (emulator/ebs_strict.py, as EC2 answers)
+
+    ec2.attach_volume = answer_lost
+    claimed = warm_volume.claim_volume(
+        ec2, instance_id=node, availability_zone=AZ, tag_key=TAG, pool=POOL, volume_ids=pool, device=DEVICE,
+        timeout_s=10, poll_s=0.05, rng=random.Random(0),
+    )  # fmt: skip
+    try:
+        states = {v["VolumeId"]: v for v in client(endpoint).describe_volumes(VolumeIds=pool)["Volumes"]}
+        assert claimed in pool and [a["InstanceId"] for a in states[claimed]["Attachments"]] == [node]
+        (other,) = set(pool) - {claimed}
+        assert states[other]["State"] == "available"  # the next volume was left for another node
+    finally:
+        release_all(endpoint, {node: claimed or pool[0]})
+
+
+def test_a_volume_iam_refuses_is_skipped_for_the_next(endpoint: str, cloud: dict[str, list[str]]) -> None:
+    """A claim by tag (a job spec from before the stack listed its volumes) also finds a retained volume of an
+    earlier pool with the same tag, which the node's policy does not cover. Before, IAM's refusal ended the claim
+    (the node booted cold with free volumes left); now the node tries the next volume."""
+    ec2, node, pool = client(endpoint), cloud["instances"][0], cloud["pool"][:2]
+    real, refused = ec2.attach_volume, list[str]()
+
+    def iam(**kwargs: Any) -> Any:
+        if not refused:
+            refused.append(kwargs["VolumeId"])
+            raise ClientError({"Error": {"Code": "UnauthorizedOperation", "Message": "not authorized"}}, "AttachVolume")
+        return real(**kwargs)
+
+    ec2.attach_volume = iam
+    claimed = warm_volume.claim_volume(
+        ec2, instance_id=node, availability_zone=AZ, tag_key=TAG, pool=POOL, volume_ids=pool, device=DEVICE,
+        timeout_s=10, poll_s=0.05, rng=random.Random(0),
+    )  # fmt: skip
+    try:
+        assert claimed is not None and refused and claimed != refused[0]
+    finally:
+        release_all(endpoint, {node: claimed} if claimed else {})
+
+
 def test_mount_commands_overlay_the_environment_on_a_read_only_volume_and_handle_xfs_uuid_clash() -> None:
     cmds = warm_volume.mount_commands("/dev/nvme1n1p1", "xfs", "/mnt/warm", ["/opt/conda"])
     assert cmds == [

@@ -90,10 +90,17 @@ def claim_volume(
             ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            if code in LOST_RACE:
+            if code in ("VolumeInUse", "IncorrectState") and _attachment_state(ec2, volume_id, instance_id) in (
+                "attaching",
+                "attached",
+            ):
+                # A retry of an attach EC2 had taken, its answer lost: the volume is this node's.
+                log.info("warm volume %s is attaching to this instance already (%s to a retry)", volume_id, code)
+            elif code in LOST_RACE or code == "UnauthorizedOperation":  # IAM: not one of the stack's volumes
                 log.info("warm volume %s not claimable (%s); trying the next", volume_id, code)
                 continue
-            raise
+            else:
+                raise
         try:
             wait_for(
                 functools.partial(_is_attached, ec2, volume_id, instance_id),

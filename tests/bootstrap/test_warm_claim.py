@@ -132,3 +132,19 @@ def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_i
     assert ran[-1] == (["umount", node_agent.WARM_MOUNT], False)  # what got mounted is undone, failures or not
     assert agent.warm_volume is None
     assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
+
+
+def test_a_node_handing_its_instance_back_ships_its_logs_before_the_volume_detach(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a notice the hand-back runs late in the two minutes, and a warm volume's detach may take up to a minute of
+    them. Before, the logs were flushed only after it: the node's last lines were lost when the instance went."""
+    cluster, _ = _cluster(make_cluster)
+    cluster.submit("order-run", JOB, "python ok.py")
+    agent, _, _ = agent_for(cluster)
+    steps: list[str] = []
+    agent.log.shipper = type("Shipper", (), {"flush": lambda self: steps.append("flush logs")})()
+    monkeypatch.setattr(agent, "release_warm_volume", lambda: steps.append("detach volume"))
+    monkeypatch.setattr(agent, "leave_group", lambda *args, **kwargs: steps.append("leave group"))
+    agent.hand_back(cluster.group)
+    assert steps == ["flush logs", "detach volume", "leave group"]
