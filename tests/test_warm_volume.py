@@ -315,6 +315,8 @@ def test_a_job_writing_into_the_mounted_environment_leaves_the_warm_volume_uncha
     loop = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True)
     block, mountpoint, check = loop.stdout.strip(), str(tmp_path / "warm"), tmp_path / "check"
     try:
+        # as the agent finds it: lsblk reads the type from udev's database, which may not know a new device yet
+        assert warm_volume.filesystem(block) == (block, "ext4")
         warm_volume.run(warm_volume.mount_commands(block, "ext4", mountpoint, [str(env_root)]))
         assert (env_root / "bin/python").read_text() == "warm copy"  # reads come from the warm volume
         (env_root / "installed.txt").write_text("pip install")  # the job may write: pip, caches
@@ -339,36 +341,49 @@ def test_a_job_writing_into_the_mounted_environment_leaves_the_warm_volume_uncha
 
 
 class Lsblk:
-    """``lsblk -P`` as it lists a copy of an AL2023 root snapshot (root XFS, BIOS boot, EFI), or a bare disk."""
+    """``lsblk -P`` as it lists a copy of an AL2023 root snapshot (root XFS, BIOS boot, EFI), or a bare disk; and
+    ``blkid -p``, which reads a device's type from the device (``probed``; exit code 2: none found)."""
 
-    def __init__(self, listing: str) -> None:
-        self.listing = listing
+    def __init__(self, listing: str, probed: dict[str, str]) -> None:
+        self.listing, self.probed = listing, probed
         self.argv: list[str] = []
 
     def __call__(self, argv: list[str], **_: Any) -> Any:
+        if argv[0] == "blkid":
+            found = self.probed.get(argv[-1], "")
+            return subprocess.CompletedProcess(argv, 0 if found else 2, stdout=found and found + "\n", stderr="")
         self.argv = argv
         return subprocess.CompletedProcess(argv, 0, stdout=self.listing, stderr="")
 
 
+PARTITIONED = (
+    'NAME="/dev/nvme1n1" FSTYPE="" SIZE="107374182400"\n'
+    'NAME="/dev/nvme1n1p1" FSTYPE="{root}" SIZE="107362648576"\n'
+    'NAME="/dev/nvme1n1p127" FSTYPE="" SIZE="1048576"\n'
+    'NAME="/dev/nvme1n1p128" FSTYPE="{efi}" SIZE="10485760"\n'
+)
+
+
 @pytest.mark.parametrize(
-    ("listing", "expected"),
+    ("listing", "probed", "expected"),
     [
+        (PARTITIONED.format(root="xfs", efi="vfat"), {}, ("/dev/nvme1n1p1", "xfs")),
+        # attached a moment ago: udev has not probed the partitions yet, so lsblk gives no type; blkid reads it
         (
-            'NAME="/dev/nvme1n1" FSTYPE="" SIZE="107374182400"\n'
-            'NAME="/dev/nvme1n1p1" FSTYPE="xfs" SIZE="107362648576"\n'
-            'NAME="/dev/nvme1n1p127" FSTYPE="" SIZE="1048576"\n'
-            'NAME="/dev/nvme1n1p128" FSTYPE="vfat" SIZE="10485760"\n',
+            PARTITIONED.format(root="", efi=""),
+            {"/dev/nvme1n1p1": "xfs", "/dev/nvme1n1p128": "vfat"},
             ("/dev/nvme1n1p1", "xfs"),
         ),
-        ('NAME="/dev/xvdf" FSTYPE="ext4" SIZE="8589934592"\n', ("/dev/xvdf", "ext4")),
-        ('NAME="/dev/xvdf" FSTYPE="" SIZE="8589934592"\n', None),
+        ('NAME="/dev/xvdf" FSTYPE="ext4" SIZE="8589934592"\n', {}, ("/dev/xvdf", "ext4")),
+        ('NAME="/dev/xvdf" FSTYPE="" SIZE="8589934592"\n', {}, None),
     ],
 )
 def test_the_filesystem_of_a_partitioned_root_copy_is_its_largest_formatted_partition(
-    monkeypatch: pytest.MonkeyPatch, listing: str, expected: Any
+    monkeypatch: pytest.MonkeyPatch, listing: str, probed: dict[str, str], expected: Any
 ) -> None:
-    """Mounting the whole disk of a partitioned copy fails (its filesystem is on p1): the job would have FAILED."""
-    lsblk = Lsblk(listing)
+    """Mounting the whole disk of a partitioned copy fails (its filesystem is on p1): the job would have FAILED.
+    Before blkid, a copy udev had not probed yet had no filesystem: the node detached it and booted cold."""
+    lsblk = Lsblk(listing, probed)
     monkeypatch.setattr(warm_volume.subprocess, "run", lsblk)
     assert warm_volume.filesystem("/dev/nvme1n1") == expected
     assert lsblk.argv == ["lsblk", "-P", "-b", "-p", "-o", "NAME,FSTYPE,SIZE", "/dev/nvme1n1"]

@@ -150,15 +150,26 @@ def block_device(volume_id: str, device: str, timeout_s: float = 10.0, poll_s: f
 
 def filesystem(block: str) -> Optional[Tuple[str, str]]:
     """(device, type) of the filesystem to mount: the volume itself, or, for a copy of a partitioned root snapshot
-    (an AMI's root volume), its largest partition that holds a filesystem; None when there is none."""
+    (an AMI's root volume), its largest partition that holds a filesystem; None when there is none.
+
+    lsblk lists the partitions; their types come from udev's database, which may not have probed a device attached
+    a moment ago: a device it gives no type is probed directly (``blkid -p``)."""
     argv = ["lsblk", "-P", "-b", "-p", "-o", "NAME,FSTYPE,SIZE", block]  # from the AMI's PATH
     listed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout  # noqa: S603 - fixed argv
     rows = [dict(word.split("=", 1) for word in shlex.split(line)) for line in listed.splitlines() if line.strip()]
-    found = [(int(row.get("SIZE") or 0), row["NAME"], row["FSTYPE"]) for row in rows if row.get("FSTYPE")]
+    typed = [(int(row.get("SIZE") or 0), row["NAME"], row.get("FSTYPE") or probed_type(row["NAME"])) for row in rows]
+    found = [row for row in typed if row[2]]
     if not found:
         return None
     _, name, fstype = max(found)
     return name, fstype
+
+
+def probed_type(device: str) -> str:
+    """The filesystem type blkid reads from the device itself, or "" (none, or a partition table: no TYPE)."""
+    argv = ["blkid", "-p", "-o", "value", "-s", "TYPE", device]
+    probe = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603 - fixed argv
+    return probe.stdout.strip() if probe.returncode == 0 else ""
 
 
 def mount_commands(block: str, fstype: str, mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:
