@@ -176,11 +176,32 @@ def test_a_repeated_stop_does_not_rewrite_the_request(
     rc, out, err = trainctl(capsys, "stop", "run-1")
     assert (rc, out, err) == (
         0,
-        f"job run-1: stop already requested at {asked}; not asked again (the nodes are saving a final checkpoint)\n",
+        f"job run-1: stop already requested at {asked}; not asked again (the nodes are saving a final checkpoint; "
+        "if none answers, `trainctl stop --force` sets the group to 0 now)\n",
         "",
     )
     again = s3.get_object(Bucket=ref.bucket, Key=key)
     assert (again["ETag"], again["Body"].read()) == (first["ETag"], first["Body"].read())
+
+
+def test_a_forced_stop_sets_the_group_to_0_when_no_agent_answers(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Nodes whose agents died (an OOM kill, a hang) never read STOP: before, a second stop only said it was asked
+    already, and the group ran on, billed, until someone found the AWS CLI command. The request stays as it was."""
+    ref = started(capsys, tmp_path)
+    trainctl(capsys, "stop", "run-1")
+    s3, key = boto3.client("s3"), f"{ref.job_prefix('run-1')}STOP"
+    first = s3.get_object(Bucket=ref.bucket, Key=key)
+    assert jobs.desired_capacity(client_factory("us-east-1"), ref) > 0
+    rc, out, err = trainctl(capsys, "stop", "run-1", "--force")
+    assert (rc, err) == (0, "")
+    assert out == (
+        "job run-1: group set to 0 now; nodes whose agents answer save a final checkpoint as on a spot notice (at "
+        "most the drain hook's 300 s), the others are terminated\n"
+    )
+    assert jobs.desired_capacity(client_factory("us-east-1"), ref) == 0
+    assert s3.get_object(Bucket=ref.bucket, Key=key)["ETag"] == first["ETag"]  # the guard's timing is kept
 
 
 def test_review_removes_the_assembly_it_synthesized(

@@ -3,7 +3,7 @@
     trainctl submit --team T --cluster C --code DIR [--nodes N] [--command "python train.py ..."] [--resume-from JOB]
     trainctl status --team T --cluster C [JOB]
     trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
-    trainctl stop   --team T --cluster C JOB
+    trainctl stop   --team T --cluster C JOB [--force]
     trainctl list   --team T --cluster C
     trainctl cost   --team T --cluster C [JOB] [--prices FILE]
     trainctl review [--assembly DIR] [--base DIR] [--prices FILE] [--spot-prices FILE] [--out FILE]
@@ -39,6 +39,7 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
+from bootstrap_scripts.spot_training.job_spec import DRAIN_HEARTBEAT_S
 from trainctl import cost, jobs, prices, review
 
 EXIT_BAD_INPUT, EXIT_AWS, EXIT_INTERRUPTED = 2, 3, 130
@@ -195,10 +196,11 @@ def list_jobs(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> list[dict[str
     return sorted(rows, key=lambda r: r["submitted"])
 
 
-def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
+def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: bool = False) -> str:
     """Ask the nodes to checkpoint and stop (they write STOPPED and scale to 0). With no node in the group (the
     job waits for capacity), nothing would write STOPPED: write it here and scale to 0. A job that is not the
-    current one has no node: nothing to do (the group belongs to the current job)."""
+    current one has no node: nothing to do (the group belongs to the current job). ``force``: also set the group
+    to 0 now, for nodes whose agents do not answer (the ones that do save as on a spot notice)."""
     state = job_state(client, ref, job_id)
     if state in jobs.ENDED:
         return f"job {job_id} is already {state}"
@@ -212,12 +214,20 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> str:
         client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
         return f"job {job_id}: no node running; STOPPED, group set to 0"
     asked = jobs.object_time(client, ref, f"{prefix}STOP")
-    if asked is not None:  # not rewritten: the budget guard times an overdue stop from when S3 stored it
+    if asked is None:  # not rewritten: the budget guard times an overdue stop from when S3 stored it
+        s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOP", Body=json.dumps({"requested_at": time.time()}).encode())
+    if force:
+        client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
+        return (
+            f"job {job_id}: group set to 0 now; nodes whose agents answer save a final checkpoint as on a spot notice "
+            f"(at most the drain hook's {DRAIN_HEARTBEAT_S:.0f} s), the others are terminated"
+        )
+    if asked is not None:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(asked))
         return (
-            f"job {job_id}: stop already requested at {when}; not asked again (the nodes are saving a final checkpoint)"
+            f"job {job_id}: stop already requested at {when}; not asked again (the nodes are saving a final "
+            "checkpoint; if none answers, `trainctl stop --force` sets the group to 0 now)"
         )
-    s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOP", Body=json.dumps({"requested_at": time.time()}).encode())
     return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0"
 
 
@@ -334,6 +344,9 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("stop", help="final checkpoint, then scale to 0")
     cluster_args(sp)
     sp.add_argument("job", help="job id")
+    sp.add_argument(
+        "--force", action="store_true", help="also set the group to 0 now (for nodes whose agents do not answer)"
+    )
     cluster_args(sub.add_parser("list", help="jobs submitted to the cluster"))
     sp = sub.add_parser("cost", help="instance-hours, spot vs on-demand cost, work redone after interruptions")
     cluster_args(sp)
@@ -408,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         out = info if args.json else format_cost(info)
     elif args.action == "stop":
-        message = stop(client, ref, known_job(client, ref, args.job))
+        message = stop(client, ref, known_job(client, ref, args.job), force=args.force)
         out = {"message": message} if args.json else message
     else:
         rows = list_jobs(client, ref)
