@@ -409,7 +409,12 @@ class JobConfig(Strict):
         "python train.py", min_length=1, description="Entry command run by torchrun, relative to the code directory."
     )
     python: AbsPath = Field(DEFAULT_PYTHON, description="Interpreter (of the environment with torch) on the AMI.")
-    nproc_per_node: int = Field(1, ge=1, le=64)
+    nproc_per_node: Optional[int] = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Processes (GPUs) per node; unset: one per GPU of the instance types (1 on types without GPUs).",
+    )
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
     checkpoint_interval_s: Optional[float] = Field(
         None,
@@ -585,6 +590,15 @@ class ClusterConfig(Strict):
             )
         return self
 
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes per node: ``job.nproc_per_node``, or one per GPU of the types (all have the same count; 1 for
+        types without GPUs or without known facts). A node of 8 GPUs left at 1 would bill 8 and train on 1."""
+        if self.job.nproc_per_node is not None:
+            return self.job.nproc_per_node
+        gpus = [f.gpus for t in self.instance_types if (f := instance_facts().get(t)) is not None]
+        return max(gpus, default=0) or 1
+
     def _check_instance_facts(self) -> None:
         """GPUs, placement and spot, from EC2's facts of each type (types without known facts are skipped)."""
         facts = {t: f for t in self.instance_types if (f := instance_facts().get(t)) is not None}
@@ -599,7 +613,7 @@ class ClusterConfig(Strict):
                 f"instance_types have different GPU counts: {listed}; job.nproc_per_node is one number for every "
                 "node: list types with the same GPU count"
             )
-        nproc = self.job.nproc_per_node
+        nproc = self.job.nproc_per_node or 0  # unset: the GPU count (nproc_per_node)
         for name, f in with_gpu.items():
             if nproc > f.gpus:
                 raise ValueError(

@@ -561,6 +561,20 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
     assert "warm_pool" not in value and "checkpoint_interval_s" not in value
 
 
+@pytest.mark.parametrize(
+    ("types", "job", "nproc"),
+    [
+        (["g5.12xlarge", "g6.12xlarge"], {}, 4),  # before: 1, four GPUs billed and one trained on
+        (["g5.12xlarge", "g6.12xlarge"], {"nproc_per_node": 2}, 2),  # a team's own number stays
+        (["c7i.xlarge", "c6i.xlarge"], {}, 1),  # no GPU: one process
+    ],
+)
+def test_a_node_runs_one_process_per_gpu_unless_the_team_file_says(types: list[str], job: dict, nproc: int) -> None:
+    template = synth(team_config(clusters=[{**CLUSTER, "instance_types": types, "job": job}]))[1]
+    [param] = resources(template, "AWS::SSM::Parameter")
+    assert re.search(rf'\\"nproc_per_node\\":{nproc}[,}}]', joined(param["Properties"]["Value"]))
+
+
 def test_a_team_files_stall_timeout_reaches_the_agent_and_null_is_off() -> None:
     """CDK leaves a null out of the JSON: the stack writes 0 for off, which the agent reads as off, as it does a
     missing key (tests/bootstrap/test_job_spec.py)."""

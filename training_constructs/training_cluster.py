@@ -120,7 +120,7 @@ class TrainingCluster(Construct):
             "current_job_parameter": f"{parameter_path(team, spec.name)}/current-job",
             "command": job.command,
             "python": job.python,
-            "nproc_per_node": job.nproc_per_node,
+            "nproc_per_node": spec.nproc_per_node,
             "min_nodes": spec.min_nodes,
             "desired_nodes": spec.desired_nodes,
             "max_nodes": spec.max_nodes,
