@@ -92,9 +92,11 @@ def cloud(endpoint: str) -> dict[str, list[str]]:
     return {"pool": pool, "decoys": decoys, "instances": instances}
 
 
-def claim(endpoint: str, volume_ids: list[str], instance_id: str, seed: int, timeout_s: float = 10) -> str | None:
+def claim(
+    endpoint: str, volume_ids: list[str], instance_id: str, seed: int, timeout_s: float = 10, ec2: Any = None
+) -> str | None:
     return warm_volume.claim_volume(
-        client(endpoint),
+        ec2 or client(endpoint),
         instance_id=instance_id,
         availability_zone=AZ,
         tag_key=TAG,
@@ -217,10 +219,7 @@ def test_an_attachment_whose_answer_was_lost_is_still_this_nodes_claim(
         return real(**kwargs)  # botocore's retry: VolumeInUse (emulator/ebs_strict.py, as EC2 answers)
 
     ec2.attach_volume = answer_lost
-    claimed = warm_volume.claim_volume(
-        ec2, instance_id=node, availability_zone=AZ, tag_key=TAG, pool=POOL, volume_ids=pool, device=DEVICE,
-        timeout_s=10, poll_s=0.05, rng=random.Random(0),
-    )  # fmt: skip
+    claimed = claim(endpoint, pool, node, 0, ec2=ec2)
     try:
         states = {v["VolumeId"]: v for v in client(endpoint).describe_volumes(VolumeIds=pool)["Volumes"]}
         assert claimed in pool and [a["InstanceId"] for a in states[claimed]["Attachments"]] == [node]
@@ -244,10 +243,7 @@ def test_a_volume_iam_refuses_is_skipped_for_the_next(endpoint: str, cloud: dict
         return real(**kwargs)
 
     ec2.attach_volume = iam
-    claimed = warm_volume.claim_volume(
-        ec2, instance_id=node, availability_zone=AZ, tag_key=TAG, pool=POOL, volume_ids=pool, device=DEVICE,
-        timeout_s=10, poll_s=0.05, rng=random.Random(0),
-    )  # fmt: skip
+    claimed = claim(endpoint, pool, node, 0, ec2=ec2)
     try:
         assert claimed is not None and refused and claimed != refused[0]
     finally:
