@@ -10,7 +10,7 @@ from constructs import Construct
 
 from team_config import TeamConfig
 from team_config.model import LOG_RETENTION_DAYS, NewVpcConfig
-from team_config.naming import TEAM_TAG, budget_name
+from team_config.naming import TEAM_TAG
 from training_constructs import CheckpointStore, ClusterNetwork, TrainingCluster
 
 # CloudWatch's allowed retention values, in the order aws_logs.RetentionDays lists them (INFINITE last).
@@ -118,4 +118,4 @@ class TrainingStack(Stack):
                 checkpoint_store=self.checkpoints,
                 log_retention=retention,
             )
-            CfnOutput(self, "BudgetName", value=budget_name(team), description="AWS Budgets budget of the team")
+            CfnOutput(self, "BudgetName", value=self.budget.name, description="AWS Budgets budget of the team")

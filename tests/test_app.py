@@ -15,6 +15,7 @@ from aws_cdk import aws_ec2 as ec2
 
 import app as cdk_app
 from team_config import load_teams
+from team_config.naming import budget_name
 from tests.synth import CONTEXT, EVERYTHING, OVERSIZED, oversized_team, team_config
 
 # Physical-name properties: a literal value here would collide when two teams deploy to one account.
@@ -111,7 +112,8 @@ def test_two_teams_side_by_side_have_no_colliding_physical_names(assembly: Path,
             seen[physical] = name
     # The only fixed names are the team-scoped SSM parameters and budgets, of the teams the assembly holds.
     teams = {t.name: t.config for t in load_teams(repo / "teams")} | {"everything": team_config(**EVERYTHING)}
-    assert {n for _, n in seen} == {f"spot-training-{team}" for team, c in teams.items() if c.budget is not None} | {
+    budgets = {budget_name(team, c.budget.notify, c.budget.warn_at_percent) for team, c in teams.items() if c.budget}
+    assert {n for _, n in seen} == budgets | {
         f"/spot-training/{team}/{cluster.name}/job-spec" for team, c in teams.items() for cluster in c.clusters
     }
 

@@ -15,6 +15,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 
 from bootstrap_scripts.spot_training.job_spec import END_MARKERS
 from budget_guard.handler import FINISHED
+from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
 from training_constructs import WarmVolumePool, training_cluster
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
@@ -763,9 +764,13 @@ def test_interruption_drill_role_may_interrupt_only_this_cluster(drill: Template
 # ---- TeamBudget -----------------------------------------------------------------------------------------------
 
 
+BUDGETED_NOTIFY = ["a@example.com", "b@example.com"]
+BUDGETED_NAME = budget_name("team-a", BUDGETED_NOTIFY, 75)
+
+
 @pytest.fixture(scope="module")
 def budgeted() -> Template:
-    budget = {"usd_per_month": 1234.5, "warn_at_percent": 75, "notify": ["a@example.com", "b@example.com"]}
+    budget = {"usd_per_month": 1234.5, "warn_at_percent": 75, "notify": BUDGETED_NOTIFY}
     clusters = [CLUSTER, {**CLUSTER, "name": "dev", "max_nodes": 1}]
     return synth(team_config(clusters=clusters, budget=budget))[1]
 
@@ -777,7 +782,7 @@ def test_no_budget_unless_asked(default: Template) -> None:
 def test_budget_counts_the_team_tag_and_emails_at_the_warning_share_and_at_the_limit(budgeted: Template) -> None:
     [budget] = resources(budgeted, "AWS::Budgets::Budget")
     data = budget["Properties"]["Budget"]
-    assert data["BudgetName"] == "spot-training-team-a"
+    assert data["BudgetName"] == BUDGETED_NAME
     assert (data["BudgetType"], data["TimeUnit"], data["BudgetLimit"]) == (
         "COST",
         "MONTHLY",
@@ -794,11 +799,28 @@ def test_budget_counts_the_team_tag_and_emails_at_the_warning_share_and_at_the_l
         ]
 
 
+def test_a_change_to_the_budgets_emails_or_threshold_gives_it_a_new_name() -> None:
+    """CloudFormation can set a budget's notifications only when it creates it: it replaces the budget to change
+    them, and cannot under the same name ("the budget already exists", cloudformation-coverage-roadmap#365): the
+    stack update failed on a new email address. The name now changes with them, and stays the same otherwise."""
+
+    def name(**budget: Any) -> str:
+        template = synth(team_config(clusters=[CLUSTER], budget={"usd_per_month": 100, **budget}))[1]
+        [found] = resources(template, "AWS::Budgets::Budget")
+        return str(found["Properties"]["Budget"]["BudgetName"])
+
+    one = name(notify=["a@example.com"])
+    assert one.startswith("spot-training-team-a.")
+    assert name(notify=["a@example.com"], usd_per_month=200) == one  # the limit is updated in place
+    others = {name(notify=["a@example.com", "b@example.com"]), name(notify=["a@example.com"], warn_at_percent=90)}
+    assert one not in others and len(others) == 2
+
+
 def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: Template) -> None:
     [function] = resources(budgeted, "AWS::Lambda::Function")
     env = function["Properties"]["Environment"]["Variables"]
     assert env["JOB_SPEC_PARAMETERS"] == "/spot-training/team-a/main/job-spec,/spot-training/team-a/dev/job-spec"
-    assert (env["BUDGET_NAME"], env["TEAM"], env["FORCE_AFTER_S"]) == ("spot-training-team-a", "team-a", "900")
+    assert (env["BUDGET_NAME"], env["TEAM"], env["FORCE_AFTER_S"]) == (BUDGETED_NAME, "team-a", "900")
     assert "ReservedConcurrentExecutions" not in function["Properties"]  # fails deploys on low-quota accounts
     [rule] = resources(budgeted, "AWS::Events::Rule")
     # the defaults read the budget every 60 minutes and force a stop after 15: the guard runs every 15, or an
@@ -815,7 +837,7 @@ def test_the_budget_guard_knows_the_job_end_markers_the_agent_writes() -> None:
 
 def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:
     statements = {s.get("Sid"): s for s in policies(budgeted)}
-    assert joined(statements["ReadOwnBudget"]["Resource"]).endswith(':budget/spot-training-team-a"]]}')
+    assert joined(statements["ReadOwnBudget"]["Resource"]).endswith(f':budget/{BUDGETED_NAME}"]]}}')
     # the guard learns whether a job ended by listing its end markers: it may read no object (checkpoints, code)
     [function] = resources(budgeted, "AWS::Lambda::Function")
     role = {"Ref": function["Properties"]["Role"]["Fn::GetAtt"][0]}

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
+from team_config.naming import budget_name
 from trainctl import review
 from trainctl.cli import main as trainctl_main
 from trainctl.prices import PriceTable, load_prices
@@ -52,7 +53,7 @@ def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assem
     dearest = max(TYPES, key=prices.on_demand_price)
     worst = 3 * prices.on_demand_price(dearest)
     assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 + 0% above | {worst:.2f} | {3 * 0.5:.2f} |" in text
-    assert "| TrainingStack-alpha | spot-training-alpha | 500 |" in text
+    assert f"| TrainingStack-alpha | {budget_name('alpha', [], 80)} | 500 |" in text
     # every acknowledgement of the template's metadata, with its reason
     assert "AwsSolutions-IAM5[Resource::*]" in text
     assert "Read-only Describe* calls for peer discovery;" in text

@@ -65,6 +65,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "log_group": "/spot-training/default/main",
             "current_job_parameter": CURRENT,
             **job.model_dump(),
+            "nproc_per_node": 1,  # the stack writes the types' GPU count when the team file leaves it unset
             "min_nodes": 1,
             "desired_nodes": 1,
             "max_nodes": 2,
@@ -514,11 +515,11 @@ class DeniedBudgets:
         client = self.real(service)
         if service == "budgets":
 
-            def denied(**_: Any) -> Any:
+            def denied(model: Any, **_: Any) -> Any:  # every Budgets call, as the API answers it
                 error = {"Code": "AccessDeniedException", "Message": "not authorized to perform budgets:ViewBudget"}
-                raise ClientError({"Error": error}, "DescribeBudget")
+                raise ClientError({"Error": error}, model.name)
 
-            client.describe_budget = denied
+            client.meta.events.register("before-call.budgets", denied)
         return client
 
 
@@ -542,7 +543,7 @@ def test_a_readable_spent_budget_still_refuses_a_job(
     boto3.client("budgets").create_budget(
         AccountId=account,
         Budget={
-            "BudgetName": budget_name(TEAM),
+            "BudgetName": budget_name(TEAM, [], 80),
             "BudgetLimit": {"Amount": "100", "Unit": "USD"},
             "TimeUnit": "MONTHLY",
             "BudgetType": "COST",
@@ -552,8 +553,8 @@ def test_a_readable_spent_budget_still_refuses_a_job(
     rc, err = submit(capsys, tmp_path)
     assert (rc, err) == (
         2,
-        f"trainctl: error: team {TEAM} has spent 120.00 of its 100.00 USD budget this month ({budget_name(TEAM)}); "
-        "raise budget.usd_per_month in its team file or wait for the next month\n",
+        f"trainctl: error: team {TEAM} has spent 120.00 of its 100.00 USD budget this month "
+        f"({budget_name(TEAM, [], 80)}); raise budget.usd_per_month in its team file or wait for the next month\n",
     )
     assert state() == {"desired": 0, "objects": 0, "current job written": False}
 

@@ -38,7 +38,7 @@ from bootstrap_scripts.spot_training.job_spec import (
 )
 from bootstrap_scripts.spot_training.sync_state import step_number
 from budget_guard.handler import read_marker, written_at
-from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
+from team_config.naming import CLUSTER_TAG, TEAM_TAG, is_budget_of, parameter_path
 
 ClientFactory = Callable[[str], Any]
 MANIFEST = "spot-training-manifest.json"  # bootstrap_scripts/node_agent.py writes it last
@@ -180,18 +180,22 @@ def team_budget(client: ClientFactory, team: str) -> Union[Budget, str, None]:
     """The team's AWS Budgets budget (``budget:`` in its team file), None if it has none, or
     :data:`BUDGET_UNKNOWN` when the caller may not read it (no ``budgets:ViewBudget``)."""
     account = client("sts").get_caller_identity()["Account"]
-    name = budget_name(team)
     budgets = client("budgets")
-    try:
-        found = budgets.describe_budget(AccountId=account, BudgetName=name)["Budget"]
-    except budgets.exceptions.NotFoundException:
+    try:  # its name carries a hash of its notifications (team_config.naming.budget_name): found by listing
+        pages = budgets.get_paginator("describe_budgets").paginate(AccountId=account)
+        found = next(
+            (b for page in pages for b in page.get("Budgets", []) if is_budget_of(team, b["BudgetName"])), None
+        )
+    except budgets.exceptions.NotFoundException:  # an account without any budget
         return None
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ACCESS_DENIED:
             return BUDGET_UNKNOWN
         raise
+    if found is None:
+        return None
     spent = found.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)
-    return Budget(name, float(found["BudgetLimit"]["Amount"]), float(spent))
+    return Budget(found["BudgetName"], float(found["BudgetLimit"]["Amount"]), float(spent))
 
 
 def new_job_id() -> str:

@@ -59,7 +59,7 @@ class TeamBudget(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        name = budget_name(team)
+        name = self.name = budget_name(team, config.notify, config.warn_at_percent)
         subscribers = [
             budgets.CfnBudget.SubscriberProperty(subscription_type="EMAIL", address=a) for a in config.notify
         ]

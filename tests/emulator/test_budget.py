@@ -30,6 +30,7 @@ pytestmark = pytest.mark.slow
 
 CLUSTERS = ("main", "stuck", "side", "late")  # the guard judges them in this order
 TEAM, LIMIT, WARN, EVERY = "capped", 50.0, 70, 10  # EVERY under force_stop_after_minutes: the schedule's rate
+NAME = budget_name(TEAM, ["leads@example.com"], WARN)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def _guard_function(cloud: EmulatedCloud) -> dict[str, Any]:
 
 def _set_spend(cloud: EmulatedCloud, usd: float) -> None:
     """Stand-in for AWS billing: the budget as AWS Budgets would report it after ``usd`` of spend."""
-    budgets, name = cloud.client("budgets"), budget_name(TEAM)
+    budgets, name = cloud.client("budgets"), NAME
     budget = budgets.describe_budget(AccountId=cloud.account_id, BudgetName=name)["Budget"]
     budgets.delete_budget(AccountId=cloud.account_id, BudgetName=name)
     budget["CalculatedSpend"] = {"ActualSpend": {"Amount": str(usd), "Unit": "USD"}}
@@ -88,11 +89,11 @@ def _set_spend(cloud: EmulatedCloud, usd: float) -> None:
 
 def test_the_stack_creates_the_budget_its_alerts_and_a_scheduled_guard(cloud: EmulatedCloud) -> None:
     budgets = cloud.client("budgets")
-    budget = budgets.describe_budget(AccountId=cloud.account_id, BudgetName=budget_name(TEAM))["Budget"]
+    budget = budgets.describe_budget(AccountId=cloud.account_id, BudgetName=NAME)["Budget"]
     assert float(budget["BudgetLimit"]["Amount"]) == LIMIT and budget["BudgetLimit"]["Unit"] == "USD"
     assert (budget["BudgetType"], budget["TimeUnit"]) == ("COST", "MONTHLY")
     assert budget["CostFilters"] == {"TagKeyValue": [f"user:{TEAM_TAG}${TEAM}"]}
-    notes = budgets.describe_notifications_for_budget(AccountId=cloud.account_id, BudgetName=budget_name(TEAM))
+    notes = budgets.describe_notifications_for_budget(AccountId=cloud.account_id, BudgetName=NAME)
     assert sorted(n["Threshold"] for n in notes["Notifications"]) == [WARN, 100]
     for note in notes["Notifications"]:  # (moto has no DescribeSubscribersForNotification: the emails are
         # asserted on the template, tests/test_constructs.py)
@@ -100,7 +101,7 @@ def test_the_stack_creates_the_budget_its_alerts_and_a_scheduled_guard(cloud: Em
 
     function = _guard_function(cloud)
     env = function["Environment"]["Variables"]
-    assert env["BUDGET_NAME"] == budget_name(TEAM)
+    assert env["BUDGET_NAME"] == NAME
     assert env["JOB_SPEC_PARAMETERS"] == ",".join(f"/spot-training/{TEAM}/{name}/job-spec" for name in CLUSTERS)
     assert function["Runtime"].startswith("python3.")
     events = cloud.client("events")
@@ -149,16 +150,16 @@ def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
 
     code, out, _ = _trainctl(capsys, "--json", "status", "--team", TEAM, "--cluster", "main", job_id)
     assert code == 0
-    assert json.loads(out)["budget"] == {"name": budget_name(TEAM), "limit_usd": LIMIT, "spent_usd": LIMIT + 10}
+    assert json.loads(out)["budget"] == {"name": NAME, "limit_usd": LIMIT, "spent_usd": LIMIT + 10}
     code, out, _ = _trainctl(capsys, "status", "--team", TEAM, "--cluster", "main", job_id)
-    assert f"budget: spent {LIMIT + 10:.2f} of {LIMIT:.2f} USD this month ({budget_name(TEAM)})" in out
+    assert f"budget: spent {LIMIT + 10:.2f} of {LIMIT:.2f} USD this month ({NAME})" in out
     code, _, err = _trainctl(
         capsys, "submit", "--team", TEAM, "--cluster", "main", "--code", str(tmp_path), "--nodes", "1"
     )
     assert code == 2
     assert err == (
         f"trainctl: error: team {TEAM} has spent {LIMIT + 10:.2f} of its {LIMIT:.2f} USD budget this month "
-        f"({budget_name(TEAM)}); raise budget.usd_per_month in its team file or wait for the next month\n"
+        f"({NAME}); raise budget.usd_per_month in its team file or wait for the next month\n"
     )
 
     # timed as the guard times it: from when S3 stored the STOP (whole seconds in moto), not from the call
