@@ -202,6 +202,17 @@ def test_a_forced_stop_sets_the_group_to_0_when_no_agent_answers(
     )
     assert jobs.desired_capacity(client_factory("us-east-1"), ref) == 0
     assert s3.get_object(Bucket=ref.bucket, Key=key)["ETag"] == first["ETag"]  # the guard's timing is kept
+    # No agent wrote STOPPED: the stop request says it, also once a later job is the cluster's current one
+    # (before, that job's submit turned it into UNFINISHED).
+    client = client_factory("us-east-1")
+    boto3.client("autoscaling").update_auto_scaling_group(AutoScalingGroupName=ref.group, MinSize=0)
+    for instance in jobs.group(client, ref)["Instances"]:
+        boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
+            InstanceId=instance["InstanceId"], ShouldDecrementDesiredCapacity=True
+        )
+    assert jobs.job_state(client, ref, "run-1") == "STOPPED"
+    assert submit(capsys, tmp_path, "--job-id", "run-2") == (0, "")
+    assert jobs.job_state(client, ref, "run-1") == "STOPPED"
 
 
 def test_review_removes_the_assembly_it_synthesized(

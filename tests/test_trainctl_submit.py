@@ -341,21 +341,52 @@ def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_tw
     ship("i-b", (t0 + 2000, "b: step 2"))
     polls: list[str] = []
 
-    def between_polls(_: float) -> None:  # i-b ships a line of an earlier time than i-a's last, i-a one more
+    def between_polls(_: float) -> None:
         polls.append("slept")
-        ship("i-b", (t0 + 2500, "b: step 2.5"))
-        ship("i-a", (t0 + 4000, "a: step 4"))
+        if len(polls) == 1:  # i-b ships a line of an earlier time than i-a's last, i-a one more
+            ship("i-b", (t0 + 2500, "b: step 2.5"))
+            ship("i-a", (t0 + 4000, "a: step 4"))
+        else:  # the agent's last flush, after its DONE marker
+            ship("i-a", (t0 + 5000, "a: job DONE"))
 
     monkeypatch.setattr("trainctl.cli.time.sleep", between_polls)
     states = iter(["RUNNING", "DONE"])
     monkeypatch.setattr("trainctl.cli.job_state", lambda *_: next(states))
     rc, out, err = trainctl(capsys, "logs", "run-1", "--follow")
-    assert (rc, err, polls) == (0, "", ["slept"])
+    assert (rc, err, polls) == (0, "", ["slept", "slept"])
     printed = [line.split(" ", 1)[1] for line in out.splitlines()]  # without the time of day
     assert printed == [
         "i-a a: step 1", "i-b b: step 2", "i-a a: step 3",  # first poll
         "i-b b: step 2.5", "i-a a: step 4",  # second poll: only the new lines
+        "i-a a: job DONE",  # once the job ended, one more read (before, the lines shipped with the end were lost)
     ]  # fmt: skip
+
+
+def test_a_quiet_stretch_in_a_log_stream_does_not_end_its_reading(aws: None) -> None:
+    """CloudWatch pages GetLogEvents by time: a quiet stretch of a stream (a data download, a replacement booting
+    later) is a page without events and with a new token, and lines come after it; only the token coming back
+    ends the stream (as moto answers at the end). Before, the first empty page ended it: `logs`, `--follow` and
+    `cost` lost every line after the gap."""
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    t0 = int(time.time() * 1000) - 600_000  # ms
+    ship("i-a", (t0, "before the gap"), (t0 + 1, "after the gap"))
+    client = client_factory("us-east-1")
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    logs = client("logs")
+    real, tokens = logs.get_log_events, dict[str, str]()
+
+    def with_a_gap(**kwargs: Any) -> Any:  # a line a page; after the first, a page for the quiet stretch
+        token = kwargs.pop("nextToken", None)
+        if token == "quiet":
+            return {"events": [], "nextForwardToken": "gap"}
+        page = real(**kwargs, limit=1, **({"nextToken": tokens.get(token, token)} if token else {}))
+        if token is None:
+            tokens["gap"], page["nextForwardToken"] = page["nextForwardToken"], "quiet"
+        return page
+
+    logs.get_log_events = with_a_gap
+    lines = jobs.stream_events(lambda service: logs if service == "logs" else client(service), ref, "run-1")
+    assert [message for _, message in lines["run-1/i-a"]] == ["before the gap", "after the gap"]
 
 
 def test_every_log_stream_is_read_past_the_first_page(aws: None) -> None:

@@ -236,6 +236,7 @@ def print_logs(
 ) -> None:
     printed: dict[str, int] = {}  # per stream, how many of its lines are printed (a node ships its lines in order)
     deadline = time.monotonic() + FOLLOW_LIMIT_S
+    last = not follow
     while True:
         streams = jobs.stream_events(client, ref, job_id)
         if node is not None and not follow and not any(name.endswith("/" + node) for name in streams):
@@ -255,8 +256,10 @@ def print_logs(
         for ts, stream, message in new:
             print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
         printed = {name: len(lines) for name, lines in streams.items()}
-        if not follow or job_state(client, ref, job_id) in jobs.NOT_RUNNING or time.monotonic() > deadline:
+        if last or time.monotonic() > deadline:
             return
+        # ended: one more read for the lines shipped with the end (the agent's last flush comes after its marker)
+        last = job_state(client, ref, job_id) in jobs.NOT_RUNNING
         time.sleep(2.0)
 
 

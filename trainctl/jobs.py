@@ -575,13 +575,14 @@ def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
 def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
     """DONE, FAILED or STOPPED: its marker. Else, for the current job: STOPPING (stop requested, the group not yet
     empty; STOPPED once it is), RUNNING (a node in the group), WAITING (the group above 0, no node yet). Any other
-    job without an end marker is UNFINISHED: nothing runs it (a job submitted after it, or the group at 0 with no
-    node while it is current: its nodes went without writing a marker)."""
+    job without an end marker is STOPPED if a stop was requested (``trainctl stop --force`` with no agent to write
+    the marker), else UNFINISHED: nothing runs it (a job submitted after it, or the group at 0 with no node while
+    it is current: its nodes went without writing a marker)."""
     ended = end_marker(client, ref, job_id)
     if ended is not None:
         return ended
     if current_job_id(client, ref) != job_id:
-        return "UNFINISHED"
+        return "STOPPED" if marker(client, ref, job_id, "STOP") is not None else "UNFINISHED"
     members = group(client, ref)
     empty = not members["Instances"] and int(members["DesiredCapacity"]) == 0
     if marker(client, ref, job_id, "STOP") is not None:
@@ -700,7 +701,9 @@ def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[s
                     kwargs["nextToken"] = token
                 page = logs.get_log_events(**kwargs)
                 lines += [(e["timestamp"] / 1000.0, e["message"]) for e in page["events"]]
-                if not page["events"] or page.get("nextForwardToken") == token:
+                # The end is the token coming back: CloudWatch pages by time, so a quiet stretch of the stream (a
+                # data download, a replacement booting later) is an empty page with a new token, lines after it.
+                if page.get("nextForwardToken") in (token, None):
                     break
                 token = page.get("nextForwardToken")
     return out
