@@ -63,13 +63,21 @@ complete_drain() {
 }
 INSTANCE_ID="" ASG_NAME=""
 hand_back() {
-  [[ -n "$INSTANCE_ID" && -n "$ASG_NAME" ]] || return 0
+  [[ -n "$INSTANCE_ID" ]] || return 0
+  # The group's name comes from the instance's tags; without it (a tag read that failed), Auto Scaling names it.
+  local group="$ASG_NAME"
+  if [[ -z "$group" ]]; then
+    group="$(aws autoscaling describe-auto-scaling-instances --region "$REGION" --instance-ids "$INSTANCE_ID" \
+      --output text --query 'AutoScalingInstances[0].AutoScalingGroupName' \
+      --cli-connect-timeout 10 --cli-read-timeout 20 2>/dev/null || true)"
+    [[ "$group" != None ]] || group=""
+  fi
   if aws autoscaling terminate-instance-in-auto-scaling-group --region "$REGION" --instance-id "$INSTANCE_ID" \
     --should-decrement-desired-capacity --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null 2>&1; then
-    log "instance $INSTANCE_ID leaves group $ASG_NAME (one fewer desired)"
-    complete_drain aws "$REGION" "$ASG_NAME" "$INSTANCE_ID" "$DRAIN_HOOK"
+    log "instance $INSTANCE_ID leaves group ${group:-?} (one fewer desired)"
+    [[ -z "$group" ]] || complete_drain aws "$REGION" "$group" "$INSTANCE_ID" "$DRAIN_HOOK"
   else
-    log "could not hand instance $INSTANCE_ID back to group $ASG_NAME: terminate it by hand"
+    log "could not hand instance $INSTANCE_ID back to group ${group:-?}: terminate it by hand"
   fi
 }
 die() {

@@ -228,6 +228,19 @@ def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nod
     assert cluster.desired_capacity() == 0
 
 
+def test_a_refused_node_whose_group_tag_is_unread_still_leaves_its_group(make_cluster: Any, make_nodes: Any) -> None:
+    """Tags come from the instance metadata, read once (curl's two retries): a tag read that failed left the group's
+    name empty. Before, the user data then handed nothing back and the refused node idled in its group, billed;
+    now Auto Scaling names the group."""
+    cluster: Cluster = make_cluster()
+    (node,) = make_nodes(cluster)
+    del node.imds.tags["aws:autoscaling:groupName"]
+    node.imds.tags["spot-training:cluster"] = "someone-else"
+    assert node.start({}).wait() == 2
+    assert f"instance {node.instance_id} leaves group {cluster.group} (one fewer desired)" in node.text
+    assert cluster.desired_capacity() == 0
+
+
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(BOOTSTRAP)) for p in BOOTSTRAP.rglob("*.py")))
 def test_on_node_code_parses_as_python_38(path: str) -> None:
     """The node's Python may be 3.8: no 3.9+ grammar (a syntax-level check; runtime APIs are kept 3.8 by review)."""
