@@ -2152,7 +2152,10 @@ class Agent:
         syncer = Syncer(store, job, self.log, self.keep)
         if restored is not None and restored[1] == "flat":
             syncer.restored_flat()
-        self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
+        if restored is not None and restored[1] == "flat":  # its files hold the step: the agent cannot tell it
+            self.log(f"resume step: unknown (flat checkpoint {restored[0]})")
+        else:
+            self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
             self.peers = self.wait_for_peers(group, job)
         ids = [i for i, _ in self.peers]

@@ -150,6 +150,17 @@ def test_a_restart_from_scratch_redoes_every_step_of_the_run_before() -> None:
     assert (redone.steps, redone.node_hours) == (10, pytest.approx(9.0 / 3600))  # steps 1..10 ran t=100..109
 
 
+def test_a_restart_from_a_flat_checkpoint_is_not_counted_as_steps() -> None:
+    """A flat checkpoint (the script's own files) is numbered 1, 2, 3 ... by the agent, which cannot tell the step
+    its files hold. Before, the agent logged ``resume step: 2`` for the second, and a run that had reached step
+    3000 counted 2998 redone steps; the agent now says it does not know, and so does the cost."""
+    events = [*_run(range(2990, 3001), 100.0), (111.0, "job/i-a", "resume step: unknown (flat checkpoint 2)")]
+    events += _run(range(2001, 2010), 120.0)
+    redone = redone_work(events, [_node("i-a", 0.0, 200.0, 0.4)], load_prices())
+    assert (redone.steps, redone.node_hours, redone.usd) == (None, None, None)
+    assert cost.redone_text(asdict(redone)) == cost.REDONE_UNKNOWN
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -173,7 +184,10 @@ def test_redone_work_is_unknown_when_the_trainer_logs_no_step_lines() -> None:
     events += [(60.0, "job/i-b", "resume step: 30"), (70.0, "job/i-b", "iteration 40: loss 0.5")]
     redone = redone_work(events, [_node("i-a", 0.0, 55.0, 0.4), _node("i-b", 58.0, 80.0, 0.4)], load_prices())
     assert (redone.steps, redone.node_hours, redone.gpu_hours, redone.usd) == (None, None, None, None)
-    assert cost.redone_text(asdict(redone)) == "redone: unknown (the trainer logs no 'step N ...' lines)"
+    assert cost.redone_text(asdict(redone)) == (
+        "redone: unknown (the trainer logs no 'step N ...' lines, or resumed from a flat checkpoint: its step is the "
+        "script's)"
+    )
     # with step lines, the figures (as `trainctl cost` prints them)
     known = redone_work(_run(range(1, 11), 100.0) + _restart(111.0, 5), [_node("i-a", 0.0, 200.0, 0.4)], load_prices())
     assert cost.redone_text(asdict(known)) == (

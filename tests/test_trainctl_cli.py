@@ -80,6 +80,25 @@ def test_eta_counts_only_checkpoints_of_the_current_run(
     assert json_status(capsys)["eta_s"] == (200 - 121) * 2
 
 
+def test_flat_checkpoints_give_no_step_and_no_time_left(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent numbers a flat checkpoint (the script's own files) 1, 2, 3 ...: no training step. Before, status
+    showed the number as the last checkpoint's step and took the time left from it (69 days for a job 2 h from its
+    end, with 10,000 steps planned and two snapshots 600 s apart)."""
+    started(capsys, tmp_path)
+    ship("i-a", (now_ms() - 60_000, "plan: 10000 steps"))
+    now = time.time()
+    flat = [jobs.Checkpoint(1, 1, 1, now - 700, "flat"), jobs.Checkpoint(2, 1, 1, now - 100, "flat")]
+    monkeypatch.setattr(jobs, "checkpoints", lambda *_: list(flat))
+    info = json_status(capsys)
+    assert (info["planned_steps"], info["eta_s"], info["last_checkpoint_step"]) == (10000, None, None)
+    assert info["last_flat_checkpoint"] == 2
+    rc, out, _ = trainctl(capsys, "status", "run-1")
+    assert rc == 0 and "\nlast_flat_checkpoint: 2\n" in out
+    assert "\neta_s: unknown (flat checkpoints: the agent cannot tell their step)\n" in out
+
+
 def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The emulator's FilterLogEvents (moto) ignores logStreamNamePrefix: another job's newer plan line was read."""
     ref = started(capsys, tmp_path)

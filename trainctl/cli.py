@@ -159,7 +159,9 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
         "group_job": group_job,
         "desired_capacity": group["DesiredCapacity"],
         "nodes": nodes,
-        "last_checkpoint_step": last.step if last else None,
+        # a flat checkpoint (the script's own files) has no step: its number counts the snapshots
+        "last_checkpoint_step": last.step if last and last.layout == "step" else None,
+        "last_flat_checkpoint": last.step if last and last.layout == "flat" else None,
         "last_checkpoint_age_s": round(time.time() - last.manifest_time, 1) if last else None,
         "planned_steps": planned,
         "eta_s": eta_s,
@@ -173,8 +175,14 @@ def format_status(info: dict[str, Any]) -> str:
     if isinstance(info["budget"], dict):
         b = info["budget"]
         shown["budget"] = f"spent {b['spent_usd']:.2f} of {b['limit_usd']:.2f} USD this month ({b['name']})"
+    if info["last_flat_checkpoint"] is None:
+        del shown["last_flat_checkpoint"]
     if info["eta_s"] is None and info["state"] == "RUNNING" and info["planned_steps"]:
-        shown["eta_s"] = "unknown (fewer than 2 checkpoints since the last node boot, restart or interruption)"
+        shown["eta_s"] = (
+            "unknown (flat checkpoints: the agent cannot tell their step)"
+            if info["last_flat_checkpoint"] is not None
+            else "unknown (fewer than 2 checkpoints since the last node boot, restart or interruption)"
+        )
     if info["reason"] is None:
         del shown["reason"]  # only a FAILED job has one
     head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))

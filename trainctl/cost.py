@@ -35,7 +35,7 @@ from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTabl
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
 _STEP = re.compile(r"\bstep (\d+) epoch \d+ loss|interrupted: checkpoint (\d+) saved")
 # The agent's line before it launches a (re)started trainer: no step of that trainer can be logged before it.
-_RESUMED = re.compile(r"resume step: (\d+|none)")
+_RESUMED = re.compile(r"resume step: (\d+|none|unknown)")
 ACTIVITY_PAGES = 50  # bounded: 50 pages of 100 activities
 NODE_FACTS = ("instance_type", "lifecycle", "availability_zone")  # what a node's price needs (boot marker or EC2)
 
@@ -71,7 +71,10 @@ class Redone:
     usd: Optional[float]
 
 
-REDONE_UNKNOWN = "redone: unknown (the trainer logs no 'step N ...' lines)"
+REDONE_UNKNOWN = (
+    "redone: unknown (the trainer logs no 'step N ...' lines, or resumed from a flat checkpoint: its step is the "
+    "script's)"
+)
 
 
 def redone_text(redone: Mapping[str, Any]) -> str:
@@ -187,10 +190,11 @@ def _dt(ts: float) -> datetime:
 def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost], prices: PriceTable) -> Redone:
     """Work done twice: for each restart, the steps from the checkpoint it resumed from to the furthest step of the
     trainer run before it (the steps logged since the restart before), timed by when that run logged them.
-    Unknown (None) when the trainer logged no ``step N epoch M loss`` line."""
+    Unknown (None) when the trainer logged no ``step N epoch M loss`` line, or resumed from a flat checkpoint
+    (``resume step: unknown``: the step its files hold is the script's to know)."""
     run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
     steps, node_s, gpu_s, usd = 0, 0.0, 0.0, 0.0
-    gpus_known, step_lines = True, False
+    gpus_known, step_lines, unknown = True, False, False
     for ts, _, message in events:
         if m := _STEP.search(message):
             run.setdefault(int(m.group(1) or m.group(2)), ts)
@@ -198,6 +202,9 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
             continue
         if not (m := _RESUMED.search(message)) or not run:
             continue  # every node's agent logs the same restart: the first line ends the run, the others find none
+        if m.group(1) == "unknown":
+            unknown, run = True, {}
+            continue
         resumed = 0 if m.group(1) == "none" else int(m.group(1))
         furthest = max(run)
         # the redone steps ran after this run logged the step resumed from (or, if it did not, from its first line)
@@ -214,7 +221,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
                 gpus = prices.gpus.get(node.type)
                 gpus_known = gpus_known and gpus is not None
                 gpu_s += overlap * (gpus or 0)
-    if not step_lines:  # no restart can be measured: "0 redone" would be a guess, not a fact
+    if not step_lines or unknown:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
         return Redone(None, None, None, None)
     return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
 

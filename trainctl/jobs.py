@@ -322,6 +322,9 @@ class Checkpoint:
     size_bytes: int
     files: int
     manifest_time: float  # LastModified of the manifest (when the checkpoint became durable)
+    # "step": a step folder, numbered by the training step; "flat": a script's own files, numbered 1, 2, 3 ... (the
+    # agent cannot tell their step)
+    layout: str = "step"
 
 
 def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Checkpoint]:
@@ -350,14 +353,15 @@ def _listed_checkpoints(s3: Any, bucket: str, prefix: str) -> tuple[list[Checkpo
             if rel != MANIFEST or step is None:
                 continue
             try:
-                files = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())["files"]
+                manifest = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+                files, layout = manifest["files"], str(manifest.get("layout", "step"))
                 size = sum(int(f["size"]) for f in files.values())
             except s3.exceptions.NoSuchKey:
                 pruned = True  # no longer a checkpoint
                 continue
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # an unreadable manifest: the agent does not restore it either
-            found.append(Checkpoint(step, size, len(files), obj["LastModified"].timestamp()))
+            found.append(Checkpoint(step, size, len(files), obj["LastModified"].timestamp(), layout))
     return found, pruned
 
 
@@ -625,7 +629,7 @@ def eta_s(done: list[Checkpoint], planned: int, starts: list[float]) -> Optional
     across a restart would count the restart (the boot, the restore) as training time."""
     since = max(starts, default=float("-inf"))
     run = [c for c in done if c.manifest_time > since]  # S3 times are to the second: a tie is left out
-    if len(run) < 2:
+    if len(run) < 2 or any(c.layout == "flat" for c in run):  # a flat checkpoint's number is no training step
         return None
     first, last = run[0], run[-1]
     if last.step <= first.step or last.manifest_time <= first.manifest_time:

@@ -393,6 +393,8 @@ def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts
     # Attempt 0 uploads its checkpoint (progress); attempt 1 restores it and makes none; attempt 2 neither: FAILED.
     assert node.text.count("training attempt") == 3
     assert cluster.manifests("flat-run") == [1]
+    # its number is no training step (before, "resume step: 1", which trainctl cost took for step 1)
+    assert node.text.count("resume step: unknown (flat checkpoint 1)") == 2 and "resume step: 1" not in node.text
     failed = cluster.marker("flat-run", "FAILED")
     assert failed is not None and "restart(s) without a new checkpoint" in failed["reason"]
 
