@@ -150,6 +150,20 @@ def test_a_restart_from_scratch_redoes_every_step_of_the_run_before() -> None:
     assert (redone.steps, redone.node_hours) == (10, pytest.approx(9.0 / 3600))  # steps 1..10 ran t=100..109
 
 
+@pytest.mark.parametrize(("workers_restarted", "steps"), [(False, 0), (True, 50)])
+def test_a_node_joining_a_running_training_is_no_restart_unless_the_steps_go_back(
+    workers_restarted: bool, steps: int
+) -> None:
+    """With min_nodes < max_nodes a node joins the running training; its agent logs ``resume step: 200`` too, while
+    the training is at 250. Before, that line counted as a restart: 50 steps redone though none were. Where torch
+    restarted the workers for the new node, they go back to the checkpoint, and the 50 steps are redone."""
+    events = [*_run(range(190, 251), 100.0), (161.0, "job/i-b", "resume step: 200")]
+    events += _run(range(201, 260) if workers_restarted else range(251, 260), 170.0)
+    nodes = [_node("i-a", 0.0, 300.0, 0.4), _node("i-b", 150.0, 300.0, 0.4)]
+    redone = redone_work(events, nodes, load_prices())
+    assert redone.steps == steps and (redone.node_hours > 0) is workers_restarted
+
+
 def test_a_restart_from_a_flat_checkpoint_is_not_counted_as_steps() -> None:
     """A flat checkpoint (the script's own files) is numbered 1, 2, 3 ... by the agent, which cannot tell the step
     its files hold. Before, the agent logged ``resume step: 2`` for the second, and a run that had reached step

@@ -190,30 +190,47 @@ def _dt(ts: float) -> datetime:
 def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost], prices: PriceTable) -> Redone:
     """Work done twice: for each restart, the steps from the checkpoint it resumed from to the furthest step of the
     trainer run before it (the steps logged since the restart before), timed by when that run logged them.
+    A ``resume step`` line is a restart once the next step line goes back: a node that joins a running training
+    (``min_nodes`` < ``max_nodes``) logs one too, and the training goes on past it.
     Unknown (None) when the trainer logged no ``step N epoch M loss`` line, or resumed from a flat checkpoint
     (``resume step: unknown``: the step its files hold is the script's to know)."""
     run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
-    steps, node_s, gpu_s, usd = 0, 0.0, 0.0, 0.0
-    gpus_known, step_lines, unknown = True, False, False
+    pending: Optional[tuple[int, dict[int, float]]] = None  # a restart (resumed from, the run before) not yet seen
+    spans: list[tuple[int, float, float]] = []  # per restart: (steps redone, from, to)
+    step_lines, unknown = False, False
     for ts, _, message in events:
         if m := _STEP.search(message):
-            run.setdefault(int(m.group(1) or m.group(2)), ts)
+            step = int(m.group(1) or m.group(2))
             step_lines = step_lines or m.group(1) is not None  # not just the checkpoint helper's line
+            if pending is not None:
+                resumed, before = pending
+                pending = None
+                if step <= max(before):  # it went back: a restart, the steps since the one resumed from redone
+                    # redone from when the run logged the step resumed from (or, if it did not, its first line)
+                    began = before[max((s for s in before if s <= resumed), default=min(before))]
+                    spans.append((max(before) - resumed, began, before[max(before)]))
+                else:  # it went on: a node joined the running training
+                    run = before
+            run.setdefault(step, ts)
             continue
-        if not (m := _RESUMED.search(message)) or not run:
+        if not (m := _RESUMED.search(message)) or not run or pending is not None:
             continue  # every node's agent logs the same restart: the first line ends the run, the others find none
         if m.group(1) == "unknown":
             unknown, run = True, {}
             continue
         resumed = 0 if m.group(1) == "none" else int(m.group(1))
-        furthest = max(run)
-        # the redone steps ran after this run logged the step resumed from (or, if it did not, from its first line)
-        began, ended = run[max((s for s in run if s <= resumed), default=min(run))], run[furthest]
+        if resumed < max(run):
+            pending = (resumed, run)
         run = {}  # the next run is measured against its own furthest step
-        if resumed >= furthest:
-            continue
-        steps += furthest - resumed
-        for node in nodes:  # the nodes that were running while this run ran those steps
+    if pending is not None:  # no step after it (the job ended there): a restart all the same
+        resumed, before = pending
+        began = before[max((s for s in before if s <= resumed), default=min(before))]
+        spans.append((max(before) - resumed, began, before[max(before)]))
+    if not step_lines or unknown:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
+        return Redone(None, None, None, None)
+    node_s, gpu_s, usd, gpus_known = 0.0, 0.0, 0.0, True
+    for _, began, ended in spans:
+        for node in nodes:  # the nodes that were running while the run before the restart ran those steps
             overlap = min(node.end, ended) - max(node.start, began)
             if overlap > 0:
                 node_s += overlap
@@ -221,8 +238,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
                 gpus = prices.gpus.get(node.type)
                 gpus_known = gpus_known and gpus is not None
                 gpu_s += overlap * (gpus or 0)
-    if not step_lines or unknown:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
-        return Redone(None, None, None, None)
+    steps = sum(redone for redone, _, _ in spans)
     return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
 
 
