@@ -161,7 +161,7 @@ def test_a_node_joining_a_running_training_is_no_restart_unless_the_steps_go_bac
     events += _run(range(201, 260) if workers_restarted else range(251, 260), 170.0)
     nodes = [_node("i-a", 0.0, 300.0, 0.4), _node("i-b", 150.0, 300.0, 0.4)]
     redone = redone_work(events, nodes, load_prices())
-    assert redone.steps == steps and (redone.node_hours > 0) is workers_restarted
+    assert redone.steps == steps and ((redone.node_hours or 0) > 0) is workers_restarted
 
 
 def test_a_restart_from_a_flat_checkpoint_is_not_counted_as_steps() -> None:
@@ -233,7 +233,17 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[jobs.ClusterRef, dict
             ImageId="ami-12345678", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1,
             Placement={"AvailabilityZone": f"{REGION}b"},
         )["Instances"]  # fmt: skip
-        ref = jobs.ClusterRef("default", "main", {"bucket": BUCKET, "prefix": "main/", "log_group": "/g"}, GROUP)
+        ref = jobs.ClusterRef(
+            "default",
+            "main",
+            {
+                "bucket": BUCKET,
+                "prefix": "main/",
+                "log_group": "/g",
+                "current_job_parameter": "/spot-training/default/main/current-job",
+            },
+            GROUP,
+        )
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
         booted = time.time() - 3600
@@ -292,3 +302,38 @@ def test_table_prices_outside_us_east_1_and_before_the_p_family_cut_are_flagged(
     prices.write_text("p4d.24xlarge: 23.5\n")
     info = job_cost(_client, ref, JOB, load_prices(prices))
     assert info["warnings"] == [] and info["nodes"][0]["usd_per_hour"] == 23.5
+
+
+def test_an_instance_launched_for_the_job_that_never_told_is_counted_or_named(
+    aws: tuple[jobs.ClusterRef, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's activities launched two more instances for the job between its submit and its end; neither wrote
+    a boot marker or a log line (their user data failed early), one after the job ended. Before, cost left them
+    out without a word. One EC2 still describes: counted, timed by its activities. One it forgot: named in a
+    warning, not a silent zero and not an error that hides the rest."""
+    ref, instance = aws
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=BUCKET, Key=f"{ref.code_prefix}{JOB}.tar.gz", Body=b"code")
+    submitted = jobs.object_time(_client, ref, f"{ref.code_prefix}{JOB}.tar.gz")
+    assert submitted is not None
+    ec2 = boto3.client("ec2")
+    [silent] = ec2.run_instances(
+        ImageId="ami-12345678", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1,
+        Placement={"AvailabilityZone": f"{REGION}b"},
+    )["Instances"]  # fmt: skip
+    forgotten, later = "i-0fedcba9876543210", "i-0aaaaaaaaaaaaaaaa"
+    activities = {  # moto records no scaling activities: what Auto Scaling would list
+        silent["InstanceId"]: {"launch": submitted + 10, "end": submitted + 1810},
+        forgotten: {"launch": submitted + 20, "end": submitted + 30},
+        later: {"launch": submitted + 10**6},  # after the job (now): another job's
+    }
+    monkeypatch.setattr(cost, "_activities", lambda *_: activities)
+    info = job_cost(_client, ref, JOB, load_prices(), now=submitted + 10**5)  # no end marker: it runs until now
+    nodes = {n["instance"]: n for n in info["nodes"]}
+    assert set(nodes) == {instance["InstanceId"], silent["InstanceId"]}
+    assert nodes[silent["InstanceId"]]["hours"] == pytest.approx(0.5)
+    assert nodes[silent["InstanceId"]]["timed_by"] == "group activity"
+    assert (
+        f"instance {forgotten}, launched for job {JOB}, wrote no boot marker and no log line, and EC2 no longer "
+        "describes it: its cost is not counted"
+    ) in info["warnings"]

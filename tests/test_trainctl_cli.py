@@ -99,6 +99,18 @@ def test_flat_checkpoints_give_no_step_and_no_time_left(
     assert "\neta_s: unknown (flat checkpoints: the agent cannot tell their step)\n" in out
 
 
+def test_cost_counts_the_nodes_that_never_told(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Nodes whose user data or agent failed early write no boot marker and ship no log line, and are billed all the
+    same. Before, cost counted only nodes with a marker or a line: here none, 0 instances, 0 USD."""
+    ref = started(capsys, tmp_path)
+    members = sorted(m["InstanceId"] for m in jobs.group(client_factory("us-east-1"), ref)["Instances"])
+    assert members
+    assert trainctl_main(["--json", "cost", "--team", TEAM, "--cluster", CLUSTER, "run-1"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert sorted(n["instance"] for n in info["nodes"]) == members
+    assert {n["timed_by"] for n in info["nodes"]} == {"EC2 launch time"} and info["total_usd"] > 0
+
+
 def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The emulator's FilterLogEvents (moto) ignores logStreamNamePrefix: another job's newer plan line was read."""
     ref = started(capsys, tmp_path)

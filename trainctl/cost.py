@@ -118,22 +118,40 @@ def node_costs(
     prices: PriceTable,
     events: list[tuple[float, str, str]],
     now: Optional[float] = None,
+    warnings: Optional[list[str]] = None,
 ) -> list[NodeCost]:
+    """What each node of the job cost; ``warnings`` gets a line for each billed instance that cannot be priced."""
+    warnings = [] if warnings is None else warnings
     now = time.time() if now is None else now
     markers = _boot_markers(client, ref, job_id)
     last_line: dict[str, float] = {}
     for ts, stream, _ in events:
         last_line[stream.rsplit("/", 1)[-1]] = ts
     activity = _activities(client, ref.group)
-    in_group = {m["InstanceId"] for m in jobs.group(client, ref)["Instances"]}
-    instances = sorted(set(markers) | set(last_line))
+    current = jobs.current_job_id(client, ref) == job_id
+    in_group = {m["InstanceId"] for m in jobs.group(client, ref)["Instances"]} if current else set()
+    # Instances the group launched for the job that never told (no boot marker, no log line: their user data or
+    # agent failed early) are billed all the same: launched between the submit and the job's end, or in the group.
+    submitted = jobs.object_time(client, ref, f"{ref.code_prefix}{job_id}.tar.gz") or now
+    ended = min(
+        (t for m in jobs.ENDED if (t := jobs.object_time(client, ref, ref.job_prefix(job_id) + m))), default=now
+    )
+    launched = {i for i, t in activity.items() if submitted <= t.get("launch", -1.0) <= ended}
+    silent = (launched | in_group) - set(markers) - set(last_line)
+    instances = sorted(set(markers) | set(last_line) | silent)
     # a marker the agent wrote without some fact (IMDS did not answer) is completed from EC2, as is a missing one
     described = _describe(client, [i for i in instances if _missing(markers.get(i, {}))])
     nodes = []
     for instance in instances:
         marker = markers.get(instance)
         facts = {**described.get(instance, {}), **{k: v for k, v in (marker or {}).items() if v}}
-        if missing := _missing(facts):
+        if (missing := _missing(facts)) and instance in silent:
+            warnings.append(
+                f"instance {instance}, launched for job {job_id}, wrote no boot marker and no log line, and EC2 no "
+                "longer describes it: its cost is not counted"
+            )
+            continue
+        if missing:
             why = f"its boot marker lacks {', '.join(missing)};" if marker is not None else "no boot marker and"
             raise PriceError(f"instance {instance} of job {job_id}: {why} EC2 no longer describes it")
         times = activity.get(instance, {})
@@ -141,8 +159,11 @@ def node_costs(
             end = times.get("end") or (now if instance in in_group else last_line.get(instance, now))
             start, timed_by = times["launch"], "group activity"
         else:
-            start = float(facts.get("time") or min(ts for ts, s, _ in events if s.endswith("/" + instance)))
-            end, timed_by = (now if instance in in_group else last_line.get(instance, start)), "node logs"
+            start = float(
+                facts.get("time") or min((ts for ts, s, _ in events if s.endswith("/" + instance)), default=now)
+            )
+            end = now if instance in in_group else last_line.get(instance, start)
+            timed_by = "EC2 launch time" if instance in silent else "node logs"
         market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
         itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
         on_demand = prices.on_demand_price(itype)
@@ -170,7 +191,8 @@ def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dic
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "InvalidInstanceID.NotFound":
             raise
-        return {}  # EC2 forgets terminated instances after about an hour
+        # EC2 forgets terminated instances after about an hour, and one unknown id fails the whole call: one by one
+        return {k: v for i in instances if len(instances) > 1 for k, v in _describe(client, [i]).items()}
     return {
         i["InstanceId"]: {
             "instance_type": i.get("InstanceType"),
@@ -246,7 +268,8 @@ def job_cost(
     client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, prices: PriceTable, now: Optional[float] = None
 ) -> dict[str, Any]:
     events = jobs.log_events(client, ref, job_id)
-    nodes = node_costs(client, ref, job_id, prices, events, now)
+    unpriced: list[str] = []
+    nodes = node_costs(client, ref, job_id, prices, events, now, unpriced)
     redone = redone_work(events, nodes, prices)
     by_type: dict[tuple[str, str], dict[str, Any]] = {}
     for n in nodes:
@@ -259,7 +282,7 @@ def job_cost(
         row["on_demand_usd"] = row.get("on_demand_usd", 0.0) + n.hours * n.on_demand_usd_per_hour
     for row in by_type.values():
         row["usd_per_hour"] = row["cost_usd"] / row["hours"] if row["hours"] else 0.0
-    warnings = price_warnings(nodes, prices, _region(client))
+    warnings = price_warnings(nodes, prices, _region(client)) + unpriced
     total = sum(n.cost_usd for n in nodes)
     on_demand = sum(n.hours * n.on_demand_usd_per_hour for n in nodes)
     return {
