@@ -110,6 +110,7 @@ from spot_training.job_spec import (
     DRAIN_HOOK,
     END_MARKERS,
     JOB_ID_RE,
+    SPOT_NOTICE,
     JobSpecError,
     check_job,
 )
@@ -1930,7 +1931,7 @@ class Agent:
         try:
             action = self.imds.get("spot/instance-action")
             if action:
-                return f"spot interruption notice {action.strip()}"
+                return f"{SPOT_NOTICE} {action.strip()}"
             if self.group_ending_it():
                 return f"its Auto Scaling group is ending this instance (lifecycle hook {DRAIN_HOOK})"
         except IMDS_ERRORS as exc:

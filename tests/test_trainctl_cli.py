@@ -111,6 +111,23 @@ def test_cost_counts_the_nodes_that_never_told(aws: None, capsys: pytest.Capture
     assert {n["timed_by"] for n in info["nodes"]} == {"EC2 launch time"} and info["total_usd"] > 0
 
 
+def test_only_spot_notices_count_as_interruptions(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A node also writes ``leaving`` when its group ends it (capacity rebalancing, a scale-in, ``stop --force``).
+    Before, every such node counted as an interruption."""
+    ref = started(capsys, tmp_path)
+    s3 = boto3.client("s3")
+    notices = {
+        "i-a": 'spot interruption notice {"action": "terminate", "time": "2026-11-25T10:00:00Z"}',
+        "i-b": "its Auto Scaling group is ending this instance (lifecycle hook spot-training-drain)",
+    }
+    for instance, notice in notices.items():
+        body = json.dumps({"notice": notice, "trainer": True})
+        s3.put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix('run-1')}nodes/{instance}/leaving", Body=body)
+    assert json_status(capsys)["interruptions"] == 1
+
+
 def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The emulator's FilterLogEvents (moto) ignores logStreamNamePrefix: another job's newer plan line was read."""
     ref = started(capsys, tmp_path)

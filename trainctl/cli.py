@@ -165,7 +165,7 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
         "last_checkpoint_age_s": round(time.time() - last.manifest_time, 1) if last else None,
         "planned_steps": planned,
         "eta_s": eta_s,
-        "interruptions": len(jobs.leaving_nodes(client, ref, job_id)),
+        "interruptions": jobs.spot_interruptions(client, ref, job_id),
         "budget": asdict(budget) if isinstance(budget, jobs.Budget) else budget,  # None, a dict or BUDGET_UNKNOWN
     }
 

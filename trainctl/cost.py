@@ -292,7 +292,7 @@ def job_cost(
         "total_usd": total,
         "on_demand_usd": on_demand,
         "savings_pct": 100.0 * (1 - total / on_demand) if on_demand else 0.0,
-        "interruptions": len(jobs.leaving_nodes(client, ref, job_id)),
+        "interruptions": jobs.spot_interruptions(client, ref, job_id),
         "redone": asdict(redone),
         "on_demand_prices": prices.source,
         "spot_prices": "EC2 spot price history (DescribeSpotPriceHistory), per type and AZ",

@@ -32,6 +32,7 @@ from bootstrap_scripts.spot_training.job_spec import (
     CHECKPOINT_FOLDER,
     CODE_FOLDER,
     END_MARKERS,
+    SPOT_NOTICE,
     JobSpecError,
     check_job,
     stall_too_short,
@@ -655,8 +656,15 @@ def _node_objects(client: ClientFactory, ref: ClusterRef, job_id: str) -> Iterat
 
 
 def leaving_nodes(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[str]:
-    """Instances that left the job on an interruption notice (their agent wrote ``nodes/<id>/leaving``)."""
+    """Instances that announced they leave the job (their agent wrote ``nodes/<id>/leaving``): on a spot notice, or
+    when their group ended them (capacity rebalancing, a scale-in, ``stop --force``) or their OS shut down."""
     return sorted(i for i, names in node_markers(client, ref, job_id).items() if "leaving" in names)
+
+
+def spot_interruptions(client: ClientFactory, ref: ClusterRef, job_id: str) -> int:
+    """Nodes of the job that left on a spot interruption notice (their ``leaving`` marker names it)."""
+    notices = (marker(client, ref, job_id, f"nodes/{i}/leaving") for i in leaving_nodes(client, ref, job_id))
+    return sum(1 for m in notices if str((m or {}).get("notice", "")).startswith(SPOT_NOTICE))
 
 
 def group(client: ClientFactory, ref: ClusterRef) -> dict[str, Any]:
