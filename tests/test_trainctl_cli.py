@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.test_trainctl_submit import CLUSTER, CURRENT, LOG_GROUP, TEAM, ship, submit, trainctl
 from tests.test_trainctl_submit import aws as aws  # the fixture: moto with a deployed cluster
@@ -126,6 +127,30 @@ def test_only_spot_notices_count_as_interruptions(
         body = json.dumps({"notice": notice, "trainer": True})
         s3.put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix('run-1')}nodes/{instance}/leaving", Body=body)
     assert json_status(capsys)["interruptions"] == 1
+
+
+def test_status_just_after_a_scale_up_shows_the_nodes(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EC2 is eventually consistent: DescribeInstances may answer InvalidInstanceID.NotFound for an instance the group
+    just launched. Before, status ended with exit 3 (AWS error); it now shows the node without its market."""
+    started(capsys, tmp_path)
+    real = client_factory("us-east-1")
+
+    def not_yet(service: str) -> Any:
+        client = real(service)
+        if service == "ec2":
+
+            def unknown(**_: Any) -> None:
+                error = {"Code": "InvalidInstanceID.NotFound", "Message": "The instance ID does not exist"}
+                raise ClientError({"Error": error}, "DescribeInstances")
+
+            client.meta.events.register("before-call.ec2.DescribeInstances", unknown)
+        return client
+
+    monkeypatch.setattr("trainctl.cli._client_factory", lambda *_: not_yet)
+    info = json_status(capsys)
+    assert info["state"] == "RUNNING" and info["nodes"] and all(n["instance"] for n in info["nodes"])
 
 
 def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
