@@ -22,7 +22,7 @@ from moto import mock_aws
 
 from team_config.model import JobConfig
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
-from trainctl import jobs
+from trainctl import cli, jobs
 from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
@@ -352,8 +352,20 @@ def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_tw
     monkeypatch.setattr("trainctl.cli.time.sleep", between_polls)
     states = iter(["RUNNING", "DONE"])
     monkeypatch.setattr("trainctl.cli.job_state", lambda *_: next(states))
+    fetched: list[int] = []  # events each GetLogEvents answered
+    real = cli._client_factory
+
+    def counting(region: Any) -> Any:
+        factory = real(region)
+        factory("logs").meta.events.register(
+            "after-call.logs.GetLogEvents", lambda parsed, **_: fetched.append(len(parsed["events"]))
+        )
+        return factory
+
+    monkeypatch.setattr(cli, "_client_factory", counting)
     rc, out, err = trainctl(capsys, "logs", "run-1", "--follow")
     assert (rc, err, polls) == (0, "", ["slept", "slept"])
+    assert sum(fetched) == 6  # each line read once: a poll reads on from where the one before stopped
     printed = [line.split(" ", 1)[1] for line in out.splitlines()]  # without the time of day
     assert printed == [
         "i-a a: step 1", "i-b b: step 2", "i-a a: step 3",  # first poll

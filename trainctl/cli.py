@@ -246,11 +246,11 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
 def print_logs(
     client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, node: Optional[str], follow: bool
 ) -> None:
-    printed: dict[str, int] = {}  # per stream, how many of its lines are printed (a node ships its lines in order)
+    read_to: dict[str, str] = {}  # per stream, its token after the lines printed: each poll reads only new ones
     deadline = time.monotonic() + FOLLOW_LIMIT_S
     last = not follow
     while True:
-        streams = jobs.stream_events(client, ref, job_id)
+        streams = jobs.stream_events(client, ref, job_id, read_to)
         if node is not None and not follow and not any(name.endswith("/" + node) for name in streams):
             shipped = ", ".join(sorted(name.split("/", 1)[1] for name in streams)) or "none yet"
             raise CliError(f"no logs of node {node} in job {job_id}; nodes with logs: {shipped}")
@@ -261,13 +261,12 @@ def print_logs(
                 (ts, name, message)
                 for name, lines in streams.items()
                 if node is None or name.endswith("/" + node)
-                for ts, message in lines[printed.get(name, 0) :]
+                for ts, message in lines
             ),
             key=lambda e: e[0],
         )
         for ts, stream, message in new:
             print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
-        printed = {name: len(lines) for name, lines in streams.items()}
         if last or time.monotonic() > deadline:
             return
         # ended: one more read for the lines shipped with the end (the agent's last flush comes after its marker)

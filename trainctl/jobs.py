@@ -695,9 +695,12 @@ def planned_steps(client: ClientFactory, ref: ClusterRef, job_id: str) -> Option
     return int(plans[-1].group(1)) if plans else None
 
 
-def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, list[tuple[float, str]]]:
+def stream_events(
+    client: ClientFactory, ref: ClusterRef, job_id: str, tokens: Optional[dict[str, str]] = None
+) -> dict[str, list[tuple[float, str]]]:
     """Every shipped log line of the job per stream (``<job>/<instance>``): (timestamp s, message), in the
-    stream's own order (a node's agent ships its lines in order)."""
+    stream's own order (a node's agent ships its lines in order). ``tokens`` (``logs --follow``): where each stream
+    was read to, updated here; only the lines after it are returned."""
     logs = client("logs")
     group = str(ref.spec["log_group"])
     out: dict[str, list[tuple[float, str]]] = {}
@@ -706,7 +709,7 @@ def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[s
         for stream in streams["logStreams"]:
             name = stream["logStreamName"]
             lines = out.setdefault(name, [])
-            token: Optional[str] = None
+            token: Optional[str] = None if tokens is None else tokens.get(name)
             for _ in range(1000):  # bounded: 1000 pages of up to 10,000 events
                 kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": name, "startFromHead": True}
                 if token:
@@ -718,6 +721,8 @@ def stream_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[s
                 if page.get("nextForwardToken") in (token, None):
                     break
                 token = page.get("nextForwardToken")
+            if tokens is not None and token:
+                tokens[name] = token
     return out
 
 
