@@ -2546,15 +2546,17 @@ class Agent:
 
     def training_without_this_node(self, job: Job, group: str, reason: str) -> List[str]:
         """On an error before this node's trainer ever started (a replacement's boot: code download, restore,
-        peers): the peers that train now, who can go on without it. Empty if its trainer ran, or no peer trains
-        (the error is then the job's: every node would meet it), or that cannot be told."""
+        peers): the peers that train now, who can go on without it (at least ``min_nodes`` of them). Empty if its
+        trainer ran, if no peer trains (the error is then the job's: every node would meet it), if fewer than
+        ``min_nodes`` do (they wait for this node at their rendezvous), or if that cannot be told."""
         if self.trainer_started:
             return []
         try:
-            return self.peers_training(job, group)
+            training = self.peers_training(job, group)
         except AWS_ERRORS as exc:
             self.log(f"could not tell whether peers train on ({exc}); failing the job for: {reason}")
             return []
+        return training if len(training) >= job.min_nodes else []
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""

@@ -702,15 +702,23 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     assert cluster.desired_capacity() == 0
 
 
-@pytest.mark.parametrize("peer", ["training", "restarting"])
+@pytest.mark.parametrize(
+    ("peer", "min_nodes", "leaves"),
+    [
+        ("training", 1, True),  # elastic: A trains on alone
+        ("training", 2, False),  # A's trainer waits for B at its rendezvous: it cannot go on without B
+        ("restarting", 1, False),  # A's attempt ended (a lost peer): it waits for this node
+    ],
+)
 def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
-    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: str
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: str, min_nodes: int, leaves: bool
 ) -> None:
     """Before, an error on a node that never started its trainer (here: the code download past S3's retries)
     marked the whole job FAILED and scaled the group to 0, stopping peers that trained fine (min_nodes <
-    max_nodes). It now leaves the group, one node fewer. With no peer training (a restart after a lost peer
-    waits for this node, or every node meets the same error at the first boot) the job still fails."""
-    cluster: Cluster = make_cluster(nodes=2)
+    max_nodes). It now leaves the group, one node fewer. With fewer peers training than min_nodes (they wait for
+    this node), or none (a restart after a lost peer, or every node meeting the same error at the first boot) the
+    job still fails."""
+    cluster: Cluster = make_cluster(nodes=2, min_nodes=min_nodes, max_nodes=2)
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, a_ip), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)  # B: a replacement booting while A's trainer runs (or restarts)
@@ -723,7 +731,7 @@ def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
     with pytest.raises(node_agent.AgentError) as error:
         agent._run(job)
     assert "AWS did not answer after the retries: An error occurred (SlowDown)" in str(error.value)
-    if peer == "training":
+    if leaves:
         assert not isinstance(error.value, node_agent.JobFailed)
         assert cluster.marker("boot-run", "FAILED") is None
         assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
