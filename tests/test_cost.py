@@ -337,3 +337,32 @@ def test_an_instance_launched_for_the_job_that_never_told_is_counted_or_named(
         f"instance {forgotten}, launched for job {JOB}, wrote no boot marker and no log line, and EC2 no longer "
         "describes it: its cost is not counted"
     ) in info["warnings"]
+
+
+def test_a_later_jobs_instances_are_not_an_older_jobs(
+    aws: tuple[jobs.ClusterRef, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older job without an end marker (UNFINISHED, or stopped with no agent left to write STOPPED) is not the
+    cluster's current one: its instances are those launched before the next job's submit, not every instance
+    since (a review of the change before this test counted a later job's 10 h for it)."""
+    ref, instance = aws
+    s3, ec2 = boto3.client("s3"), boto3.client("ec2")
+    s3.put_object(Bucket=BUCKET, Key=f"{ref.code_prefix}{JOB}.tar.gz", Body=b"code")
+    time.sleep(1.1)  # S3 times are whole seconds: the next submit comes later
+    s3.put_object(Bucket=BUCKET, Key=f"{ref.code_prefix}job-2.tar.gz", Body=b"code")
+    first, second = (jobs.object_time(_client, ref, f"{ref.code_prefix}{j}.tar.gz") for j in (JOB, "job-2"))
+    assert first is not None and second is not None and first < second
+    ours, theirs = (
+        ec2.run_instances(
+            ImageId="ami-12345678", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1,
+            Placement={"AvailabilityZone": f"{REGION}b"},
+        )["Instances"][0]["InstanceId"]
+        for _ in range(2)
+    )  # fmt: skip
+    activities = {
+        ours: {"launch": first + 0.5, "end": first + 3600},
+        theirs: {"launch": second + 1, "end": second + 36000},
+    }
+    monkeypatch.setattr(cost, "_activities", lambda *_: activities)
+    info = job_cost(_client, ref, JOB, load_prices(), now=second + 10**5)
+    assert {n["instance"] for n in info["nodes"]} == {instance["InstanceId"], ours}

@@ -132,10 +132,7 @@ def node_costs(
     in_group = {m["InstanceId"] for m in jobs.group(client, ref)["Instances"]} if current else set()
     # Instances the group launched for the job that never told (no boot marker, no log line: their user data or
     # agent failed early) are billed all the same: launched between the submit and the job's end, or in the group.
-    submitted = jobs.object_time(client, ref, f"{ref.code_prefix}{job_id}.tar.gz") or now
-    ended = min(
-        (t for m in jobs.ENDED if (t := jobs.object_time(client, ref, ref.job_prefix(job_id) + m))), default=now
-    )
+    submitted, ended = _window(client, ref, job_id, current, now)
     launched = {i for i, t in activity.items() if submitted <= t.get("launch", -1.0) <= ended}
     silent = (launched | in_group) - set(markers) - set(last_line)
     instances = sorted(set(markers) | set(last_line) | silent)
@@ -176,6 +173,26 @@ def node_costs(
             price = on_demand
         nodes.append(NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand))
     return nodes
+
+
+def _window(
+    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, current: bool, now: float
+) -> tuple[float, float]:
+    """When the group's instances were the job's: from its submit (its code archive) to its end marker; without one,
+    to now for the cluster's current job, else to the next job's submit (a job after it took the group)."""
+    s3 = client("s3")
+    submits = sorted(
+        (obj["LastModified"].timestamp(), obj["Key"][len(ref.code_prefix) :].split(".", 1)[0])
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=ref.code_prefix)
+        for obj in page.get("Contents", [])
+    )
+    submitted = next((t for t, j in submits if j == job_id), now)
+    marked = [t for m in jobs.ENDED if (t := jobs.object_time(client, ref, ref.job_prefix(job_id) + m)) is not None]
+    if marked:
+        return submitted, min(marked)
+    if current:
+        return submitted, now
+    return submitted, next((t for t, j in submits if t > submitted and j != job_id), now)
 
 
 def _missing(facts: Mapping[str, Any]) -> list[str]:
