@@ -1562,7 +1562,8 @@ class Agent:
                     self.released = True
                     self.log(f"leaving {group}: it is ending this instance already ({state})")
                     return
-                if state is None or time.monotonic() + pause > deadline:  # None: in no group, nothing to leave
+                denied = str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")).startswith("AccessDenied")
+                if state is None or denied or time.monotonic() + pause > deadline:  # None: in no group
                     self.log(f"could not leave {group} ({exc}): if {self.instance_id} still runs, terminate it by hand")
                     return
                 # Idle, the instance is billed until it goes: an Auto Scaling outage is waited out, not left to people.

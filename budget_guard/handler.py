@@ -112,6 +112,9 @@ def _sweep_cluster(
     current = _current_job(s3, ssm, groups, spec_parameter, report)
     if current is not None and current[3] is not None:
         spec, group, job_id, ended = current
+        # a submit since the groups were read (its agents scaled to 0, a new job took the group): leave it
+        if _current_job(s3, ssm, groups, spec_parameter, report) != current:
+            return
         autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
         report["actions"].append(
             f"{spec['cluster']}: job {job_id} is {ended}: group {group['AutoScalingGroupName']} set to 0"

@@ -82,16 +82,17 @@ def test_eta_counts_only_checkpoints_of_the_current_run(
 
 
 def test_flat_checkpoints_give_no_step_and_no_time_left(
-    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The agent numbers a flat checkpoint (the script's own files) 1, 2, 3 ...: no training step. Before, status
     showed the number as the last checkpoint's step and took the time left from it (69 days for a job 2 h from its
     end, with 10,000 steps planned and two snapshots 600 s apart)."""
-    started(capsys, tmp_path)
+    ref = started(capsys, tmp_path)
     ship("i-a", (now_ms() - 60_000, "plan: 10000 steps"))
-    now = time.time()
-    flat = [jobs.Checkpoint(1, 1, 1, now - 700, "flat"), jobs.Checkpoint(2, 1, 1, now - 100, "flat")]
-    monkeypatch.setattr(jobs, "checkpoints", lambda *_: list(flat))
+    for snapshot in (1, 2):  # as the agent writes them (node_agent.CheckpointStore.upload)
+        manifest = {"version": 1, "step": snapshot, "layout": "flat", "files": {"model.pt": {"size": 1}}}
+        key = f"{ref.job_prefix('run-1')}{jobs.CHECKPOINT_FOLDER}/{snapshot}/{jobs.MANIFEST}"
+        boto3.client("s3").put_object(Bucket=ref.bucket, Key=key, Body=json.dumps(manifest))
     info = json_status(capsys)
     assert (info["planned_steps"], info["eta_s"], info["last_checkpoint_step"]) == (10000, None, None)
     assert info["last_flat_checkpoint"] == 2
@@ -151,6 +152,10 @@ def test_status_just_after_a_scale_up_shows_the_nodes(
     monkeypatch.setattr("trainctl.cli._client_factory", lambda *_: not_yet)
     info = json_status(capsys)
     assert info["state"] == "RUNNING" and info["nodes"] and all(n["instance"] for n in info["nodes"])
+    # one unknown id fails the whole DescribeInstances (moto answers as EC2): the others are still described
+    known = [n["instance"] for n in info["nodes"]]
+    fresh = client_factory("us-east-1")  # without the stub above
+    assert set(jobs.described(fresh, [*known, "i-0123456789abcdef0"])) == set(known)
 
 
 def test_planned_steps_are_the_jobs_own(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -250,6 +250,32 @@ def test_a_volume_iam_refuses_is_skipped_for_the_next(endpoint: str, cloud: dict
         release_all(endpoint, {node: claimed} if claimed else {})
 
 
+def test_a_lost_race_ec2_cannot_describe_moves_on(endpoint: str, cloud: dict[str, list[str]]) -> None:
+    """VolumeInUse, and the look at whose attachment it is fails too (throttled past the retries): a lost race, as
+    before that look was added; the node tries the next volume instead of ending its claim."""
+    ec2, node, pool = client(endpoint), cloud["instances"][0], cloud["pool"][:2]
+    attach, describe, refused = ec2.attach_volume, ec2.describe_volumes, list[str]()
+
+    def taken(**kwargs: Any) -> Any:
+        if not refused:
+            refused.append(kwargs["VolumeId"])
+            raise ClientError({"Error": {"Code": "VolumeInUse", "Message": "attached elsewhere"}}, "AttachVolume")
+        return attach(**kwargs)
+
+    def throttled_once(**kwargs: Any) -> Any:
+        if len(refused) == 1:
+            refused.append("described")
+            raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "DescribeVolumes")
+        return describe(**kwargs)
+
+    ec2.attach_volume, ec2.describe_volumes = taken, throttled_once
+    claimed = claim(endpoint, pool, node, 0, ec2=ec2)
+    try:
+        assert claimed is not None and claimed != refused[0] and "described" in refused
+    finally:
+        release_all(endpoint, {node: claimed} if claimed else {})
+
+
 def test_mount_commands_overlay_the_environment_on_a_read_only_volume_and_handle_xfs_uuid_clash() -> None:
     cmds = warm_volume.mount_commands("/dev/nvme1n1p1", "xfs", "/mnt/warm", ["/opt/conda"])
     assert cmds == [

@@ -126,14 +126,7 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
     group_job = jobs.current_job_id(client, ref)
     group = jobs.group(client, ref) if group_job == job_id else {"DesiredCapacity": None, "Instances": []}
     members = group["Instances"]
-    details: dict[str, dict[str, Any]] = {}
-    try:
-        if members:
-            found = client("ec2").describe_instances(InstanceIds=[m["InstanceId"] for m in members])
-            details = {i["InstanceId"]: i for r in found["Reservations"] for i in r["Instances"]}
-    except ClientError as exc:  # EC2 is eventually consistent: an instance just launched may not be known yet
-        if exc.response.get("Error", {}).get("Code") != "InvalidInstanceID.NotFound":
-            raise
+    details = jobs.described(client, [m["InstanceId"] for m in members])
     nodes = [
         {
             "instance": m["InstanceId"],

@@ -27,8 +27,6 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, Optional
 
-from botocore.exceptions import ClientError
-
 from trainctl import jobs
 from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTable, average_price, spot_history
 
@@ -201,15 +199,7 @@ def _missing(facts: Mapping[str, Any]) -> list[str]:
 
 
 def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
-    if not instances:
-        return {}
-    try:
-        found = client("ec2").describe_instances(InstanceIds=instances)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "InvalidInstanceID.NotFound":
-            raise
-        # EC2 forgets terminated instances after about an hour, and one unknown id fails the whole call: one by one
-        return {k: v for i in instances if len(instances) > 1 for k, v in _describe(client, [i]).items()}
+    # EC2 forgets terminated instances after about an hour: those are left out
     return {
         i["InstanceId"]: {
             "instance_type": i.get("InstanceType"),
@@ -217,8 +207,7 @@ def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dic
             "availability_zone": i.get("Placement", {}).get("AvailabilityZone"),
             "time": i["LaunchTime"].timestamp(),
         }
-        for r in found["Reservations"]
-        for i in r["Instances"]
+        for i in jobs.described(client, instances).values()
     }
 
 

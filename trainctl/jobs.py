@@ -673,6 +673,20 @@ def group(client: ClientFactory, ref: ClusterRef) -> dict[str, Any]:
     return dict(groups["AutoScalingGroups"][0])
 
 
+def described(client: ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
+    """EC2's view of ``instances``, by id. EC2 is eventually consistent: one just launched may not be known yet, and
+    one unknown id fails the whole call: then one by one, leaving out the unknown."""
+    if not instances:
+        return {}
+    try:
+        found = client("ec2").describe_instances(InstanceIds=instances)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "InvalidInstanceID.NotFound":
+            raise
+        return {k: v for i in instances if len(instances) > 1 for k, v in described(client, [i]).items()}
+    return {i["InstanceId"]: i for r in found["Reservations"] for i in r["Instances"]}
+
+
 def desired_capacity(client: ClientFactory, ref: ClusterRef) -> int:
     return int(group(client, ref)["DesiredCapacity"])
 

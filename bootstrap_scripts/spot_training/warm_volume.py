@@ -55,6 +55,14 @@ def _attachment_state(ec2, volume_id: str, instance_id: str) -> Optional[str]:
     return None if volume["State"] == "available" else volume["State"]
 
 
+def _attaching_here(ec2, volume_id: str, instance_id: str) -> bool:
+    """Whether the volume is attaching or attached to this instance; False when EC2 does not say (a lost race)."""
+    try:
+        return _attachment_state(ec2, volume_id, instance_id) in ("attaching", "attached")
+    except ClientError:
+        return False
+
+
 def _is_attached(ec2, volume_id: str, instance_id: str) -> bool:
     return _attachment_state(ec2, volume_id, instance_id) == "attached"
 
@@ -90,10 +98,7 @@ def claim_volume(
             ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            if code in ("VolumeInUse", "IncorrectState") and _attachment_state(ec2, volume_id, instance_id) in (
-                "attaching",
-                "attached",
-            ):
+            if code in ("VolumeInUse", "IncorrectState") and _attaching_here(ec2, volume_id, instance_id):
                 # A retry of an attach EC2 had taken, its answer lost: the volume is this node's.
                 log.info("warm volume %s is attaching to this instance already (%s to a retry)", volume_id, code)
             elif code in LOST_RACE or code == "UnauthorizedOperation":  # IAM: not one of the stack's volumes

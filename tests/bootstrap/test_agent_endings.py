@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import node_agent
 import pytest
+from botocore.exceptions import ClientError
 
 from .conftest import Cluster, address_map
 from .test_agent_notice import agent_for, raising, restarting, store_of
@@ -349,7 +350,7 @@ def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
     agent, job, lines = restarting(cluster, started=time.time())
     agent.attempt = lambda *args: (0, False)
     monkeypatch.setattr(node_agent, "HAND_BACK_PAUSE_S", (0.05, 0.1))
-    monkeypatch.setattr(node_agent, "HAND_BACK_RETRY_S", 1.0)
+    monkeypatch.setattr(node_agent, "HAND_BACK_RETRY_S", 3.0)
     refused: list[Any] = []
     terminate = agent.asg.terminate_instance_in_auto_scaling_group
 
@@ -371,6 +372,23 @@ def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
     else:  # HAND_BACK_RETRY_S passed: the log says so, and the instance is still there
         assert 2 <= len(retries) < len(refused) < 99 and lines[-1].endswith("terminate it by hand"), lines[-3:]
         assert len(cluster.instances()) == 1
+
+
+def test_a_hand_back_iam_refuses_is_not_tried_again(make_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outage is waited out (above); a refusal by IAM would only be repeated for hours: "by hand" at once."""
+    cluster: Cluster = make_cluster(nodes=1)
+    cluster.submit("denied-run", {"train.py": ""}, "python train.py")
+    agent, _, lines = agent_for(cluster)
+    calls: list[Any] = []
+
+    def denied(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        error = {"Code": "AccessDenied", "Message": "not authorized to perform TerminateInstanceInAutoScalingGroup"}
+        raise ClientError({"Error": error}, "TerminateInstanceInAutoScalingGroup")
+
+    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", denied)
+    agent.leave_group(cluster.group, for_good=True)
+    assert len(calls) == 1 and lines[-1].endswith("terminate it by hand")
 
 
 CRASHING = """

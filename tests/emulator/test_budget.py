@@ -247,6 +247,27 @@ def test_under_the_budget_the_guard_sets_a_group_its_ended_job_left_up_to_zero(c
     assert guard(client, env, cloud.account_id, now=time.time())["actions"] == []  # it runs: left alone
     assert jobs.desired_capacity(client, ref) == 1
     client("s3").put_object(Bucket=ref.bucket, Key=ref.job_prefix(job_id) + "STOPPED", Body=b"{}")
+    # a submit between the guard's first look and its scale-down (the current job changed): the group is left alone
+    current = str(ref.spec["current_job_parameter"])
+    reads: list[str] = []
+
+    def submitted_meanwhile(service: str) -> Any:
+        real = client(service)
+        if service != "ssm":
+            return real
+
+        def get_parameter(Name: str) -> Any:
+            answer = real.get_parameter(Name=Name)
+            if Name == current:
+                reads.append(Name)
+                if len(reads) > 1:
+                    answer["Parameter"]["Value"] = json.dumps({"job_id": "job-submitted-meanwhile"})
+            return answer
+
+        return SimpleNamespace(get_parameter=get_parameter, exceptions=real.exceptions)
+
+    assert guard(submitted_meanwhile, env, cloud.account_id, now=time.time())["actions"] == []
+    assert len(reads) == 2 and jobs.desired_capacity(client, ref) == 1
     report = guard(client, env, cloud.account_id, now=time.time())
     assert report["actions"] == [f"main: job {job_id} is STOPPED: group {ref.group} set to 0"]
     assert jobs.desired_capacity(client, ref) == 0
