@@ -36,7 +36,7 @@ Local checkpoint directory (``checkpoint_dir`` of the spec):
   .spot-training/                        agent state (sync-state.json, save-request); dot entries are never synced
 
 Environment given to the trainer (besides torchrun's RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, ...):
-  SPOT_TRAINING_JOB_ID, SPOT_TRAINING_CHECKPOINT_DIR, SPOT_TRAINING_RESUME_STEP (step restored, "" if none),
+  SPOT_TRAINING_JOB_ID, SPOT_TRAINING_CHECKPOINT_DIR, SPOT_TRAINING_RESUME_STEP (step restored, "" if none or flat),
   SPOT_TRAINING_RESUMED ("1"/"0"), SPOT_TRAINING_CHECKPOINT_INTERVAL_S ("" = Young/Daly), SPOT_TRAINING_MTBI_S,
   SPOT_TRAINING_INSTANCE_ID, SPOT_TRAINING_NODE_INDEX (position among the peers in launch order; 0 = rendezvous host),
   SPOT_TRAINING_NUM_PEERS, SPOT_TRAINING_ATTEMPT (0, 1, ... per restart), PYTHONPATH (+ this directory),
@@ -2152,9 +2152,9 @@ class Agent:
         # checkpoint that failed its check (the next save may take its number).
         self.newest_before = store.newest_complete()
         syncer = Syncer(store, job, self.log, self.keep)
-        if restored is not None and restored[1] == "flat":
+        flat = restored is not None and restored[1] == "flat"
+        if restored is not None and flat:  # its files hold the step: the agent cannot tell it (its number counts)
             syncer.restored_flat()
-        if restored is not None and restored[1] == "flat":  # its files hold the step: the agent cannot tell it
             self.log(f"resume step: unknown (flat checkpoint {restored[0]})")
         else:
             self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
@@ -2167,7 +2167,7 @@ class Agent:
             {
                 "SPOT_TRAINING_JOB_ID": job.job_id,
                 "SPOT_TRAINING_CHECKPOINT_DIR": job.checkpoint_dir,
-                "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None else str(resume_step),
+                "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None or flat else str(resume_step),
                 "SPOT_TRAINING_RESUMED": "0" if resume_step is None else "1",
                 "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": ""
                 if job.checkpoint_interval_s is None

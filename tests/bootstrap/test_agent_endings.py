@@ -397,6 +397,7 @@ path = os.path.join(os.environ["SPOT_TRAINING_CHECKPOINT_DIR"], "model.bin")
 if not os.path.exists(path):
     open(path, "w").write("weights")
 print("attempt", os.environ["SPOT_TRAINING_ATTEMPT"], flush=True)
+print("resumed", os.environ["SPOT_TRAINING_RESUMED"], "step", repr(os.environ["SPOT_TRAINING_RESUME_STEP"]))
 sys.exit(3)
 """
 
@@ -413,6 +414,7 @@ def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts
     assert cluster.manifests("flat-run") == [1]
     # its number is no training step (before, "resume step: 1", which trainctl cost took for step 1)
     assert node.text.count("resume step: unknown (flat checkpoint 1)") == 2 and "resume step: 1" not in node.text
+    assert node.text.count("resumed 1 step ''") == 2  # nor is it handed to the trainer as one (before: '1')
     failed = cluster.marker("flat-run", "FAILED")
     assert failed is not None and "restart(s) without a new checkpoint" in failed["reason"]
 
