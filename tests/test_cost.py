@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -15,7 +16,7 @@ import pytest
 from moto import mock_aws
 
 from trainctl import cost, jobs
-from trainctl.cost import NodeCost, job_cost, redone_work
+from trainctl.cost import NodeCost, _dt, job_cost, redone_work
 from trainctl.prices import ON_DEMAND, PriceError, average_price, load_prices
 
 
@@ -366,3 +367,25 @@ def test_a_later_jobs_instances_are_not_an_older_jobs(
     monkeypatch.setattr(cost, "_activities", lambda *_: activities)
     info = job_cost(_client, ref, JOB, load_prices(), now=second + 10**5)
     assert {n["instance"] for n in info["nodes"]} == {instance["InstanceId"], ours}
+
+
+def test_a_termination_in_progress_is_billed_until_now() -> None:
+    """The group holds a node it ends in Terminating:Wait (the drain hook, up to 300 s) while its agent saves: the
+    termination activity has a start and no end yet. Before, the node's time ended at that activity's start."""
+    launched, ending = 1_000_000.0, 1_003_600.0
+    pages = [
+        {
+            "Activities": [
+                {"Description": "Terminating EC2 instance: i-0123456789abcdef0", "StartTime": _dt(ending)},
+                {
+                    "Description": "Launching a new EC2 instance: i-0123456789abcdef0",
+                    "StartTime": _dt(launched),
+                    "EndTime": _dt(launched + 30),
+                },
+            ]
+        }
+    ]
+    paginator = SimpleNamespace(paginate=lambda **_: iter(pages))
+    autoscaling = SimpleNamespace(get_paginator=lambda name: paginator)
+    times = cost._activities(lambda service: autoscaling, GROUP)
+    assert times == {"i-0123456789abcdef0": {"launch": launched}}  # no end: the node is billed until now

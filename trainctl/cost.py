@@ -87,7 +87,8 @@ def redone_text(redone: Mapping[str, Any]) -> str:
 
 
 def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, float]]:
-    """Per instance: launch and termination times (s) from the group's scaling activities."""
+    """Per instance: launch and termination times (s) from the group's scaling activities. A termination still in
+    progress (its drain hook holds the instance, billed) has no end yet."""
     found: dict[str, dict[str, float]] = {}
     pages = client("autoscaling").get_paginator("describe_scaling_activities").paginate(AutoScalingGroupName=group)
     for page in islice(pages, ACTIVITY_PAGES):
@@ -96,7 +97,9 @@ def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, f
             if m and m.group(1).startswith("Launching"):
                 found.setdefault(m.group(2), {})["launch"] = activity["StartTime"].timestamp()
             elif m:
-                found.setdefault(m.group(2), {})["end"] = (activity.get("EndTime") or activity["StartTime"]).timestamp()
+                times = found.setdefault(m.group(2), {})
+                if activity.get("EndTime") is not None:
+                    times["end"] = activity["EndTime"].timestamp()
     return found
 
 
