@@ -582,6 +582,13 @@ class ClusterConfig(Strict):
                 f"deploy: nodes would mount one AMI's environment over another's; remove ami.ssm_parameter (the nodes "
                 f"then boot {pool_ami})"
             )
+        if self.warm_pool is not None and pool_ami is None and self.ami.image_id is None:
+            raise ValueError(
+                f"warm_pool.snapshot_id {self.warm_pool.snapshot_id} copies one AMI's root, but the nodes boot the AMI "
+                "an SSM parameter names at each deploy (ami.ssm_parameter, or the default DLAMI's): once it moves on, "
+                "nodes would mount one AMI's environment over another's; set ami.image_id to the AMI the snapshot "
+                "comes from (or give warm_pool.ami_id instead and resolve it)"
+            )
         if pool_ami is not None and self.ami.image_id not in (None, pool_ami):
             raise ValueError(
                 f"ami.image_id {self.ami.image_id} differs from warm_pool.ami_id {pool_ami}: nodes would mount one "

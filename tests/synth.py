@@ -38,6 +38,7 @@ EVERYTHING: dict[str, Any] = {
             "desired_nodes": 2,
             "on_demand_base_capacity": 1,
             "warm_pool": {"size": 2, "snapshot_id": "snap-0123456789abcdef0"},
+            "ami": {"image_id": "ami-0123456789abcdef0"},
             "interruption_drill": {"percent": 100, "notice_minutes": 5},
         },
         {
@@ -77,7 +78,13 @@ def oversized_team(teams_dir: Path) -> Path:
     each with a warm pool of 64 volumes), and its path."""
     pool = {"size": 64, "snapshot_id": "snap-0123456789abcdef0"}
     clusters = [
-        {"name": f"c{i}", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 64, "warm_pool": pool}
+        {
+            "name": f"c{i}",
+            "instance_types": ["g5.xlarge", "g5.2xlarge"],
+            "max_nodes": 64,
+            "warm_pool": pool,
+            "ami": {"image_id": "ami-0123456789abcdef0"},
+        }
         for i in range(7)
     ]
     teams_dir.mkdir()

@@ -43,6 +43,8 @@ def error_for(tmp_path: Path, doc: object, name: str = "team-a.yaml") -> str:
 
 # A warm pool that copies an AMI's root, resolved (resolve_snapshots wrote its snapshot_id).
 RESOLVED_POOL = {"size": 2, "ami_id": "ami-0123456789abcdef0", "snapshot_id": "snap-0123456789abcdef0"}
+# A pool that copies a snapshot given by hand: the nodes boot the AMI it comes from.
+POOL_AMI = {"image_id": "ami-0123456789abcdef0"}
 
 
 def cluster(**overrides: object) -> dict:
@@ -134,13 +136,15 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="placement-group-two-subnets",
         ),
         pytest.param(
-            cluster(warm_pool={"size": 1, "snapshot_id": "snap-0123456789abcdef0"}),
+            cluster(warm_pool={"size": 1, "snapshot_id": "snap-0123456789abcdef0"}, ami=POOL_AMI),
             "warm_pool.size (1) is below max_nodes (2); set size to at least max_nodes",
             id="pool-too-small",
         ),
         pytest.param(
             {
-                **cluster(placement_group=False, warm_pool={"size": 2, "snapshot_id": "snap-0123456789abcdef0"}),
+                **cluster(
+                    placement_group=False, warm_pool={"size": 2, "snapshot_id": "snap-0123456789abcdef0"}, ami=POOL_AMI
+                ),
                 "network": {"new_vpc": {"az_count": 2}},
             },
             "clusters[0] (main): a warm volume pool lives in one AZ but the network spans 2",
@@ -390,13 +394,16 @@ def test_a_yaml_merge_key_shares_settings_between_clusters(tmp_path: Path) -> No
             id="boolean-for-a-number",
         ),
         pytest.param(
-            cluster(warm_pool={"size": 2, "snapshot_id": "snap-12345678", "volume_size_gib": 20, "iops": 16000}),
+            cluster(
+                warm_pool={"size": 2, "snapshot_id": "snap-12345678", "volume_size_gib": 20, "iops": 16000},
+                ami=POOL_AMI,
+            ),
             "clusters[0].warm_pool: iops 16000 exceeds gp3's 500 per GiB of volume_size_gib 20; use iops <= 10000 "
             "or a larger volume",
             id="gp3-iops-per-gib",
         ),
         pytest.param(
-            cluster(warm_pool={"size": 2, "snapshot_id": "snap-12345678", "throughput_mibps": 1000}),
+            cluster(warm_pool={"size": 2, "snapshot_id": "snap-12345678", "throughput_mibps": 1000}, ami=POOL_AMI),
             "clusters[0].warm_pool: throughput_mibps 1000 exceeds gp3's 0.25 MiB/s per IOPS of iops 3000; use "
             "throughput_mibps <= 750 or iops >= 4000",
             id="gp3-throughput-per-iops",

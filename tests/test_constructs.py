@@ -36,6 +36,8 @@ WARM_POOL = {
     "initialization_rate_mibps": 300,
     "removal_policy": "destroy",
 }
+# a cluster whose pool copies a snapshot given by hand: the nodes boot the AMI it comes from
+POOLED = {**CLUSTER, "ami": {"image_id": "ami-0123456789abcdef0"}}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def test_new_vpc_single_az_with_s3_gateway_endpoint_and_flow_logs(default: Templ
 def test_new_vpc_in_the_zone_the_team_names_with_the_warm_pool_there() -> None:
     """A new VPC used the region's first zone only; the team now names the one with spot capacity for its types."""
     config = team_config(
-        network={"new_vpc": {"availability_zones": ["eu-west-1c"]}}, clusters=[{**CLUSTER, "warm_pool": WARM_POOL}]
+        network={"new_vpc": {"availability_zones": ["eu-west-1c"]}}, clusters=[{**POOLED, "warm_pool": WARM_POOL}]
     )
     template = synth(config)[1]
     assert {s["Properties"]["AvailabilityZone"] for s in resources(template, "AWS::EC2::Subnet")} == {"eu-west-1c"}
@@ -623,7 +625,7 @@ def test_warm_pool_volumes_are_deleted_by_default_and_kept_on_request() -> None:
         pool = {k: v for k, v in WARM_POOL.items() if k != "removal_policy"}
         config = team_config(
             network={"existing_vpc": EXISTING_VPC},
-            clusters=[{**CLUSTER, "warm_pool": {**pool, **({"removal_policy": written} if written else {})}}],
+            clusters=[{**POOLED, "warm_pool": {**pool, **({"removal_policy": written} if written else {})}}],
         )
         volumes = resources(synth(config)[1], "AWS::EC2::Volume")
         assert [(v["DeletionPolicy"], v["UpdateReplacePolicy"]) for v in volumes] == [(policy, policy)] * 3
@@ -692,7 +694,7 @@ def test_nodes_boot_the_ami_their_warm_pool_copies() -> None:
 def pool_volumes(**warm_pool: Any) -> set[str]:
     """The logical ids of the warm pool's volumes for WARM_POOL with ``warm_pool`` changed."""
     config = team_config(
-        network={"existing_vpc": EXISTING_VPC}, clusters=[{**CLUSTER, "warm_pool": {**WARM_POOL, **warm_pool}}]
+        network={"existing_vpc": EXISTING_VPC}, clusters=[{**POOLED, "warm_pool": {**WARM_POOL, **warm_pool}}]
     )
     return set(synth(config)[1].find_resources("AWS::EC2::Volume"))
 

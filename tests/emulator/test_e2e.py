@@ -173,6 +173,7 @@ def test_a_team_with_a_warm_pool_and_two_clusters_deploys(cloud: EmulatedCloud, 
                 "instance_types": ["g5.xlarge", "g5.2xlarge"],
                 "max_nodes": 2,
                 "warm_pool": {"size": 2, "snapshot_id": snapshot, "volume_size_gib": 8, "removal_policy": "destroy"},
+                "ami": {"image_id": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]},  # the snapshot's
             },
             {"name": "plain", "instance_types": ["c7i.xlarge", "c6i.xlarge"], "max_nodes": 3},
         ]

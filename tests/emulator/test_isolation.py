@@ -161,6 +161,7 @@ def teams(cloud: EmulatedCloud, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "instance_types": ["g5.xlarge", "g5.2xlarge"],
             "max_nodes": 1,
             "warm_pool": {"size": 1, "snapshot_id": snapshot, "volume_size_gib": 8, "removal_policy": "destroy"},
+            "ami": {"image_id": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]},  # the snapshot's
         }
         (teams_dir / f"{team}.yaml").write_text(yaml.safe_dump({"clusters": [cluster]}))
     bootstrap(cloud)
