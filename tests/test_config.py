@@ -140,6 +140,14 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "warm_pool.size (1) is below max_nodes (2); set size to at least max_nodes",
             id="pool-too-small",
         ),
+        pytest.param(  # before: accepted; after the DLAMI parameter moved on, warm and cold nodes ran two environments
+            cluster(warm_pool={"size": 2, "snapshot_id": "snap-0123456789abcdef0"}),
+            "clusters[0]: warm_pool.snapshot_id snap-0123456789abcdef0 copies one AMI's root, but the nodes boot the "
+            "AMI an SSM parameter names at each deploy (ami.ssm_parameter, or the default DLAMI's): once it moves "
+            "on, nodes would mount one AMI's environment over another's; set ami.image_id to the AMI the snapshot "
+            "comes from (or give warm_pool.ami_id instead and resolve it)",
+            id="pool-snapshot-without-ami",
+        ),
         pytest.param(
             {
                 **cluster(
