@@ -2152,10 +2152,11 @@ class Agent:
         # checkpoint that failed its check (the next save may take its number).
         self.newest_before = store.newest_complete()
         syncer = Syncer(store, job, self.log, self.keep)
-        flat = restored is not None and restored[1] == "flat"
-        if restored is not None and flat:  # its files hold the step: the agent cannot tell it (its number counts)
+        # a flat checkpoint's files hold the step: the agent cannot tell it (its number counts the snapshots)
+        flat = restored[0] if restored is not None and restored[1] == "flat" else None
+        if flat is not None:
             syncer.restored_flat()
-            self.log(f"resume step: unknown (flat checkpoint {restored[0]})")
+            self.log(f"resume step: unknown (flat checkpoint {flat})")
         else:
             self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
@@ -2167,7 +2168,7 @@ class Agent:
             {
                 "SPOT_TRAINING_JOB_ID": job.job_id,
                 "SPOT_TRAINING_CHECKPOINT_DIR": job.checkpoint_dir,
-                "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None or flat else str(resume_step),
+                "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None or flat is not None else str(resume_step),
                 "SPOT_TRAINING_RESUMED": "0" if resume_step is None else "1",
                 "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": ""
                 if job.checkpoint_interval_s is None

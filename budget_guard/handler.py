@@ -91,17 +91,22 @@ def _current_job(
         raise LookupError(f"no Auto Scaling group with the team's tags for cluster {spec['cluster']!r}")
     if group["DesiredCapacity"] == 0:
         return None
-    job_id: Optional[str] = None
-    try:
-        job_id = str(json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])["job_id"])
-    except ssm.exceptions.ParameterNotFound:
-        pass
-    except (ValueError, KeyError, TypeError) as exc:  # not a job trainctl wrote: nothing to ask, stop the spending
-        report["actions"].append(f"{spec['cluster']}: current-job parameter unreadable ({exc!r}): no job to ask")
+    job_id = _current_job_id(ssm, spec, report)
     prefix = f"{spec['prefix']}{job_id}/" if job_id else None
     # whether an end marker is there is all the guard needs: it lists them and never reads one
     ended = prefix and next((m for m in FINISHED if _listed(s3, spec["bucket"], prefix + m) is not None), None)
     return spec, group, job_id, ended or None
+
+
+def _current_job_id(ssm: Any, spec: dict[str, Any], report: dict[str, Any]) -> Optional[str]:
+    """The cluster's current job (its current-job parameter), or None: none submitted, or not a job trainctl wrote."""
+    try:
+        return str(json.loads(ssm.get_parameter(Name=spec["current_job_parameter"])["Parameter"]["Value"])["job_id"])
+    except ssm.exceptions.ParameterNotFound:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:  # not a job trainctl wrote: nothing to ask, stop the spending
+        report["actions"].append(f"{spec['cluster']}: current-job parameter unreadable ({exc!r}): no job to ask")
+        return None
 
 
 def _sweep_cluster(
@@ -113,7 +118,7 @@ def _sweep_cluster(
     if current is not None and current[3] is not None:
         spec, group, job_id, ended = current
         # a submit since the groups were read (its agents scaled to 0, a new job took the group): leave it
-        if _current_job(s3, ssm, groups, spec_parameter, report) != current:
+        if _current_job_id(ssm, spec, report) != job_id:
             return
         autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
         report["actions"].append(

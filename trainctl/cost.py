@@ -218,6 +218,13 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
+def _redone_span(resumed: int, run: dict[int, float]) -> tuple[int, float, float]:
+    """A restart from step ``resumed`` after ``run`` (step -> when it was first logged): (steps redone, from, to),
+    from when the run logged the step resumed from (or, if it did not, its first line) to its furthest step."""
+    furthest = max(run)
+    return furthest - resumed, run[max((s for s in run if s <= resumed), default=min(run))], run[furthest]
+
+
 def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost], prices: PriceTable) -> Redone:
     """Work done twice: for each restart, the steps from the checkpoint it resumed from to the furthest step of the
     trainer run before it (the steps logged since the restart before), timed by when that run logged them.
@@ -237,9 +244,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
                 resumed, before = pending
                 pending = None
                 if step <= max(before):  # it went back: a restart, the steps since the one resumed from redone
-                    # redone from when the run logged the step resumed from (or, if it did not, its first line)
-                    began = before[max((s for s in before if s <= resumed), default=min(before))]
-                    spans.append((max(before) - resumed, began, before[max(before)]))
+                    spans.append(_redone_span(resumed, before))
                 else:  # it went on: a node joined the running training
                     run = before
             run.setdefault(step, ts)
@@ -254,9 +259,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
             pending = (resumed, run)
         run = {}  # the next run is measured against its own furthest step
     if pending is not None:  # no step after it (the job ended there): a restart all the same
-        resumed, before = pending
-        began = before[max((s for s in before if s <= resumed), default=min(before))]
-        spans.append((max(before) - resumed, began, before[max(before)]))
+        spans.append(_redone_span(*pending))
     if not step_lines or unknown:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
         return Redone(None, None, None, None)
     node_s, gpu_s, usd, gpus_known = 0.0, 0.0, 0.0, True
