@@ -385,6 +385,16 @@ def test_logs_of_a_node_without_any_is_one_line_naming_those_with_logs(
     assert (rc, err) == (0, "") and out.endswith(" i-0aaa training step 1\n")
 
 
+def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A job runs for days: before, each line had only its time of day, so two days' lines at 10:00 looked alike."""
+    started(capsys, tmp_path)
+    ms = now_ms() // 1000 * 1000
+    ship("i-0aaa", (ms, "training step 1"))
+    rc, out, err = trainctl(capsys, "logs", "run-1")
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+    assert (rc, out, err) == (0, f"{when} i-0aaa training step 1\n", "")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

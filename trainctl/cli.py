@@ -259,7 +259,7 @@ def print_logs(
             key=lambda e: e[0],
         )
         for ts, stream, message in new:
-            print(f"{time.strftime('%H:%M:%S', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
+            print(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
         if last or time.monotonic() > deadline:
             return
         # ended: one more read for the lines shipped with the end (the agent's last flush comes after its marker)
