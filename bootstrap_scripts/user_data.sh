@@ -99,9 +99,13 @@ done
 [[ -n "$REGION" && -n "$TEAM" && -n "$CLUSTER" && -n "$SPEC_PARAMETER" ]] ||
   die "usage: user_data.sh --region R --team T --cluster C --job-spec-parameter P"
 
-TOKEN="$(curl -sf --max-time 5 --retry 3 -X PUT "$IMDS/latest/api/token" \
+# A refused connection is tried again too (curl does not by default), for up to 2 minutes: until the instance id is
+# known nothing can hand the instance back, and it would stay up, billed, with no agent.
+TOKEN="$(curl -sf --max-time 5 --retry 8 --retry-connrefused --retry-max-time 120 -X PUT "$IMDS/latest/api/token" \
   -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600')" || die "no IMDSv2 token from $IMDS"
-imds() { curl -sf --max-time 5 --retry 2 -H "X-aws-ec2-metadata-token: $TOKEN" "$IMDS/latest/meta-data/$1"; }
+imds() {
+  curl -sf --max-time 5 --retry 2 --retry-connrefused -H "X-aws-ec2-metadata-token: $TOKEN" "$IMDS/latest/meta-data/$1"
+}
 
 INSTANCE_ID="$(imds instance-id)" || die "IMDS has no instance-id"
 AZ="$(imds placement/availability-zone)" || die "IMDS has no placement/availability-zone"

@@ -41,10 +41,12 @@ class ImdsMock:
         instance_type: str = "g5.xlarge",
         lifecycle: str = "spot",
         tags: Optional[dict[str, str]] = None,
+        port: int = 0,
     ) -> None:
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"ImdsMock listens on loopback addresses only, not {host}")
         self.host = host
+        self.port = port  # 0: any free one
         self.instance_id = instance_id
         self.tags = dict(tags or {})
         self.tokens: set[str] = set()
@@ -162,7 +164,7 @@ class ImdsMock:
                     return self._send(404)
                 self._send(200, answer)
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"imds-{self.host}", daemon=True)
         self._thread.start()
