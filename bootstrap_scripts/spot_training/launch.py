@@ -10,12 +10,17 @@ plain torchrun. Gloo/NCCL data sockets are kept on loopback separately (GLOO_SOC
 
 After each rendezvous round it also makes every node use rank 0's store (``share_store``, a torch 2.13 bug) and,
 with ``SPOT_TRAINING_WORLD_FILE`` (set by the agent), records the round's nodes there (``record_round``).
+
+And it stops a worker with a signal to the worker alone (``signal_workers_alone``): torchrun signals a worker's
+whole process group, whose DataLoader worker processes die of the SIGTERM, so the training process failed at its
+next batch instead of saving its emergency checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from typing import Any
@@ -123,8 +128,38 @@ def record_round(handler: Any, path: str, seen: set[str]) -> None:
         print(f"spot_training.launch: could not record the rendezvous round ({exc!r})", file=sys.stderr)
 
 
+def signal_workers_alone() -> None:
+    """Patch torch's ``SubprocessHandler.close`` once: the stop signal (SIGTERM, on a spot notice, a stop or a
+    restart) goes to the worker process alone, not to its process group; SIGKILL, after the shutdown timeout, still
+    goes to the group.
+
+    torchrun starts each worker in a session of its own and stops it with ``os.killpg``. A DataLoader's worker
+    processes (``num_workers`` > 0) are in that group, and torch's own SIGTERM handler there ends them; the
+    training process then raised "DataLoader worker ... killed by signal: Terminated" at its next batch, before the
+    checkpoint helper's ``step()`` could save, and everything since the last checkpoint was lost. Alone, the
+    training process saves and exits; its DataLoader shuts its workers down (or they see it gone)."""
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+
+    handler = subprocess_handler.SubprocessHandler
+    group_close = handler.close
+
+    def close(self: Any, death_sig: Any = None) -> None:
+        stop = death_sig or signal.SIGTERM
+        proc, files = getattr(self, "proc", None), (getattr(self, "_stdout", None), getattr(self, "_stderr", None))
+        if stop == signal.SIGKILL or proc is None:  # another torch's handler (these are its internals): its own way
+            return group_close(self, death_sig)
+        if proc.poll() is None:
+            proc.send_signal(stop)
+        for f in files:
+            if f is not None:
+                f.close()
+
+    handler.close = close  # type: ignore[method-assign]
+
+
 def main() -> None:
     after_each_round(os.environ.get("SPOT_TRAINING_WORLD_FILE", ""))
+    signal_workers_alone()
     address = os.environ.get("SPOT_TRAINING_STORE_BIND_ADDRESS", "")
     if address and not install(address):
         print(

@@ -1,12 +1,23 @@
-"""spot_training.launch's fix of torch's store sharing (``share_store``), which reads torch internals."""
+"""spot_training.launch's fixes of torchrun: its store sharing (``share_store``), which reads torch internals, and
+its stop signal, which reached a worker's DataLoader processes too."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from spot_training.launch import share_store
+from spot_training.proctree import kill_all, process_tree
 from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+
+from .conftest import BOOTSTRAP, free_port
 
 
 class Store:
@@ -48,3 +59,72 @@ def test_a_handler_without_the_internals_it_reads_leaves_torchs_own_behaviour(
     assert capsys.readouterr().err.startswith(
         "spot_training.launch: could not share the rendezvous store (AttributeError("
     )
+
+
+# A trainer whose batches come from DataLoader worker processes, as nearly every real script's do.
+DATALOADER_TRAINER = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+from spot_training.checkpoint import EXIT_INTERRUPTED, Checkpointer
+
+class Pairs(Dataset):
+    def __len__(self):
+        return 10**6
+    def __getitem__(self, i):
+        return torch.randn(8), torch.randn(1)
+
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+ckpt = Checkpointer(model, optimizer, interval_s=1e9)
+step = 0
+for x, y in DataLoader(Pairs(), batch_size=4, num_workers=2):
+    loss = ((model(x) - y) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    step += 1
+    if step == 20:
+        print("step 20", flush=True)
+    time.sleep(0.01)
+    if ckpt.step(step):
+        print(f"saved step {step}", flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+"""
+
+
+def test_a_stop_signal_reaches_the_training_process_alone_so_its_dataloader_survives_the_save(tmp_path: Path) -> None:
+    """The agent SIGTERMs torchrun on a notice; torchrun signalled each worker's whole process group, so the
+    DataLoader's worker processes died of it and the training process failed at its next batch ("DataLoader worker
+    ... killed by signal: Terminated") without its emergency checkpoint. Now it saves and exits 143."""
+    script = tmp_path / "train.py"
+    script.write_text(DATALOADER_TRAINER)
+    checkpoints = tmp_path / "checkpoints"
+    out = tmp_path / "out.txt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(BOOTSTRAP),
+        "SPOT_TRAINING_CHECKPOINT_DIR": str(checkpoints),
+        "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1",  # the rendezvous store on loopback
+        "GLOO_SOCKET_IFNAME": "lo",
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "60",
+    }
+    port = free_port("127.0.0.1")
+    args = ["--nnodes=1", "--nproc-per-node=1", "--max-restarts=0", "--rdzv-backend=c10d"]
+    with out.open("w") as sink:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "spot_training.launch", *args, f"--rdzv-endpoint=127.0.0.1:{port}", str(script)],
+            env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while "step 20" not in out.read_text() and launcher.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "step 20" in out.read_text(), out.read_text()
+            launcher.send_signal(signal.SIGTERM)  # as node_agent.run_trainer does
+            launcher.wait(timeout=90)
+        finally:
+            kill_all(process_tree(launcher.pid))
+    text = out.read_text()
+    saved = re.search(r"^saved step (\d+)$", text, re.MULTILINE)
+    assert saved is not None and "killed by signal" not in text, text
+    assert (checkpoints / saved.group(1)).is_dir()
