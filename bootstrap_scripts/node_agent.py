@@ -911,12 +911,20 @@ class CheckpointStore:
                 self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
 
 
+PARTIAL_WRITES = (".tmp-", ".restore-")  # the checkpoint helper's folder being written, a restore under way
+
+
+def agent_entry(name: str) -> bool:
+    """A top-level entry of a checkpoint directory that belongs to the helper or the agent, never a checkpoint's."""
+    return name == STATE_DIR or name.startswith(PARTIAL_WRITES)
+
+
 def remove_partial_writes(checkpoint_dir: str) -> None:
     """Delete what a killed trainer's checkpoint writer (``.tmp-<step>-<pid>``) or an interrupted restore
     (``.restore-<step>-*``) left half-written; no trainer runs now. Each attempt's writer has a new pid, so across
     restarts they would fill the disk."""
     for name in os.listdir(checkpoint_dir):
-        if name.startswith((".tmp-", ".restore-")):
+        if name.startswith(PARTIAL_WRITES):
             shutil.rmtree(os.path.join(checkpoint_dir, name), ignore_errors=True)
 
 
@@ -991,15 +999,17 @@ class Syncer:
         write_sync_state(self.dir, self.newest, self.last_upload_s)
 
     def _flat_files(self) -> Dict[str, str]:
+        """{relative name: path} of the flat checkpoint: every file under the directory but the helper's and the
+        agent's own top-level entries and step folders. Other dot files are the checkpoint's (DCP's ``.metadata``)."""
         files = {}
         for root, dirs, names in os.walk(self.dir):
             rel_root = os.path.relpath(root, self.dir)
-            dirs[:] = [
-                d for d in dirs if not d.startswith(".") and not (rel_root == "." and step_number(d) is not None)
-            ]
+            if rel_root == ".":
+                dirs[:] = [d for d in dirs if not agent_entry(d) and step_number(d) is None]
+                names = [n for n in names if not agent_entry(n)]
             for name in names:
                 path = os.path.join(root, name)
-                if not name.startswith(".") and os.path.exists(path):  # not a dangling link (last.pt -> rotated)
+                if os.path.exists(path):  # not a dangling link (last.pt -> rotated)
                     files[os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")] = path
         return files
 

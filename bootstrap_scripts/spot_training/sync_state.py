@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory; dot entries are never synced
+STATE_DIR = ".spot-training"  # the agent's files in the checkpoint directory; never synced
 SYNC_STATE = "sync-state.json"
 # In a step directory: the checkpoint helper writes it into ``.tmp-<step>-<pid>/`` before renaming that to
 # ``<step>/``, so a step directory holding it is complete. One without it (a script writing ``<step>/`` in place)

@@ -804,3 +804,30 @@ def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
     assert cluster.marker("wait-run", "FAILED") is None
     assert cluster.marker("wait-run", f"nodes/{b}/leaving") is None  # the peers stop anyway
+
+
+def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_entries_not(
+    aws: Any, tmp_path: Path
+) -> None:
+    """torch.distributed.checkpoint writes its index as ``.metadata`` beside the shards. Before, a flat upload left
+    out every dot file at any depth: each checkpoint was recorded durable without its index, and no restore could
+    load it. Only the helper's and the agent's own top-level entries stay out."""
+    store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
+    for rel, text in {
+        "latest/.metadata": "dcp index",
+        "latest/__0_0.distcp": "shard 0",
+        ".metadata": "dcp index of a save into the directory itself",
+        ".spot-training/sync-state.json": "{}",
+        ".tmp-7-123/state.pt": "the helper's save under way",
+        ".restore-3-abc/x": "a restore under way",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    syncer.sync()
+    assert syncer.sync(final=True) == 1
+    out = tmp_path.parent / f"{tmp_path.name}-restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (1, "flat")
+    restored = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert restored == [".metadata", "latest/.metadata", "latest/__0_0.distcp"]
+    assert (out / "latest" / ".metadata").read_text() == "dcp index"
