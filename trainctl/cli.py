@@ -212,7 +212,8 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
     if state == "UNFINISHED":
         return f"job {job_id} is not running (UNFINISHED: no node runs it); nothing to stop"
     s3, prefix = client("s3"), ref.job_prefix(job_id)
-    if not jobs.group(client, ref)["Instances"]:
+    members = jobs.group(client, ref)
+    if not members["Instances"]:
         newest = jobs.checkpoints(client, ref, job_id)
         body = {"by": "trainctl stop", "last_checkpoint": newest[-1].step if newest else None, "time": time.time()}
         s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOPPED", Body=json.dumps(body).encode())
@@ -221,6 +222,13 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
     asked = jobs.object_time(client, ref, f"{prefix}STOP")
     if asked is None:  # not rewritten: the budget guard times an overdue stop from when S3 stored it
         s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOP", Body=json.dumps({"requested_at": time.time()}).encode())
+    # Launches the group has not made yet (no spot capacity) are cancelled: a node booting into a stopping job is
+    # billed for nothing, and the nodes that wait for it leave one by one, each lowering the count by one only.
+    live = sum(i["LifecycleState"].startswith(("Pending", "InService")) for i in members["Instances"])
+    cancelled = int(members["DesiredCapacity"]) - live
+    if cancelled > 0 and not force:
+        client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=live)
+    not_made = f"; {cancelled} launch(es) not made yet cancelled (group set to {live})" if cancelled > 0 else ""
     if force:
         client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
         return (
@@ -231,9 +239,9 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(asked))
         return (
             f"job {job_id}: stop already requested at {when}; not asked again (the nodes are saving a final "
-            "checkpoint; if none answers, `trainctl stop --force` sets the group to 0 now)"
+            f"checkpoint; if none answers, `trainctl stop --force` sets the group to 0 now){not_made}"
         )
-    return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0"
+    return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0{not_made}"
 
 
 def print_logs(

@@ -19,8 +19,13 @@ from typing import Any, Optional
 import node_agent
 import pytest
 from botocore.exceptions import ClientError
+from moto.autoscaling.models import FakeAutoScalingGroup
 
-from .conftest import Cluster, address_map
+from trainctl import jobs
+from trainctl.cli import _client_factory as client_factory
+from trainctl.cli import main as trainctl_main
+
+from .conftest import REGION, TEAM, Cluster, address_map
 from .test_agent_notice import agent_for, raising, restarting, store_of
 
 
@@ -831,3 +836,47 @@ def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_e
     restored = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert restored == [".metadata", "latest/.metadata", "latest/__0_0.distcp"]
     assert (out / "latest" / ".metadata").read_text() == "dcp index"
+
+
+def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
+    make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job of 2 nodes got 1 (no spot capacity for the other); its node waits for its peer when the operator
+    stops it. Before, the node left for good (one fewer: desired 1), no trainer had run to write STOPPED or set 0,
+    so the group kept wanting a node: once capacity came back, a billed node booted into the stopped job, and the
+    job showed STOPPING for good. Now ``trainctl stop`` cancels the launch not made, and the job ends STOPPED."""
+    cluster = make_cluster(nodes=1, min_nodes=2, max_nodes=2)
+    cluster.submit("short-run", {"train.py": "raise SystemExit('the trainer must not run')"}, "python train.py")
+    launch = FakeAutoScalingGroup.set_desired_capacity
+
+    def no_spot_capacity(group: Any, capacity: Optional[int]) -> None:
+        if capacity is not None and capacity > len(group.active_instances()):
+            group.desired_capacity = capacity  # wanted, not launched
+        else:
+            launch(group, capacity)
+
+    monkeypatch.setattr(FakeAutoScalingGroup, "set_desired_capacity", no_spot_capacity)
+    cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
+    [(node, _)] = cluster.instances()
+    agent, job, lines = agent_for(cluster, node)
+    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "checkpoints")
+    said: dict[str, Any] = {}
+
+    def operator_stops() -> None:
+        deadline = time.monotonic() + 30
+        while not any("resume step:" in line for line in list(lines)) and time.monotonic() < deadline:  # then peers
+            time.sleep(0.05)
+        said["rc"] = trainctl_main(["stop", "--team", TEAM, "--cluster", cluster.name, "short-run"])
+
+    operator = threading.Thread(target=operator_stops, daemon=True)
+    operator.start()
+    assert agent._run(job) == 0
+    operator.join(timeout=60)
+    assert said["rc"] == 0
+    assert capsys.readouterr().out.strip() == (
+        "job short-run: stop requested; the nodes save a final checkpoint, then the group goes to 0; "
+        "1 launch(es) not made yet cancelled (group set to 1)"
+    )
+    assert (cluster.desired_capacity(), cluster.instances()) == (0, [])
+    client = client_factory(REGION)
+    assert jobs.job_state(client, jobs.find_cluster(client, TEAM, cluster.name), "short-run") == "STOPPED"
