@@ -2155,6 +2155,10 @@ class Agent:
             os.makedirs(job.checkpoint_dir, exist_ok=True)
             remove_partial_writes(job.checkpoint_dir)
             restored = store.restore_newest(job.checkpoint_dir)
+        if restored is not None and restored[1] == "flat" and self.syncer is not None:
+            # The last attempt's syncer, which a leave before training asks: the files the restore just rewrote
+            # (new inodes and times) are no new checkpoint to it either.
+            self.syncer.restored_flat()
         local = local_steps(job.checkpoint_dir)
         resume_step = max([s for s in ([restored[0]] if restored else []) + local[-1:]], default=None)
         self.check_notice("checkpoint restore")

@@ -950,3 +950,33 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
     assert syncer.trainer_cut_off
     syncer.sync(final=True)
     assert store.complete_steps() == [] and not (ckpt / "800").exists()
+
+
+def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_new_checkpoint(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. Before, the leave asked the last attempt's syncer, to which the restored files (new inodes and
+    times) looked new: they went up as the next, newest checkpoint, inside the notice's two minutes, and pruning
+    dropped an older distinct one for it."""
+    agent, job, lines = agent_for(cluster)
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    store = store_of(agent, job)
+    (tmp_path / "ckpt" / "model.bin").write_text("state of the last attempt")
+    agent.syncer = node_agent.Syncer(store, job, agent.log, keep=2)  # the last attempt's
+    assert agent.syncer.sync(final=True) == 1
+    restored = threading.Event()
+    restore_newest = store.restore_newest
+
+    def restore_then_notice(directory: str) -> Any:
+        found = restore_newest(directory)
+        restored.set()
+        return found
+
+    monkeypatch.setattr(store, "restore_newest", restore_then_notice)
+    agent.imds = Imds(NOTICE, gate=restored)
+    with pytest.raises(node_agent.LeavingBeforeTraining, match="during checkpoint restore"):
+        agent.attempt(job, cluster.group, str(tmp_path), store, 1)
+    assert any(line.startswith("restoring checkpoint 1 from") for line in lines), lines
+    assert agent.own_pending() is None
+    assert store.complete_steps() == [1]
