@@ -955,9 +955,10 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
 def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_new_checkpoint(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. Before, the leave asked the last attempt's syncer, to which the restored files (new inodes and
-    times) looked new: they went up as the next, newest checkpoint, inside the notice's two minutes, and pruning
-    dropped an older distinct one for it."""
+    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. Before, the
+    leave asked the last attempt's syncer, to which the restored files (new inodes and times) looked new: they went
+    up as the next, newest checkpoint, inside the notice's two minutes, and pruning dropped an older distinct one
+    for it."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt").mkdir()
