@@ -95,7 +95,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import boto3
 from boto3.exceptions import S3UploadFailedError
@@ -634,6 +634,25 @@ class CheckpointStore:
         steps = self.complete_steps()
         return steps[0] if steps else None
 
+    def layout(self, step: int) -> Optional[str]:
+        """The layout (``step`` or ``flat``) checkpoint ``step``'s manifest names; None if it has none (any more)."""
+        key = f"{self.prefix}{step}/{MANIFEST}"
+        try:
+            manifest = json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            if object_gone(self.s3, self.bucket, key, exc):
+                return None
+            raise
+        except ValueError:
+            return None
+        return str(manifest.get("layout", "step")) if isinstance(manifest, dict) else None
+
+    def drop(self, step: int) -> None:
+        """Delete checkpoint ``step``, its manifest first."""
+        listing = self.listing().get(step, {})
+        for rel in sorted(listing, key=lambda rel: rel != MANIFEST):
+            self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
+
     def upload(
         self,
         step: int,
@@ -970,6 +989,7 @@ class Syncer:
         self.flat_due = 0.0
         # step -> its files when this agent uploaded it
         self.step_uploaded: Dict[int, List[Tuple[str, int, int, int]]] = {}
+        self.layouts: Dict[int, str] = {}  # step -> layout, of the checkpoints in S3 this syncer wrote or read
         # Set when the trainer may have been cut off mid-write: the agent SIGKILLed it, or it failed without the
         # agent asking it to stop (a crash, torchrun tearing its workers down after a peer failed). The final sync
         # then uploads only what was already unchanged at the poll before; a step folder that was not is deleted.
@@ -1013,11 +1033,26 @@ class Syncer:
                     files[os.path.normpath(os.path.join(rel_root, name)).replace(os.sep, "/")] = path
         return files
 
+    def layout_of(self, step: int) -> Optional[str]:
+        """Checkpoint ``step``'s layout in S3 (read once), or None if it has no manifest."""
+        if step not in self.layouts:
+            found = self.store.layout(step)
+            if found is None:
+                return None
+            self.layouts[step] = found
+        return self.layouts[step]
+
+    def newest_numbered(self, steps: Iterable[int]) -> Optional[int]:
+        """The newest of ``steps`` (durable checkpoints) that the script numbered: no flat one. A script that writes
+        step folders numbers its checkpoints itself; the flat ones the agent numbered 1, 2, 3 ... before its first
+        step folder (other files it keeps in the directory) are not of that numbering, and must not hide a step."""
+        return max((s for s in steps if self.layout_of(s) != "flat"), default=None)
+
     def pending(self) -> Optional[str]:
         """What this node's checkpoint directory holds that is not durable in S3 yet (described), or None."""
         steps = self.local_steps()
         if steps:
-            newest = self.store.newest_complete()
+            newest = self.newest_numbered(self.store.complete_steps())
             return f"checkpoint {steps[-1]}" if newest is None or steps[-1] > newest else None
         files = self._flat_files()
         fingerprint = self.flat_fingerprint(files) if files else None
@@ -1077,6 +1112,15 @@ class Syncer:
         self._write_state()
         self.store.prune(self.keep)
 
+    def _drop_flat_above(self, step: int) -> None:
+        """Delete the flat checkpoints numbered above ``step``, just uploaded as the script numbers it: a restore
+        takes the highest number, and would take them (files the script kept in the directory before its first
+        step folder) over the script's checkpoint; pruning would delete that checkpoint to keep them."""
+        for flat in sorted(s for s in self.uploaded if s > step and self.layout_of(s) == "flat"):
+            self.store.drop(flat)
+            self.uploaded.discard(flat)
+            self.log(f"flat checkpoint {flat} deleted: the script numbers its checkpoints (step folder {step})")
+
     def _sync(self, final: bool) -> None:
         steps = self.local_steps()
         if steps:
@@ -1097,7 +1141,10 @@ class Syncer:
             )
             self.step_seen = (newest, seen)
             saved_again = self.step_uploaded.get(newest, seen) != seen
-            new = saved_again or (newest not in self.uploaded and (self.newest is None or newest > self.newest))
+            # its number taken by a flat checkpoint (the script's other files, before its first step folder)
+            over_flat = newest in self.uploaded and self.layout_of(newest) == "flat"
+            numbered = self.newest_numbered(self.uploaded)
+            new = saved_again or over_flat or (newest not in self.uploaded and (numbered is None or newest > numbered))
             if new and final and self.trainer_cut_off and not (stable and files):
                 # Maybe cut off mid-write: not a checkpoint, not even this node's own resume point.
                 self.log(
@@ -1108,11 +1155,15 @@ class Syncer:
                 return
             if new and stable and files:
                 again = " again: saved anew since its upload" if saved_again else ""
+                again = f" in place of flat checkpoint {newest}" if over_flat and not saved_again else again
                 self.log(f"uploading checkpoint {newest} ({len(files)} file(s)){again}")
+                replace = saved_again or over_flat
                 seconds = self.store.upload(
-                    newest, files, "step", lambda: self.flat_fingerprint(files) == seen, replace=saved_again
+                    newest, files, "step", lambda: self.flat_fingerprint(files) == seen, replace=replace
                 )
                 self.step_uploaded[newest] = seen
+                self.layouts[newest] = "step"
+                self._drop_flat_above(newest)
                 self._record(newest, seconds)
             for old in steps[:-1]:  # the newest local one stays for a restart on this node
                 if self.newest is not None and old < self.newest:
@@ -1135,9 +1186,9 @@ class Syncer:
             # the attempt, after another node's uploads; a step without a manifest may be another's upload under way.
             step = max([*self.store.listing(), self.newest or 0]) + 1
             # The trainer may rewrite a file while it uploads (s3transfer and the hashing each read it by name).
-            self._record(
-                step, self.store.upload(step, files, "flat", lambda: self.flat_fingerprint(files) == fingerprint)
-            )
+            seconds = self.store.upload(step, files, "flat", lambda: self.flat_fingerprint(files) == fingerprint)
+            self.layouts[step] = "flat"
+            self._record(step, seconds)
             self.flat_uploaded = fingerprint
             interval = self.job.checkpoint_interval_s or young_daly_s(self.last_upload_s, self.job.mtbi_s)
             self.flat_due = time.monotonic() + interval

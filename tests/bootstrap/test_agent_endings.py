@@ -880,3 +880,34 @@ def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
     assert (cluster.desired_capacity(), cluster.instances()) == (0, [])
     client = client_factory(REGION)
     assert jobs.job_state(client, jobs.find_cluster(client, TEAM, cluster.name), "short-run") == "STOPPED"
+
+
+def test_step_folders_are_uploaded_though_flat_checkpoints_took_their_numbers_first(aws: Any, tmp_path: Path) -> None:
+    """A script keeps a file in the checkpoint directory (a config dump, rewritten as it goes) before writing its
+    first step folder. The agent uploaded that file as flat checkpoints 1, 2, 3. Before, step folder 2 was never
+    uploaded (2 was "durable" already, and below 3), nothing was pending on a notice, and every restore took flat
+    checkpoint 3: the config, no weights. Now the step goes up in place of flat 2, and flat 3 is deleted."""
+    store, syncer, log = flat_syncer(aws, tmp_path, 0.001)
+    config = tmp_path / "config.json"
+    for version in (1, 2, 3):
+        config.write_text(f'{{"version": {version}}}')
+        syncer.sync()  # seen
+        time.sleep(0.01)  # the interval passed
+        assert syncer.sync() == version  # unchanged since: uploaded as the next flat checkpoint
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "model.pt").write_text("weights at step 2")
+    assert syncer.pending() == "checkpoint 2"
+    syncer.sync()  # seen
+    assert syncer.sync() == 2  # unchanged since: uploaded
+    assert store.complete_steps() == [2]  # flat 3 deleted (flat 1 was pruned when 3 came: 2 are kept)
+    assert syncer.pending() is None
+    assert "uploading checkpoint 2 (1 file(s)) in place of flat checkpoint 2" in log
+    out = tmp_path.parent / f"{tmp_path.name}-restored"
+    out.mkdir()
+    assert store.restore_newest(str(out)) == (2, "step")
+    assert (out / "2" / "model.pt").read_text() == "weights at step 2"
+    (tmp_path / "3").mkdir()
+    (tmp_path / "3" / "model.pt").write_text("weights at step 3")
+    syncer.sync()
+    assert syncer.sync() == 3
+    assert store.complete_steps() == [3, 2]

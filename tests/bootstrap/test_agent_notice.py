@@ -585,7 +585,7 @@ def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_text("not in S3 yet")
     agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
-    monkeypatch.setattr(agent.syncer.store, "newest_complete", raising("ListObjectsV2"))
+    monkeypatch.setattr(agent.syncer.store, "listing", raising("ListObjectsV2"))
     monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
     assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
     assert any(line.startswith("could not announce leaving:") and "SlowDown" in line for line in lines), lines
