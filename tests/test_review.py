@@ -461,3 +461,30 @@ def test_review_of_a_stack_over_cloudformation_s_resource_quota_is_one_line(
     path = oversized_team(tmp_path / "teams")
     code, out, err = _trainctl(capsys, "review", "--teams-dir", str(path.parent), "--out", str(tmp_path / "r.md"))
     assert (code, out, err) == (2, "", f"trainctl: error: {path}: {OVERSIZED.format(count=582)}\n")
+
+
+def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A construct change with an unacknowledged cdk-nag finding. Before, the error sent the reader to
+    ``<temporary folder>/validation-report.json``, a folder review had removed before the line was printed."""
+    from aws_cdk import aws_s3
+
+    import app as cdk_app
+
+    add_teams = cdk_app.add_teams
+
+    def with_a_naked_bucket(application: Any, teams: Any) -> Any:
+        stacks = add_teams(application, teams)
+        aws_s3.CfnBucket(stacks[0], "Naked")  # AwsSolutions-S1 and -S10, neither acknowledged
+        return stacks
+
+    monkeypatch.setattr(cdk_app, "add_teams", with_a_naked_bucket)
+    teams = tmp_path / "teams"
+    teams.mkdir()
+    (teams / "default.yaml").write_text(yaml.safe_dump({"clusters": [CLUSTER]}))
+    code, out, err = _trainctl(capsys, "review", "--teams-dir", str(teams))
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "trainctl: error: synth found cdk-nag or SpotTraining violations, listed above (`npx cdk synth` lists them too)"
+    )

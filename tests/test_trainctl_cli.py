@@ -404,6 +404,12 @@ def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str
             "trainctl submit: error: argument --nodes: invalid int value: 'abc'; see trainctl submit --help",
         ),
         (
+            ["--team", "research", "status", "--cluster", "main"],
+            "trainctl: error: argument action: invalid choice: 'research' (choose from 'submit', 'status', 'logs', "
+            "'stop', 'list', 'cost', 'review'); --team goes after the command: trainctl status --team ...; see "
+            "trainctl --help",
+        ),
+        (
             ["status", "--cluster", "main", "job-1", "--region", "us-east-1"],
             "trainctl: error: unrecognized arguments: --region us-east-1; --region goes before the command: trainctl "
             "--region ... status ...; see trainctl --help",
@@ -416,3 +422,16 @@ def test_a_usage_mistake_is_one_line(capsys: pytest.CaptureFixture[str], argv: l
         trainctl_main(argv)
     assert exit_.value.code == 2
     assert capsys.readouterr().err == message + "\n"
+
+
+def test_the_time_left_counts_down_between_checkpoints() -> None:
+    """Checkpoints at steps 400 and 700, 1800 s apart, the newest 1500 s ago, 1000 steps planned: 1800 s were left
+    at the newest, 300 s are left now. Before, status showed 1800 s until the next checkpoint, whatever the time."""
+    now = 1_000_000.0
+    done = [
+        jobs.Checkpoint(step=400, size_bytes=1, files=1, manifest_time=now - 3300),
+        jobs.Checkpoint(step=700, size_bytes=1, files=1, manifest_time=now - 1500),
+    ]
+    assert jobs.eta_s(done, 1000, [now - 4000], now) == 300
+    assert jobs.eta_s(done, 1000, [now - 4000], now + 600) == 0  # overdue: no time left, never negative
+    assert jobs.eta_s(done, 1000, [now - 2000], now) is None  # one checkpoint since the last boot: no pace

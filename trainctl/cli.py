@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, ClassVar, NoReturn, Optional
 
 import boto3
 from boto3.exceptions import Boto3Error
@@ -145,7 +146,7 @@ def status(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dic
     planned = jobs.planned_steps(client, ref, job_id)
     eta_s = None
     if state == "RUNNING" and planned:  # the pace of the current run (no restart between its checkpoints)
-        eta_s = jobs.eta_s(checkpoints, planned, jobs.run_starts(client, ref, job_id))
+        eta_s = jobs.eta_s(checkpoints, planned, jobs.run_starts(client, ref, job_id), time.time())
     return {
         "job_id": job_id,
         "team": ref.team,
@@ -307,6 +308,12 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line with where to look (argparse prints the whole usage first).
     Subcommands' parsers are of this class too (argparse makes them of their parent's)."""
 
+    argv: ClassVar[list[str]] = []  # what the top-level parser was given, for the hints below
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        Parser.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         unrecognized = message.split()[2:] if message.startswith("unrecognized arguments:") else []
         misplaced = [option for option in ("--region", "--json") if option in unrecognized]
@@ -316,6 +323,13 @@ class Parser(argparse.ArgumentParser):
             if misplaced
             else ""
         )
+        # `trainctl --team T status ...`: argparse takes T for the command
+        chosen = re.match(r"argument action: invalid choice: '([^']*)'", message)
+        before = Parser.argv[: Parser.argv.index(chosen.group(1))] if chosen and chosen.group(1) in Parser.argv else []
+        early = [option for option in ("--team", "--cluster") if option in before]
+        if early:
+            verb = "go" if len(early) > 1 else "goes"
+            hint = f"; {' and '.join(early)} {verb} after the command: trainctl status {early[0]} ..."
         self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
 
 

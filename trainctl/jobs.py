@@ -624,10 +624,11 @@ def run_starts(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[floa
     )
 
 
-def eta_s(done: list[Checkpoint], planned: int, starts: list[float]) -> Optional[int]:
-    """Seconds left to ``planned`` steps at the pace of the current run: its checkpoints made durable after the
-    last node boot, training attempt or leaving (``starts``), first to last; None with fewer than two. A pace
-    across a restart would count the restart (the boot, the restore) as training time."""
+def eta_s(done: list[Checkpoint], planned: int, starts: list[float], now: float) -> Optional[int]:
+    """Seconds left, as of ``now``, to ``planned`` steps at the pace of the current run: its checkpoints made
+    durable after the last node boot, training attempt or leaving (``starts``), first to last; None with fewer than
+    two. A pace across a restart would count the restart (the boot, the restore) as training time. Training went on
+    since the last checkpoint: its age is taken off (at least 0)."""
     since = max(starts, default=float("-inf"))
     run = [c for c in done if c.manifest_time > since]  # S3 times are to the second: a tie is left out
     if len(run) < 2 or any(c.layout == "flat" for c in run):  # a flat checkpoint's number is no training step
@@ -635,7 +636,8 @@ def eta_s(done: list[Checkpoint], planned: int, starts: list[float]) -> Optional
     first, last = run[0], run[-1]
     if last.step <= first.step or last.manifest_time <= first.manifest_time:
         return None
-    return round(max(planned - last.step, 0) * (last.manifest_time - first.manifest_time) / (last.step - first.step))
+    at_last = max(planned - last.step, 0) * (last.manifest_time - first.manifest_time) / (last.step - first.step)
+    return round(max(at_last - max(now - last.manifest_time, 0.0), 0.0))
 
 
 def node_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, str]]:

@@ -64,8 +64,8 @@ def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
             raise ReviewError(too_many) from None
         if "ValidationFailed" not in str(exc):
             raise
-        raise ReviewError(
-            f"synth found cdk-nag or SpotTraining violations: see {outdir}/validation-report.json, or `npx cdk synth`"
+        raise ReviewError(  # not the report file: without --assembly, the folder is removed before this is read
+            "synth found cdk-nag or SpotTraining violations, listed above (`npx cdk synth` lists them too)"
         ) from None
     return outdir
 
