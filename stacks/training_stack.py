@@ -105,8 +105,8 @@ class TrainingStack(Stack):
 
         self.budget = None
         if config.budget is not None:
-            # Imported here: aws_budgets, aws_events and aws_lambda cost every synth an import only teams with a
-            # budget need.
+            # Imported here: aws_budgets and aws_lambda cost every synth an import only teams with a budget need
+            # (aws_events comes with aws_s3 anyway).
             from training_constructs.team_budget import TeamBudget
 
             self.budget = TeamBudget(
