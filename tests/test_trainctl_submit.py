@@ -461,6 +461,37 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
     assert keys == [f"{CLUSTER}/code/run-0.tar.gz", f"{CLUSTER}/code/winner.tar.gz"]
 
 
+def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retried CI step submits job "same" twice at once; both pass the job-id check before either writes. Before,
+    the loser's clean-up deleted the code archive under the shared key: the winner's nodes booted, billed, into a
+    job without code, and status said the job did not exist."""
+    client = client_factory("us-east-1")
+    ref = jobs.find_cluster(client, TEAM, CLUSTER)
+    real, raced = jobs.upload, list[str]()
+
+    def other_submit_meanwhile(*args: Any, **kwargs: Any) -> None:  # the loser's upload: the winner is done first
+        if not raced:
+            raced.append("racing")  # the winner's own upload goes straight through
+            raced[0] = jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="same")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(jobs, "upload", other_submit_meanwhile)
+    rc, err = submit(capsys, tmp_path, "--job-id", "same")
+    assert raced == ["same"]
+    assert (rc, err) == (
+        2,
+        f"trainctl: error: another submit of job same to {TEAM}/{CLUSTER} got there first; its objects are left as "
+        f"they are (the code archive in S3 is whichever upload came last) (trainctl status --team {TEAM} --cluster "
+        f"{CLUSTER})\n",
+    )
+    assert current_job()["job_id"] == "same"
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert keys == [f"{CLUSTER}/code/same.tar.gz"]
+    assert state()["desired"] == 1
+
+
 def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_first_stays(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

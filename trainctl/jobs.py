@@ -64,6 +64,24 @@ class JobError(Exception):
     """A one-line reason (unknown team/cluster/job, bad code directory)."""
 
 
+class Beaten(JobError):
+    """Another submit wrote the current-job parameter first: ``winner`` is its job id (None: none)."""
+
+    def __init__(self, ref: ClusterRef, job_id: str, winner_value: Optional[str]) -> None:
+        self.winner = None if winner_value is None else job_id_in(ref, winner_value)
+        if self.winner == job_id:  # the same job id: the objects under its prefix are the winner's as well
+            why = (
+                f"another submit of job {job_id} to {ref.team}/{ref.cluster} got there first; its objects are left "
+                f"as they are (the code archive in S3 is whichever upload came last)"
+            )
+        else:
+            why = (
+                f"another submit to {ref.team}/{ref.cluster} got there first: job {self.winner or 'none'}; nothing "
+                f"of this one ({job_id}) was kept"
+            )
+        super().__init__(f"{why} (trainctl status --team {ref.team} --cluster {ref.cluster})")
+
+
 @dataclass(frozen=True)
 class ClusterRef:
     team: str
@@ -288,14 +306,17 @@ def submit(
             upload(client("s3"), archive, ref.bucket, code_key)
             now = read_current_job(client, ref)  # the copies and the upload take time: another submit may be done
             if now.version != before.version:
-                raise JobError(beaten(ref, job_id, now.value))
+                raise Beaten(ref, job_id, now.value)
             mine = set_current_job(client, ref, json.dumps(job))
             if mine != before.version + 1:  # SSM has no conditional put: its versions order the writes
-                raise JobError(beaten(ref, job_id, parameter_version(client, ref, before.version + 1)))
+                raise Beaten(ref, job_id, parameter_version(client, ref, before.version + 1))
             suspend_az_rebalance(client, ref, report)
             client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
-        except BaseException:  # all or nothing: what is left would be billed, would block the job id or start nodes
-            take_back(client, ref, mine, written, report)
+        except (
+            BaseException
+        ) as exc:  # all or nothing: what is left would be billed, would block the job id or start nodes
+            same_job = isinstance(exc, Beaten) and exc.winner == job_id  # its keys are the winner's too: kept
+            take_back(client, ref, mine, [] if same_job else written, report)
             raise
     if lowered:
         report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
@@ -427,15 +448,6 @@ def suspend_az_rebalance(client: ClientFactory, ref: ClusterRef, report: Callabl
             f"could not suspend AZRebalance on {ref.group} ({code}): across several zones Auto Scaling may end a node "
             "to even them out, with no spot notice; allow autoscaling:SuspendProcesses on the group"
         )
-
-
-def beaten(ref: ClusterRef, job_id: str, winner: Optional[str]) -> str:
-    """Why a submit that another one beat to the current-job parameter is refused."""
-    job = "none" if winner is None else job_id_in(ref, winner)
-    return (
-        f"another submit to {ref.team}/{ref.cluster} got there first: job {job}; nothing of this one ({job_id}) was "
-        f"kept (trainctl status --team {ref.team} --cluster {ref.cluster})"
-    )
 
 
 def take_back(
