@@ -79,6 +79,26 @@ class Restored:
         return f"Restored(step={self.step}, extra={self.extra!r})"
 
 
+def _sharded(model: Any) -> Optional[str]:
+    """What makes ``model``'s state sharded across ranks (FSDP, FSDP2's ``fully_shard``, tensor parallelism), said
+    for the error; None for a replicated one."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # pragma: no cover - a torch built without distributed
+        return None
+    if isinstance(model, FullyShardedDataParallel):
+        return "the model is wrapped in FullyShardedDataParallel"
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch before 2.4 (no DTensor in torch.distributed.tensor)
+        return None
+    wrapped = getattr(model, "module", model)
+    for name, tensor in [*wrapped.named_parameters(), *wrapped.named_buffers()]:
+        if isinstance(tensor, DTensor):
+            return f"its parameter {name} is a DTensor (fully_shard, tensor parallelism)"
+    return None
+
+
 def _to_cpu(obj: Any) -> Any:
     """A deep copy with every tensor cloned to CPU, so later in-place updates cannot leak into a pending save."""
     if isinstance(obj, torch.Tensor):
@@ -127,6 +147,13 @@ class Checkpointer:
         wait_for_upload: Optional[bool] = None,
         handle_sigterm: bool = True,
     ) -> None:
+        sharded = _sharded(model)
+        if sharded is not None:
+            raise ValueError(
+                f"Checkpointer saves rank 0's copy of the state and loads it on every rank; {sharded}, so each rank "
+                "holds a shard and the others' would be lost. It supports one process and DistributedDataParallel; "
+                "save a sharded model with torch.distributed.checkpoint (see the README's checkpoint layouts)"
+            )
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         self.optimizer, self.scheduler = optimizer, scheduler
         self.directory = directory or os.environ.get("SPOT_TRAINING_CHECKPOINT_DIR") or "checkpoints"

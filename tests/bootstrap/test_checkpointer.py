@@ -391,3 +391,28 @@ def test_the_agent_removes_what_killed_writers_and_restores_left_before_an_attem
     (tmp_path / "model.bin").write_bytes(b"flat")
     node_agent.remove_partial_writes(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".spot-training", "6", "model.bin"]
+
+
+def test_a_sharded_model_is_refused_in_one_line_not_saved_as_rank_0s_shard(tmp_path: Path) -> None:
+    """FSDP2 (``fully_shard``) makes every parameter a DTensor, each rank holding a shard. Before, the helper saved
+    rank 0's shard as the whole model and loaded it on every rank: training resumed from wrong weights, and nothing
+    said so. One process group of one rank (an in-memory store: no sockets) is enough to shard."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        with pytest.raises(ValueError) as refused:
+            Checkpointer(model, directory=str(tmp_path), handle_sigterm=False)
+    finally:
+        dist.destroy_process_group()
+    assert str(refused.value) == (
+        "Checkpointer saves rank 0's copy of the state and loads it on every rank; its parameter 0.weight is a "
+        "DTensor (fully_shard, tensor parallelism), so each rank holds a shard and the others' would be lost. It "
+        "supports one process and DistributedDataParallel; save a sharded model with torch.distributed.checkpoint "
+        "(see the README's checkpoint layouts)"
+    )
+    assert list(tmp_path.iterdir()) == []
