@@ -158,6 +158,8 @@ def _describe(error: Any) -> str:
         return f"{msg}, got nothing (null, or a key with no value); {fix}"
     if kind == "too_short":
         return f"{msg} (got {_show(value)}); add at least {error['ctx']['min_length']}"
+    if kind == "too_long" and key == "instance_types":  # the one list with a service's limit
+        return f"{msg}: an Auto Scaling group takes at most {error['ctx']['max_length']}; remove the rest"
     if kind == "list_type":
         what = "a list of clusters" if key == "clusters" else "a list"
         got = "a mapping" if isinstance(value, dict) else _show(value)

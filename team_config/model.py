@@ -501,7 +501,9 @@ class JobConfig(Strict):
 
 class ClusterConfig(Strict):
     name: Name
-    instance_types: list[InstanceType] = Field(min_length=1, description="Candidate types, one CPU architecture.")
+    instance_types: list[InstanceType] = Field(
+        min_length=1, max_length=40, description="Candidate types, one CPU architecture (Auto Scaling takes 40)."
+    )
     min_nodes: int = Field(1, ge=1, description="Fewest nodes training continues with (torchrun --nnodes MIN:MAX).")
     desired_nodes: int = Field(1, ge=1, description="Nodes a job asks for by default.")
     max_nodes: int = Field(ge=1, le=1000, description="Upper bound of the Auto Scaling group.")

@@ -22,6 +22,13 @@ from team_config.instance_types import (
 )
 
 GOOD_CLUSTER = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
+# 41 x86 types sold as spot, without GPUs, that a cluster placement group takes: one more than Auto Scaling takes
+FORTY_ONE_TYPES = [
+    f"{family}.{size}"
+    for family in ("c6i", "m6i", "m5", "r5", "c5")
+    for size in ("large", "xlarge", "2xlarge", "4xlarge", "12xlarge", "16xlarge", "24xlarge", "metal", "8xlarge")
+    if (family, size) not in (("c5", "16xlarge"), ("c5", "8xlarge"))
+][:41]
 
 
 def write(tmp_path: Path, doc: object, name: str = "team-a.yaml") -> Path:
@@ -243,6 +250,12 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             {"clusters": []},
             "clusters: List should have at least 1 item after validation, not 0 (got []); add at least 1",
             id="no-clusters",
+        ),
+        pytest.param(  # before: accepted, and CloudFormation refused the group at deploy
+            cluster(instance_types=FORTY_ONE_TYPES),
+            "clusters[0].instance_types: List should have at most 40 items after validation, not 41: an Auto Scaling "
+            "group takes at most 40; remove the rest",
+            id="too-many-types",
         ),
         pytest.param(  # before: accepted; the drill would find no spot instance to interrupt
             cluster(interruption_drill={}, on_demand_percentage_above_base=100),
