@@ -195,12 +195,40 @@ def _line(error: Any) -> str:
     return f"{field + ': ' if field else ''}{_describe(error)}"
 
 
+LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")  # YAML 1.1: octal when the digits are 0-7, else text
+OTHER_BASE = re.compile(r"[-+]?0[xXbB][0-9a-fA-F_]+")
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML keeps the last of two equal keys in a mapping; a team file with ``clusters:`` twice would silently
     drop the first list (and, deployed, delete those clusters). This loader refuses the second key instead (a
     ``ConfigError``; trainctl's price files are read with it too).
     A merge key (``<<: *defaults``) is not a key of the mapping: the keys written next to it override the merged
     ones, as YAML intends."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An int, but YAML 1.1's octal, hexadecimal and binary ones are refused: ``0200`` would be 128."""
+        value = int(super().construct_yaml_int(node))
+        if LEADING_ZERO.fullmatch(node.value):
+            fix = node.value.replace("_", "").lstrip("+-").lstrip("0") or "0"
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}: {node.value} is octal to YAML ({value}); write {fix} without the "
+                f"leading 0 (or {value})"
+            )
+        if OTHER_BASE.fullmatch(node.value):
+            base = "hexadecimal" if "x" in node.value.lower() else "binary"
+            raise ConfigError(f"line {node.start_mark.line + 1}: {node.value} is {base} to YAML; write {value}")
+        return value
+
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        """Text, but a plain (unquoted) number with a leading 0 that is no octal (``029400``) is refused: YAML read
+        it as text, and the model would call it a number in quotes."""
+        if node.style is None and LEADING_ZERO.fullmatch(node.value):
+            fix = node.value.replace("_", "").lstrip("+-").lstrip("0") or "0"
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}: {node.value} has a leading 0, so YAML reads it as text; write {fix}"
+            )
+        return str(super().construct_yaml_str(node))
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -221,6 +249,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:str", UniqueKeyLoader.construct_yaml_str)
 
 
 def load_team(path: Path) -> Team:

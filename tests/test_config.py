@@ -358,6 +358,23 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         pytest.param({"clusters": []}, "clusters: List should have at least 1 item", id="no-clusters"),
         pytest.param(cluster(max_nodes=None), "clusters[0].max_nodes: Input should be a valid integer", id="max-null"),
         pytest.param("clusters: [\n  - name: main\n", "not valid YAML at line", id="yaml-syntax"),
+        pytest.param(  # before: loaded as 128 GiB, without a word
+            "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n"
+            "    root_volume_size_gib: 0200\n",
+            "team-a.yaml: line 5: 0200 is octal to YAML (128); write 200 without the leading 0 (or 128)",
+            id="octal",
+        ),
+        pytest.param(  # before: "a number in quotes; remove the quotes", though it had none
+            "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n"
+            "    job:\n      rendezvous_port: 029400\n",
+            "team-a.yaml: line 6: 029400 has a leading 0, so YAML reads it as text; write 29400",
+            id="leading-zero",
+        ),
+        pytest.param(
+            "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 0x10\n",
+            "team-a.yaml: line 4: 0x10 is hexadecimal to YAML; write 16",
+            id="hexadecimal",
+        ),
         pytest.param(
             "- just\n- a list\n", "expected a mapping of keys (clusters:, network:, ...), got list", id="not-a-mapping"
         ),
