@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,8 @@ def _number_hint(value: str) -> Optional[str]:
         return None
     if not number.is_finite():
         return None
+    if not math.isfinite(float(number)):  # 1e400: no float holds it, and 400 digits are no fix
+        return f"got {value!r}, too large to be a number here; write a smaller one"
     plain = format(number, "f")
     if re.fullmatch(r"\s*[-+]?\d+(\.\d+)?\s*", value):
         return f"got {value!r}, a number in quotes; remove the quotes: {plain}"

@@ -111,7 +111,7 @@ def instance_architecture(instance_type: str) -> str:
     family = instance_type.split(".", 1)[0]
     if family == "a1":
         return "arm64"
-    match = re.match(r"^[a-z-]+?\d+([a-z-]*)$", family)
+    match = re.match(r"^[a-z-]+?\d+([a-z0-9-]*)$", family)  # p6e-gb200: Grace (arm64), after the generation
     if match and "g" in match.group(1):
         return "arm64"
     return "x86_64"

@@ -370,6 +370,13 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "team-a.yaml: line 6: 029400 has a leading 0, so YAML reads it as text; write 29400",
             id="leading-zero",
         ),
+        pytest.param(  # before: "write 1000...000", 401 digits on one line
+            "budget:\n  usd_per_month: 1e400\n  notify: [a@example.com]\n"
+            "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n",
+            "team-a.yaml: budget.usd_per_month: Input should be a valid number, got '1e400', too large to be a number "
+            "here; write a smaller one",
+            id="number-too-large",
+        ),
         pytest.param(
             "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 0x10\n",
             "team-a.yaml: line 4: 0x10 is hexadecimal to YAML; write 16",
@@ -572,6 +579,10 @@ def test_every_bad_file_is_reported_not_just_the_first(tmp_path: Path) -> None:
         ("im4gn.large", "arm64"),
         ("x2gd.large", "arm64"),
         ("trn1n.32xlarge", "x86_64"),
+        ("p6e-gb200.36xlarge", "arm64"),  # no facts in moto: by its name (before, x86_64)
+        ("u-12tb1.metal", "x86_64"),
+        ("u7ib-12tb.224xlarge", "x86_64"),
+        ("g4ad.xlarge", "x86_64"),
     ],
 )
 def test_instance_architecture(instance_type: str, arch: str) -> None:
