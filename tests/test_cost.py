@@ -389,3 +389,20 @@ def test_a_termination_in_progress_is_billed_until_now() -> None:
     autoscaling = SimpleNamespace(get_paginator=lambda name: paginator)
     times = cost._activities(lambda service: autoscaling, GROUP)
     assert times == {"i-0123456789abcdef0": {"launch": launched}}  # no end: the node is billed until now
+
+
+def test_a_node_with_nothing_left_to_time_it_is_named_not_a_silent_zero(
+    aws: tuple[jobs.ClusterRef, dict[str, Any]],
+) -> None:
+    """A job older than the log group's retention and Auto Scaling's six weeks of activities: its node has a boot
+    marker and nothing else. Before, it cost 0 hours, timed by "node logs", and nothing said so."""
+    ref, instance = aws
+    boto3.client("logs").delete_log_group(logGroupName="/g")  # retention ran out
+    boto3.client("logs").create_log_group(logGroupName="/g")
+    info = job_cost(_client, ref, JOB, load_prices())
+    [node] = info["nodes"]
+    assert node["hours"] == 0
+    assert (
+        f"instance {instance['InstanceId']} of job {JOB}: no Auto Scaling activity (kept six weeks) and no log line "
+        "(kept for the log group's retention) is left to time it: its hours are not counted"
+    ) in info["warnings"]

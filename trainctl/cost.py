@@ -36,6 +36,7 @@ _STEP = re.compile(r"\bstep (\d+) epoch \d+ loss|interrupted: checkpoint (\d+) s
 _RESUMED = re.compile(r"resume step: (\d+|none|unknown)")
 ACTIVITY_PAGES = 50  # bounded: 50 pages of 100 activities
 NODE_FACTS = ("instance_type", "lifecycle", "availability_zone")  # what a node's price needs (boot marker or EC2)
+SPOT_HISTORY_S = 90 * 86400  # DescribeSpotPriceHistory: the last 90 days
 
 
 @dataclass
@@ -162,6 +163,11 @@ def node_costs(
             )
             end = now if instance in in_group else last_line.get(instance, start)
             timed_by = "EC2 launch time" if instance in silent else "node logs"
+            if instance not in in_group and instance not in last_line:
+                warnings.append(
+                    f"instance {instance} of job {job_id}: no Auto Scaling activity (kept six weeks) and no log line "
+                    "(kept for the log group's retention) is left to time it: its hours are not counted"
+                )
         market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
         itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
         on_demand = prices.on_demand_price(itype)
@@ -169,7 +175,10 @@ def node_costs(
             history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
             price = average_price(history, start, end)
             if price is None:
-                raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}")
+                kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
+                raise PriceError(
+                    f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}"
+                )
         else:
             price = on_demand
         nodes.append(NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand))
