@@ -176,9 +176,7 @@ def node_costs(
             price = average_price(history, start, end)
             if price is None:
                 kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
-                raise PriceError(
-                    f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}"
-                )
+                raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
         else:
             price = on_demand
         nodes.append(NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand))
