@@ -172,6 +172,25 @@ def test_ninth_node_falls_back_and_a_released_volume_is_claimable_again(
     assert set(free) == set(cloud["pool"])
 
 
+def test_a_pool_whose_volumes_are_all_in_another_zone_is_named(
+    endpoint: str, cloud: dict[str, list[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A team file that gives an existing subnet the wrong zone: the pool's volumes are made there, and the nodes
+    launch in the subnet's real zone. Before, each node logged only "no free warm volume", as if the pool were
+    merely busy, while every volume was billed for nothing."""
+    elsewhere = cloud["decoys"][2:]  # the pool's 2 volumes in us-east-1b
+    with caplog.at_level(logging.WARNING, logger="spot_training.warm_volume"):
+        assert claim(endpoint, elsewhere, cloud["instances"][0], 0) is None
+    assert (
+        f"warm pool {POOL} has its volumes in us-east-1b only, and this node runs in {AZ}: no node of the cluster "
+        "can attach one while they are billed; the zone the team file gives the cluster's subnet is not the subnet's"
+    ) in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spot_training.warm_volume"):  # a job spec listing none: no zone
+        assert claim(endpoint, [], cloud["instances"][0], 0) is None
+    assert "only, and this node runs in" not in caplog.text
+
+
 def test_a_claim_never_takes_a_volume_the_stack_no_longer_lists(endpoint: str, cloud: dict[str, list[str]]) -> None:
     """A volume of an earlier pool (the snapshot changed, or the stack was destroyed and deployed again) that
     CloudFormation retained: same tag, same AZ, available. Not in the job spec's list, so never claimed (IAM, which

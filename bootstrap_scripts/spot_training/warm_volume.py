@@ -127,7 +127,37 @@ def claim_volume(
         availability_zone,
         len(candidates),
     )
+    if not candidates:
+        elsewhere = _zones_elsewhere(
+            ec2, tag_key=tag_key, pool=pool, availability_zone=availability_zone, volume_ids=volume_ids
+        )
+        if elsewhere:
+            log.warning(
+                "warm pool %s has its volumes in %s only, and this node runs in %s: no node of the cluster can attach "
+                "one while they are billed; the zone the team file gives the cluster's subnet is not the subnet's",
+                pool,
+                ", ".join(elsewhere),
+                availability_zone,
+            )
     return None
+
+
+def _zones_elsewhere(
+    ec2, *, tag_key: str, pool: str, availability_zone: str, volume_ids: Optional[Sequence[str]]
+) -> List[str]:
+    """The zones of the pool's volumes when none is in ``availability_zone`` (a wrong zone in the team file), else
+    []; [] too when EC2 does not say."""
+    if volume_ids is not None and not volume_ids:
+        return []
+    by_id = [] if volume_ids is None else [{"Name": "volume-id", "Values": list(volume_ids)}]
+    try:
+        pages = ec2.get_paginator("describe_volumes").paginate(
+            Filters=[*by_id, {"Name": f"tag:{tag_key}", "Values": [pool]}]
+        )
+        zones = {v["AvailabilityZone"] for page in pages for v in page["Volumes"]}
+    except ClientError:
+        return []
+    return [] if not zones or availability_zone in zones else sorted(zones)
 
 
 def release_volume(
