@@ -137,7 +137,7 @@ def signal_workers_alone() -> None:
     processes (``num_workers`` > 0) are in that group, and torch's own SIGTERM handler there ends them; the
     training process then raised "DataLoader worker ... killed by signal: Terminated" at its next batch, before the
     checkpoint helper's ``step()`` could save, and everything since the last checkpoint was lost. Alone, the
-    training process saves and exits; its DataLoader shuts its workers down (or they see it gone)."""
+    training process saves and exits; then what is left in its group is killed (below)."""
     from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
 
     handler = subprocess_handler.SubprocessHandler
@@ -155,6 +155,26 @@ def signal_workers_alone() -> None:
                 f.close()
 
     handler.close = close  # type: ignore[method-assign]
+
+    # Once torch has closed the workers (saved and exited, or killed after the timeout), what they started is ended
+    # too, as the group signal did: a process a script started (an evaluation, a metrics server) would otherwise run
+    # on beside the next attempt's trainer, holding its GPU memory and ports.
+    from torch.distributed.elastic.multiprocessing import api
+
+    context = api.SubprocessContext
+    torch_close = context._close
+
+    def close_groups(self: Any, death_sig: Any, timeout: int = 30) -> None:
+        torch_close(self, death_sig, timeout)
+        for worker in getattr(self, "subprocess_handlers", {}).values():
+            pid = getattr(getattr(worker, "proc", None), "pid", None)
+            if pid is not None:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):  # nothing left in its group
+                    pass
+
+    context._close = close_groups  # type: ignore[method-assign]
 
 
 def main() -> None:

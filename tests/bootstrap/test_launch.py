@@ -63,7 +63,7 @@ def test_a_handler_without_the_internals_it_reads_leaves_torchs_own_behaviour(
 
 # A trainer whose batches come from DataLoader worker processes, as nearly every real script's do.
 DATALOADER_TRAINER = """
-import sys, time, torch
+import subprocess, sys, time, torch
 from torch.utils.data import DataLoader, Dataset
 from spot_training.checkpoint import EXIT_INTERRUPTED, Checkpointer
 
@@ -73,6 +73,8 @@ class Pairs(Dataset):
     def __getitem__(self, i):
         return torch.randn(8), torch.randn(1)
 
+helper = subprocess.Popen(["sleep", "600"])  # a process the script starts (an evaluation, a metrics server)
+print(f"helper {helper.pid}", flush=True)
 model = torch.nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 ckpt = Checkpointer(model, optimizer, interval_s=1e9)
@@ -95,7 +97,8 @@ for x, y in DataLoader(Pairs(), batch_size=4, num_workers=2):
 def test_a_stop_signal_reaches_the_training_process_alone_so_its_dataloader_survives_the_save(tmp_path: Path) -> None:
     """The agent SIGTERMs torchrun on a notice; torchrun signalled each worker's whole process group, so the
     DataLoader's worker processes died of it and the training process failed at its next batch ("DataLoader worker
-    ... killed by signal: Terminated") without its emergency checkpoint. Now it saves and exits 143."""
+    ... killed by signal: Terminated") without its emergency checkpoint. Now it saves and exits 143, and a process
+    the script started is ended once it has."""
     script = tmp_path / "train.py"
     script.write_text(DATALOADER_TRAINER)
     checkpoints = tmp_path / "checkpoints"
@@ -128,3 +131,15 @@ def test_a_stop_signal_reaches_the_training_process_alone_so_its_dataloader_surv
     saved = re.search(r"^saved step (\d+)$", text, re.MULTILINE)
     assert saved is not None and "killed by signal" not in text, text
     assert (checkpoints / saved.group(1)).is_dir()
+    started = re.search(r"^helper (\d+)$", text, re.MULTILINE)
+    assert started is not None
+    assert not running(int(started.group(1)))  # ended with its worker's group, as torch's group signal did
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no init has reaped yet does not)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
