@@ -647,10 +647,9 @@ class CheckpointStore:
             return None
         return str(manifest.get("layout", "step")) if isinstance(manifest, dict) else None
 
-    def drop(self, step: int) -> None:
-        """Delete checkpoint ``step``, its manifest first."""
-        listing = self.listing().get(step, {})
-        for rel in sorted(listing, key=lambda rel: rel != MANIFEST):
+    def drop(self, step: int, objects: Dict[str, int]) -> None:
+        """Delete checkpoint ``step`` (``objects``: its listing), its manifest first."""
+        for rel in sorted(objects, key=lambda rel: rel != MANIFEST):
             self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
 
     def upload(
@@ -1016,7 +1015,8 @@ class Syncer:
         return local_steps(self.dir)
 
     def _write_state(self) -> None:
-        write_sync_state(self.dir, self.newest, self.last_upload_s)
+        # the newest the script numbered: a checkpoint helper waiting for its step must not take a flat one for it
+        write_sync_state(self.dir, self.newest_numbered(self.uploaded), self.last_upload_s)
 
     def _flat_files(self) -> Dict[str, str]:
         """{relative name: path} of the flat checkpoint: every file under the directory but the helper's and the
@@ -1034,13 +1034,14 @@ class Syncer:
         return files
 
     def layout_of(self, step: int) -> Optional[str]:
-        """Checkpoint ``step``'s layout in S3 (read once), or None if it has no manifest."""
+        """Checkpoint ``step``'s layout in S3 (read once), or None if it has no manifest or S3 does not say now (read
+        again next time): an unknown one counts as the script's, as every checkpoint did before flat ones."""
         if step not in self.layouts:
-            found = self.store.layout(step)
-            if found is None:
+            try:
+                self.layouts[step] = self.store.layout(step) or ""  # "": no manifest (pruned): asked no more
+            except AWS_ERRORS:
                 return None
-            self.layouts[step] = found
-        return self.layouts[step]
+        return self.layouts[step] or None
 
     def newest_numbered(self, steps: Iterable[int]) -> Optional[int]:
         """The newest of ``steps`` (durable checkpoints) that the script numbered: no flat one. A script that writes
@@ -1115,11 +1116,17 @@ class Syncer:
     def _drop_flat_above(self, step: int) -> None:
         """Delete the flat checkpoints numbered above ``step``, just uploaded as the script numbers it: a restore
         takes the highest number, and would take them (files the script kept in the directory before its first
-        step folder) over the script's checkpoint; pruning would delete that checkpoint to keep them."""
-        for flat in sorted(s for s in self.uploaded if s > step and self.layout_of(s) == "flat"):
-            self.store.drop(flat)
+        step folder) over the script's checkpoint; pruning would delete that checkpoint to keep them. Only those
+        still in S3 (one listing): the ones pruned long ago are just forgotten."""
+        above = [s for s in self.uploaded if s > step and self.layout_of(s) == "flat"]
+        if not above:
+            return
+        listing = self.store.listing()
+        for flat in sorted(above):
+            if flat in listing:
+                self.store.drop(flat, listing[flat])
+                self.log(f"flat checkpoint {flat} deleted: the script numbers its checkpoints (step folder {step})")
             self.uploaded.discard(flat)
-            self.log(f"flat checkpoint {flat} deleted: the script numbers its checkpoints (step folder {step})")
 
     def _sync(self, final: bool) -> None:
         steps = self.local_steps()
@@ -1155,7 +1162,7 @@ class Syncer:
                 return
             if new and stable and files:
                 again = " again: saved anew since its upload" if saved_again else ""
-                again = f" in place of flat checkpoint {newest}" if over_flat and not saved_again else again
+                again = f" (flat checkpoint {newest} had its number)" if over_flat and not saved_again else again
                 self.log(f"uploading checkpoint {newest} ({len(files)} file(s)){again}")
                 replace = saved_again or over_flat
                 seconds = self.store.upload(

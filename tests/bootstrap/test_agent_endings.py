@@ -20,6 +20,7 @@ import node_agent
 import pytest
 from botocore.exceptions import ClientError
 from moto.autoscaling.models import FakeAutoScalingGroup
+from spot_training.sync_state import read_sync_state
 
 from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory
@@ -884,30 +885,38 @@ def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
 
 def test_step_folders_are_uploaded_though_flat_checkpoints_took_their_numbers_first(aws: Any, tmp_path: Path) -> None:
     """A script keeps a file in the checkpoint directory (a config dump, rewritten as it goes) before writing its
-    first step folder. The agent uploaded that file as flat checkpoints 1, 2, 3. Before, step folder 2 was never
-    uploaded (2 was "durable" already, and below 3), nothing was pending on a notice, and every restore took flat
-    checkpoint 3: the config, no weights. Now the step goes up in place of flat 2, and flat 3 is deleted."""
+    first step folder. The agent uploaded that file as flat checkpoints 1 to 4 (3 and 4 kept). Before, step folder
+    1 was never uploaded (1 was "durable" already, and below 4), nothing was pending on a notice, the checkpoint
+    helper read step 4 as durable, and every restore took flat checkpoint 4: the config, no weights. Now the step
+    goes up, the flat ones above it still in S3 are deleted (those pruned long ago are only forgotten)."""
     store, syncer, log = flat_syncer(aws, tmp_path, 0.001)
     config = tmp_path / "config.json"
-    for version in (1, 2, 3):
+    for version in (1, 2, 3, 4):
         config.write_text(f'{{"version": {version}}}')
         syncer.sync()  # seen
         time.sleep(0.01)  # the interval passed
         assert syncer.sync() == version  # unchanged since: uploaded as the next flat checkpoint
-    (tmp_path / "2").mkdir()
-    (tmp_path / "2" / "model.pt").write_text("weights at step 2")
-    assert syncer.pending() == "checkpoint 2"
+    assert store.complete_steps() == [4, 3]
+    assert read_sync_state(str(tmp_path))["last_uploaded_step"] is None  # no step of the script's is durable
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "model.pt").write_text("weights at step 1")
+    assert syncer.pending() == "checkpoint 1"
     syncer.sync()  # seen
-    assert syncer.sync() == 2  # unchanged since: uploaded
-    assert store.complete_steps() == [2]  # flat 3 deleted (flat 1 was pruned when 3 came: 2 are kept)
+    assert syncer.sync() == 1  # unchanged since: uploaded
+    assert store.complete_steps() == [1]
     assert syncer.pending() is None
-    assert "uploading checkpoint 2 (1 file(s)) in place of flat checkpoint 2" in log
+    assert read_sync_state(str(tmp_path))["last_uploaded_step"] == 1
+    assert "uploading checkpoint 1 (1 file(s)) (flat checkpoint 1 had its number)" in log
+    deleted = [line for line in log if "deleted: the script numbers its checkpoints" in line]
+    assert deleted == [
+        f"flat checkpoint {n} deleted: the script numbers its checkpoints (step folder 1)" for n in (3, 4)
+    ]  # not 2: pruned when 4 came
     out = tmp_path.parent / f"{tmp_path.name}-restored"
     out.mkdir()
-    assert store.restore_newest(str(out)) == (2, "step")
-    assert (out / "2" / "model.pt").read_text() == "weights at step 2"
-    (tmp_path / "3").mkdir()
-    (tmp_path / "3" / "model.pt").write_text("weights at step 3")
+    assert store.restore_newest(str(out)) == (1, "step")
+    assert (out / "1" / "model.pt").read_text() == "weights at step 1"
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "model.pt").write_text("weights at step 2")
     syncer.sync()
-    assert syncer.sync() == 3
-    assert store.complete_steps() == [3, 2]
+    assert syncer.sync() == 2
+    assert store.complete_steps() == [2, 1]
