@@ -86,14 +86,16 @@ def _sharded(model: Any) -> Optional[str]:
         from torch.distributed.fsdp import FullyShardedDataParallel
     except ImportError:  # pragma: no cover - a torch built without distributed
         return None
-    if isinstance(model, FullyShardedDataParallel):
-        return "the model is wrapped in FullyShardedDataParallel"
+    if not isinstance(model, torch.nn.Module):  # any object with state_dict(): nothing to look into
+        return None
+    for name, module in model.named_modules():  # the root, a wrapped submodule, torch.compile's original module
+        if isinstance(module, FullyShardedDataParallel):
+            return f"{name or 'the model'} is wrapped in FullyShardedDataParallel"
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch before 2.4 (no DTensor in torch.distributed.tensor)
         return None
-    wrapped = getattr(model, "module", model)
-    for name, tensor in [*wrapped.named_parameters(), *wrapped.named_buffers()]:
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         if isinstance(tensor, DTensor):
             return f"its parameter {name} is a DTensor (fully_shard, tensor parallelism)"
     return None
@@ -152,7 +154,8 @@ class Checkpointer:
             raise ValueError(
                 f"Checkpointer saves rank 0's copy of the state and loads it on every rank; {sharded}, so each rank "
                 "holds a shard and the others' would be lost. It supports one process and DistributedDataParallel; "
-                "save a sharded model with torch.distributed.checkpoint (see the README's checkpoint layouts)"
+                "save a sharded model with torch.distributed.checkpoint "
+                "(README: 'On the instance', the checkpoint helper)"
             )
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         self.optimizer, self.scheduler = optimizer, scheduler

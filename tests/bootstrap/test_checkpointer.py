@@ -413,6 +413,30 @@ def test_a_sharded_model_is_refused_in_one_line_not_saved_as_rank_0s_shard(tmp_p
         "Checkpointer saves rank 0's copy of the state and loads it on every rank; its parameter 0.weight is a "
         "DTensor (fully_shard, tensor parallelism), so each rank holds a shard and the others' would be lost. It "
         "supports one process and DistributedDataParallel; save a sharded model with torch.distributed.checkpoint "
-        "(see the README's checkpoint layouts)"
+        "(README: 'On the instance', the checkpoint helper)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fsdp_wrapping_anywhere_in_the_model_is_refused_and_an_object_with_a_state_dict_is_not() -> None:
+    """FSDP1 keeps FlatParameters, not DTensors: a wrapped submodule, or FSDP under torch.compile, passed the first
+    check, and rank 0's lone full-state-dict call (a collective) would hang the first save."""
+    import torch.distributed as dist
+    from spot_training.checkpoint import _sharded
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    class Duck:  # anything with state_dict/load_state_dict was a model before; it still is
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+    assert _sharded(Duck()) is None
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        nested = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+        assert _sharded(nested) is None
+        nested[0] = FullyShardedDataParallel(nested[0], device_id=torch.device("cpu"))
+        assert _sharded(nested) == "0 is wrapped in FullyShardedDataParallel"
+        compiled = torch.compile(FullyShardedDataParallel(torch.nn.Linear(4, 4), device_id=torch.device("cpu")))
+        assert _sharded(compiled) == "_orig_mod is wrapped in FullyShardedDataParallel"
+    finally:
+        dist.destroy_process_group()
