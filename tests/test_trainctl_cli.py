@@ -410,6 +410,12 @@ def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str
             "trainctl --help",
         ),
         (
+            ["--cluster", "main", "--team", "research", "stop", "job-1"],
+            "trainctl: error: argument action: invalid choice: 'main' (choose from 'submit', 'status', 'logs', "
+            "'stop', 'list', 'cost', 'review'); --team and --cluster go after the command: trainctl stop --team ...; "
+            "see trainctl --help",
+        ),
+        (
             ["status", "--cluster", "main", "job-1", "--region", "us-east-1"],
             "trainctl: error: unrecognized arguments: --region us-east-1; --region goes before the command: trainctl "
             "--region ... status ...; see trainctl --help",

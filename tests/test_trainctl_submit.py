@@ -482,9 +482,9 @@ def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
     assert raced == ["same"]
     assert (rc, err) == (
         2,
-        f"trainctl: error: another submit of job same to {TEAM}/{CLUSTER} got there first; its objects are left as "
-        f"they are (the code archive in S3 is whichever upload came last) (trainctl status --team {TEAM} --cluster "
-        f"{CLUSTER})\n",
+        f"trainctl: error: another submit of job same to {TEAM}/{CLUSTER} got there first; the objects under that id "
+        "are left as they are (the same keys as its: its code archive is whichever upload came last, and checkpoints "
+        f"this one copied with --resume-from stay) (trainctl status --team {TEAM} --cluster {CLUSTER})\n",
     )
     assert current_job()["job_id"] == "same"
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]

@@ -223,13 +223,7 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
     asked = jobs.object_time(client, ref, f"{prefix}STOP")
     if asked is None:  # not rewritten: the budget guard times an overdue stop from when S3 stored it
         s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOP", Body=json.dumps({"requested_at": time.time()}).encode())
-    # Launches the group has not made yet (no spot capacity) are cancelled: a node booting into a stopping job is
-    # billed for nothing, and the nodes that wait for it leave one by one, each lowering the count by one only.
-    live = sum(i["LifecycleState"].startswith(("Pending", "InService")) for i in members["Instances"])
-    cancelled = int(members["DesiredCapacity"]) - live
-    if cancelled > 0 and not force:
-        client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=live)
-    not_made = f"; {cancelled} launch(es) not made yet cancelled (group set to {live})" if cancelled > 0 else ""
+    not_made = "" if force else cancel_launches_not_made(client, ref)
     if force:
         client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=0)
         return (
@@ -243,6 +237,20 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
             f"checkpoint; if none answers, `trainctl stop --force` sets the group to 0 now){not_made}"
         )
     return f"job {job_id}: stop requested; the nodes save a final checkpoint, then the group goes to 0{not_made}"
+
+
+def cancel_launches_not_made(client: jobs.ClientFactory, ref: jobs.ClusterRef) -> str:
+    """Set a stopping job's group to the nodes it has when it wants more (no spot capacity for them): a node booting
+    into a stopping job is billed for nothing, and the nodes that wait for it leave one by one, each lowering the
+    count by one only. Read again just before (after the STOP write): an agent may have set 0 or left meanwhile;
+    the count is only ever lowered. What was done, for the message ("" if nothing)."""
+    members = jobs.group(client, ref)
+    live = sum(i["LifecycleState"].startswith(("Pending", "InService")) for i in members["Instances"])
+    cancelled = int(members["DesiredCapacity"]) - live
+    if cancelled <= 0:
+        return ""
+    client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=live)
+    return f"; {cancelled} launch(es) not made yet cancelled (group set to {live})"
 
 
 def print_logs(
@@ -324,12 +332,16 @@ class Parser(argparse.ArgumentParser):
             else ""
         )
         # `trainctl --team T status ...`: argparse takes T for the command
-        chosen = re.match(r"argument action: invalid choice: '([^']*)'", message)
-        before = Parser.argv[: Parser.argv.index(chosen.group(1))] if chosen and chosen.group(1) in Parser.argv else []
-        early = [option for option in ("--team", "--cluster") if option in before]
-        if early:
-            verb = "go" if len(early) > 1 else "goes"
-            hint = f"; {' and '.join(early)} {verb} after the command: trainctl status {early[0]} ..."
+        if message.startswith("argument action: invalid choice:"):
+            actions = re.findall(r"'([a-z]+)'", message.partition("choose from")[2])
+            command = next((a for a in Parser.argv if a in actions), None)
+            before = Parser.argv[: Parser.argv.index(command)] if command else Parser.argv
+            early = [option for option in ("--team", "--cluster") if option in before]
+            if early:
+                verb = "go" if len(early) > 1 else "goes"
+                hint = (
+                    f"; {' and '.join(early)} {verb} after the command: trainctl {command or 'status'} {early[0]} ..."
+                )
         self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
 
 

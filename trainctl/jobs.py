@@ -71,8 +71,9 @@ class Beaten(JobError):
         self.winner = None if winner_value is None else job_id_in(ref, winner_value)
         if self.winner == job_id:  # the same job id: the objects under its prefix are the winner's as well
             why = (
-                f"another submit of job {job_id} to {ref.team}/{ref.cluster} got there first; its objects are left "
-                f"as they are (the code archive in S3 is whichever upload came last)"
+                f"another submit of job {job_id} to {ref.team}/{ref.cluster} got there first; the objects under that "
+                "id are left as they are (the same keys as its: its code archive is whichever upload came last, and "
+                "checkpoints this one copied with --resume-from stay)"
             )
         else:
             why = (
@@ -315,7 +316,8 @@ def submit(
         except (
             BaseException
         ) as exc:  # all or nothing: what is left would be billed, would block the job id or start nodes
-            same_job = isinstance(exc, Beaten) and exc.winner == job_id  # its keys are the winner's too: kept
+            # The same job id won (a retried CI step: the same arguments): the keys written are the winner's too
+            same_job = isinstance(exc, Beaten) and exc.winner == job_id
             take_back(client, ref, mine, [] if same_job else written, report)
             raise
     if lowered:
