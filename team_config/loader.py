@@ -199,6 +199,14 @@ def _line(error: Any) -> str:
 
 
 LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")  # YAML 1.1: octal when the digits are 0-7, else text
+
+
+def _without_leading_zeros(text: str) -> str:
+    """``-010`` -> ``-10``: the number as meant, in decimal."""
+    sign = "-" if text.startswith("-") else ""
+    return sign + (text.replace("_", "").lstrip("+-").lstrip("0") or "0")
+
+
 OTHER_BASE = re.compile(r"[-+]?0[xXbB][0-9a-fA-F_]+")
 
 
@@ -209,11 +217,15 @@ class UniqueKeyLoader(yaml.SafeLoader):
     A merge key (``<<: *defaults``) is not a key of the mapping: the keys written next to it override the merged
     ones, as YAML intends."""
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.key_nodes: set[yaml.Node] = set()  # mapping keys: names, read as written
+
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """An int, but YAML 1.1's octal, hexadecimal and binary ones are refused: ``0200`` would be 128."""
         value = int(super().construct_yaml_int(node))
         if LEADING_ZERO.fullmatch(node.value):
-            fix = node.value.replace("_", "").lstrip("+-").lstrip("0") or "0"
+            fix = _without_leading_zeros(node.value)
             raise ConfigError(
                 f"line {node.start_mark.line + 1}: {node.value} is octal to YAML ({value}); write {fix} without the "
                 f"leading 0 (or {value})"
@@ -226,8 +238,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
     def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
         """Text, but a plain (unquoted) number with a leading 0 that is no octal (``029400``) is refused: YAML read
         it as text, and the model would call it a number in quotes."""
-        if node.style is None and LEADING_ZERO.fullmatch(node.value):
-            fix = node.value.replace("_", "").lstrip("+-").lstrip("0") or "0"
+        if node.style is None and LEADING_ZERO.fullmatch(node.value) and node not in self.key_nodes:
+            fix = _without_leading_zeros(node.value)
             raise ConfigError(
                 f"line {node.start_mark.line + 1}: {node.value} has a leading 0, so YAML reads it as text; write {fix}"
             )
@@ -245,6 +257,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
             # Every key of a team file is a name: read `123:` or `on:` as the text written (not 123 or True), so
             # that it is reported as an unknown key, with the allowed ones, like any other.
             key_node.tag = "tag:yaml.org,2002:str"
+            self.key_nodes.add(key_node)  # a name: 0100: is an unknown key, not a number with a leading 0
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise ConfigError(

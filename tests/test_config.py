@@ -382,6 +382,17 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "team-a.yaml: line 4: 0x10 is hexadecimal to YAML; write 16",
             id="hexadecimal",
         ),
+        pytest.param(  # a key is a name, even one with a leading 0: an unknown key, not a number's fix
+            "0100: 3\nclusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n",
+            "team-a.yaml: 0100: unknown key '0100'",
+            id="leading-zero-key",
+        ),
+        pytest.param(
+            "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n"
+            "    on_demand_base_capacity: -010\n",
+            "team-a.yaml: line 5: -010 is octal to YAML (-8); write -10 without the leading 0 (or -8)",
+            id="negative-octal",
+        ),
         pytest.param(
             "- just\n- a list\n", "expected a mapping of keys (clusters:, network:, ...), got list", id="not-a-mapping"
         ),
