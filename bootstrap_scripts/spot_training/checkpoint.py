@@ -218,6 +218,7 @@ class Checkpointer:
 
     def restore(self) -> Optional[Restored]:
         """Load the newest checkpoint any rank has (collective); None on a fresh start."""
+        started = time.monotonic()
         steps = self.local_steps()
         mine = steps[-1] if steps else -1
         found = self._gather(mine)
@@ -250,6 +251,9 @@ class Checkpointer:
             set_rng_state(rngs[self.rank])
         self.saved_step = target
         self.last_save = time.monotonic()
+        # Young/Daly's first cost: loading the state, until a save is measured. With none (0 s), the first save
+        # came at the first step, a write and upload of the state just restored, which is durable already.
+        self.last_cost_s = self.last_cost_s or self.last_save - started
         return Restored(state["step"], state.get("extra") or {})
 
     # -- saving

@@ -440,3 +440,20 @@ def test_fsdp_wrapping_anywhere_in_the_model_is_refused_and_an_object_with_a_sta
         assert _sharded(compiled) == "_orig_mod is wrapped in FullyShardedDataParallel"
     finally:
         dist.destroy_process_group()
+
+
+def test_a_restored_state_is_not_saved_again_at_the_first_step(tmp_path: Path) -> None:
+    """The Young/Daly interval with no measured cost was 0: a node that had just restored a checkpoint (already
+    durable in S3) wrote and uploaded the same state again at its first step. The restore's load time is now the
+    first cost estimate: the interval is above 0, and the first save waits for it."""
+    first = Checkpointer(torch.nn.Linear(2, 2), directory=str(tmp_path), interval_s=0.0, handle_sigterm=False)
+    assert first.step(5) is False  # saved: its interval is 0
+    first.close()
+    assert first.local_steps() == [5]
+    resumed = Checkpointer(torch.nn.Linear(2, 2), directory=str(tmp_path), handle_sigterm=False)  # Young/Daly
+    restored = resumed.restore()
+    assert restored is not None and restored.step == 5
+    assert resumed._interval() > 0
+    assert resumed.step(6) is False
+    resumed.close()
+    assert resumed.local_steps() == [5]  # no copy of the restored state at step 6
