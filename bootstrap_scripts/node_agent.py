@@ -924,9 +924,7 @@ class CheckpointStore:
         for step in sorted(listing):
             if step in keep_steps or step >= complete[0]:
                 continue
-            keys = sorted(listing[step], key=lambda rel: rel != MANIFEST)  # manifest first
-            for rel in keys:
-                self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
+            self.drop(step, listing[step])
 
 
 PARTIAL_WRITES = (".tmp-", ".restore-")  # the checkpoint helper's folder being written, a restore under way

@@ -213,8 +213,7 @@ def stop(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, force: b
     if state == "UNFINISHED":
         return f"job {job_id} is not running (UNFINISHED: no node runs it); nothing to stop"
     s3, prefix = client("s3"), ref.job_prefix(job_id)
-    members = jobs.group(client, ref)
-    if not members["Instances"]:
+    if not jobs.group(client, ref)["Instances"]:
         newest = jobs.checkpoints(client, ref, job_id)
         body = {"by": "trainctl stop", "last_checkpoint": newest[-1].step if newest else None, "time": time.time()}
         s3.put_object(Bucket=ref.bucket, Key=f"{prefix}STOPPED", Body=json.dumps(body).encode())
@@ -325,12 +324,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         unrecognized = message.split()[2:] if message.startswith("unrecognized arguments:") else []
         misplaced = [option for option in ("--region", "--json") if option in unrecognized]
-        verb = "go" if len(misplaced) > 1 else "goes"
-        hint = (
-            f"; {' and '.join(misplaced)} {verb} before the command: trainctl {misplaced[0]} ... status ..."
-            if misplaced
-            else ""
-        )
+        hint = _placed(misplaced, "before", f"trainctl {misplaced[0]} ... status ...") if misplaced else ""
         # `trainctl --team T status ...`: argparse takes T for the command
         if message.startswith("argument action: invalid choice:"):
             actions = re.findall(r"'([a-z]+)'", message.partition("choose from")[2])
@@ -338,11 +332,14 @@ class Parser(argparse.ArgumentParser):
             before = Parser.argv[: Parser.argv.index(command)] if command else Parser.argv
             early = [option for option in ("--team", "--cluster") if option in before]
             if early:
-                verb = "go" if len(early) > 1 else "goes"
-                hint = (
-                    f"; {' and '.join(early)} {verb} after the command: trainctl {command or 'status'} {early[0]} ..."
-                )
+                hint = _placed(early, "after", f"trainctl {command or 'status'} {early[0]} ...")
         self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
+
+
+def _placed(options: Sequence[str], where: str, example: str) -> str:
+    """The hint for options given on the wrong side of the command."""
+    verb = "go" if len(options) > 1 else "goes"
+    return f"; {' and '.join(options)} {verb} {where} the command: {example}"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -313,10 +313,9 @@ def submit(
                 raise Beaten(ref, job_id, parameter_version(client, ref, before.version + 1))
             suspend_az_rebalance(client, ref, report)
             client("autoscaling").set_desired_capacity(AutoScalingGroupName=ref.group, DesiredCapacity=nodes)
-        except (
-            BaseException
-        ) as exc:  # all or nothing: what is left would be billed, would block the job id or start nodes
-            # The same job id won (a retried CI step: the same arguments): the keys written are the winner's too
+        except BaseException as exc:
+            # All or nothing: what is left would be billed, would block the job id or start nodes. When the same job
+            # id won (a retried CI step: the same arguments), the keys written are the winner's too.
             same_job = isinstance(exc, Beaten) and exc.winner == job_id
             take_back(client, ref, mine, [] if same_job else written, report)
             raise

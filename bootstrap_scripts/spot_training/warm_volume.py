@@ -18,7 +18,7 @@ import random
 import shlex
 import subprocess
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from botocore.exceptions import ClientError
 
@@ -33,18 +33,24 @@ def free_volumes(
 ) -> List[str]:
     """The pool's available volumes in the AZ, of ``volume_ids`` (None: every volume with the pool's tag, for a job
     spec written before the stack listed them)."""
+    free = [{"Name": "availability-zone", "Values": [availability_zone]}, {"Name": "status", "Values": ["available"]}]
+    return sorted(
+        v["VolumeId"] for v in pool_volumes(ec2, tag_key=tag_key, pool=pool, volume_ids=volume_ids, more=free)
+    )
+
+
+def pool_volumes(
+    ec2, *, tag_key: str, pool: str, volume_ids: Optional[Sequence[str]], more: Sequence[Dict[str, Any]] = ()
+) -> List[Dict[str, Any]]:
+    """The pool's volumes (DescribeVolumes), of ``volume_ids`` (None: every volume with the pool's tag), that also
+    pass the filters ``more``."""
     if volume_ids is not None and not volume_ids:
         return []
     by_id = [] if volume_ids is None else [{"Name": "volume-id", "Values": list(volume_ids)}]
     pages = ec2.get_paginator("describe_volumes").paginate(
-        Filters=[
-            *by_id,
-            {"Name": f"tag:{tag_key}", "Values": [pool]},
-            {"Name": "availability-zone", "Values": [availability_zone]},
-            {"Name": "status", "Values": ["available"]},
-        ]
+        Filters=[*by_id, {"Name": f"tag:{tag_key}", "Values": [pool]}, *more]
     )
-    return sorted(v["VolumeId"] for page in pages for v in page["Volumes"])
+    return [v for page in pages for v in page["Volumes"]]
 
 
 def _attachment_state(ec2, volume_id: str, instance_id: str) -> Optional[str]:
@@ -147,14 +153,8 @@ def _zones_elsewhere(
 ) -> List[str]:
     """The zones of the pool's volumes when none is in ``availability_zone`` (a wrong zone in the team file), else
     []; [] too when EC2 does not say."""
-    if volume_ids is not None and not volume_ids:
-        return []
-    by_id = [] if volume_ids is None else [{"Name": "volume-id", "Values": list(volume_ids)}]
     try:
-        pages = ec2.get_paginator("describe_volumes").paginate(
-            Filters=[*by_id, {"Name": f"tag:{tag_key}", "Values": [pool]}]
-        )
-        zones = {v["AvailabilityZone"] for page in pages for v in page["Volumes"]}
+        zones = {v["AvailabilityZone"] for v in pool_volumes(ec2, tag_key=tag_key, pool=pool, volume_ids=volume_ids)}
     except ClientError:
         return []
     return [] if not zones or availability_zone in zones else sorted(zones)
