@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from team_config.instance_types import closest_instance_type
 from team_config.model import INSTANCE_TYPE_PATTERN, NAME_PATTERN, PATTERN_EXAMPLES, TeamConfig
+from team_config.resolve_snapshots import stale_snapshot_ids
 from team_config.text import not_utf8
 
 DEFAULT_TEAM = "default"
@@ -279,7 +280,8 @@ def load_team(path: Path) -> Team:
             "lowercase letters, digits and '-', starting with a letter, at most 32 characters"
         )
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -301,6 +303,9 @@ def load_team(path: Path) -> Team:
         config = TeamConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError("\n".join(f"{path}: {_line(error)}" for error in _one_per_typo(exc.errors()))) from None
+    stale = stale_snapshot_ids(text, path)
+    if stale:
+        raise ConfigError("\n".join(f"{path}: {line}" for line in stale))
     return Team(name=name, path=path, config=config)
 
 

@@ -7,6 +7,7 @@ plain data: no boto3, no CDK, so it loads in milliseconds and can be reused by t
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import posixpath
 import re
@@ -26,6 +27,7 @@ from pydantic_core import PydanticCustomError
 from bootstrap_scripts.spot_training.job_spec import (
     CHECKPOINT_INTERVAL_MIN_S,
     MTBI_MAX_S,
+    PARAMETER_MAX_BYTES,
     STALL_TIMEOUT_MAX_S,
     STALL_TIMEOUT_MIN_S,
     JobSpecError,
@@ -301,11 +303,17 @@ class InterruptionDrillConfig(Strict):
     notice_minutes: int = Field(2, ge=2, le=15, description="Minutes between the notice and the interruption.")
 
 
+def rebalancing_pool(max_nodes: int) -> int:
+    """A pool with a volume for every node and for each replacement capacity rebalancing launches before the node
+    it replaces lets its volume go: Auto Scaling may go above the group's maximum by 10% (at least 1) for those."""
+    return max_nodes + max(1, math.ceil(max_nodes / 10))
+
+
 class WarmPoolConfig(Strict):
     size: int = Field(
         ge=1,
         le=64,
-        description="Number of pre-warmed volumes; at least max_nodes (max_nodes + 1 for rebalancing's replacements).",
+        description="Number of pre-warmed volumes; at least max_nodes (+10%, at least 1, for rebalancing).",
     )
     snapshot_id: Optional[SnapshotId] = None
     ami_id: Optional[AmiId] = Field(None, description="AMI whose root snapshot the volumes copy (resolve it first).")
@@ -402,6 +410,17 @@ class BudgetConfig(Strict):
         return addresses
 
 
+# What job.command, job.python and job.checkpoint_dir may take of the job spec, an SSM parameter of at most
+# PARAMETER_MAX_BYTES: the rest at its longest (64 warm volume ids, 32-character names, the longest numbers) takes
+# about 2,600 bytes (tests/test_constructs.py synthesizes that job spec and checks the sum).
+JOB_SPEC_TEXT_BYTES = 1400
+
+
+def json_bytes(text: str) -> int:
+    """Bytes ``text`` takes inside a JSON document (UTF-8, escapes, without the quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode()) - 2
+
+
 class JobConfig(Strict):
     """Defaults for the job spec the boot script reads; a submitted job may override them."""
 
@@ -457,6 +476,17 @@ class JobConfig(Strict):
                 "the stall watchdog off"
             )
         return seconds
+
+    @model_validator(mode="after")
+    def _fits_the_job_spec(self) -> JobConfig:
+        used = sum(json_bytes(text) for text in (self.command, self.python, self.checkpoint_dir))
+        if used > JOB_SPEC_TEXT_BYTES:
+            raise ValueError(
+                f"command, python and checkpoint_dir take {used:,} bytes together, above the {JOB_SPEC_TEXT_BYTES:,} "
+                f"the job spec has room for (an SSM parameter of at most {PARAMETER_MAX_BYTES:,} bytes: the deploy "
+                "would fail); shorten the command (long arguments go in a file of your code)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _stall_timeout_above_the_interval(self) -> JobConfig:
@@ -574,8 +604,9 @@ class ClusterConfig(Strict):
         if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
             raise ValueError(
                 f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "
-                "set size to at least max_nodes so every node finds a warm volume (max_nodes + 1: also the "
-                "replacement capacity rebalancing launches before the node it replaces lets its volume go)"
+                f"set size to at least max_nodes so every node finds a warm volume (size: "
+                f"{rebalancing_pool(self.max_nodes)} also covers the replacements capacity rebalancing launches before "
+                "the nodes they replace let their volumes go: up to 10% of max_nodes, at least 1)"
             )
         pool_ami = self.warm_pool.ami_id if self.warm_pool is not None else None
         if pool_ami is not None and self.ami.ssm_parameter is not None:

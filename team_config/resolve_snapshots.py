@@ -4,11 +4,14 @@ Usage: ``.venv/bin/python -m team_config.resolve_snapshots teams/<team>.yaml [--
 
 Synth never calls AWS: this one-off helper does (with your credentials, in the region the team
 deploys to), and the result is committed with the team file, so reviewers see the snapshot id
-in the diff. Comments and layout of the file are kept: a ``snapshot_id:`` line is inserted under
-each block-style ``ami_id:`` line (the value quoted or not) that lacks one. A pool written otherwise
-(flow style, ``warm_pool: {size: 2, ami_id: ...}``) is not rewritten: one line per such cluster says
-how to write it, or which ``snapshot_id`` to add by hand. Exit 0 when the file is resolved, 2 with a
-one-line reason per problem otherwise.
+in the diff. Run it again after changing an ``ami_id``: a ``snapshot_id`` that is not the root snapshot of
+its pool's ``ami_id`` (an AMI upgraded by editing only that line) is replaced. Comments and layout of the file
+are kept: a ``snapshot_id:`` line is written next to each block-style ``ami_id:`` line (the value quoted or not).
+A pool written otherwise (flow style, ``warm_pool: {size: 2, ami_id: ...}``) is not rewritten: one line per such
+cluster says how to write it, or which ``snapshot_id`` to set by hand. Refused too: a root snapshot this account
+cannot create volumes from (a shared or public AMI whose snapshot is not shared), and a ``volume_size_gib``
+below the snapshot's size (EBS would refuse both at deploy). Exit 0 when the file is resolved, 2 with a one-line
+reason per problem otherwise.
 """
 
 from __future__ import annotations
@@ -16,33 +19,72 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
+from team_config.model import WarmPoolConfig
 from team_config.text import not_utf8
 
 AMI_LINE = re.compile(r"""^(?P<indent>\s*)ami_id:\s*(?P<q>["']?)(?P<ami>ami-[0-9a-f]+)(?P=q)\s*(#.*)?$""")
+# What the helper writes after a snapshot_id: the loader reads it back to catch an ami_id changed without running
+# the helper again.
+RESOLVED_COMMENT = re.compile(r"#\s*root snapshot of (?P<ami>ami-[0-9a-f]+)")
+SNAPSHOT_VALUE = re.compile(r"""snapshot_id:\s*["']?(?P<snap>snap-[0-9a-f]+)""")
+DEFAULT_VOLUME_GIB: int = WarmPoolConfig.model_fields["volume_size_gib"].default
 
 
 class TeamFileError(Exception):
     """The team file is not shaped like one (a list at the top, ``clusters:`` not a list, ...): one line."""
 
 
-def root_snapshot(ec2: Any, ami_id: str) -> str:
+@dataclass(frozen=True)
+class Root:
+    snapshot_id: str
+    size_gib: int
+
+
+@dataclass(frozen=True)
+class Pool:
+    cluster: str  # clusters[i] (name)
+    ami: str
+    snapshot_id: Optional[str]
+    volume_size_gib: int
+
+
+def root_snapshot(ec2: Any, ami_id: str) -> Root:
+    """The AMI's root snapshot, if this account can create volumes from it (else a one-line LookupError)."""
     images = ec2.describe_images(ImageIds=[ami_id])["Images"]
     if not images:
         raise LookupError(f"AMI {ami_id} not found in this region")
     image = images[0]
     for mapping in image.get("BlockDeviceMappings", []):
         if mapping.get("DeviceName") == image.get("RootDeviceName") and "SnapshotId" in mapping.get("Ebs", {}):
-            return str(mapping["Ebs"]["SnapshotId"])
-    raise LookupError(f"AMI {ami_id} has no EBS root snapshot (instance-store AMI?)")
+            snapshot_id = str(mapping["Ebs"]["SnapshotId"])
+            break
+    else:
+        raise LookupError(f"AMI {ami_id} has no EBS root snapshot (instance-store AMI?)")
+    # DescribeSnapshots leaves out a snapshot the account has no access to: an AMI shared or made public launches,
+    # but its snapshot need not be shared, and CreateVolume needs it to be.
+    try:
+        found = ec2.describe_snapshots(SnapshotIds=[snapshot_id])["Snapshots"]
+    except ec2.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "InvalidSnapshot.NotFound":
+            raise
+        found = []
+    if not found:
+        raise LookupError(
+            f"AMI {ami_id}'s root snapshot {snapshot_id} is not shared with this account, so no volume can be created "
+            f"from it (a shared or public AMI); copy the AMI into this account (aws ec2 copy-image --source-image-id "
+            f"{ami_id} --source-region <region> --name <name>) and use the copy's id as ami_id"
+        )
+    return Root(snapshot_id, int(found[0].get("VolumeSize") or 0))
 
 
-def pools_to_resolve(text: str) -> list[tuple[str, str]]:
-    """(cluster, AMI id) of every warm pool that has an ami_id and no snapshot_id; cluster: ``clusters[i] (name)``."""
+def pools_with_ami(text: str) -> list[Pool]:
+    """Every warm pool that has an ami_id, with its snapshot_id (None: none yet) and volume size."""
     doc = yaml.safe_load(text) or {}
     if not isinstance(doc, dict):
         raise TeamFileError(f"expected a mapping of keys (clusters:, network:, ...), got {type(doc).__name__}")
@@ -56,8 +98,16 @@ def pools_to_resolve(text: str) -> list[tuple[str, str]]:
         pool = cluster.get("warm_pool") or {}
         if not isinstance(pool, dict):
             raise TeamFileError(f"clusters[{i}].warm_pool: expected a mapping (size:, ami_id:, ...), got {pool!r}")
-        if pool.get("ami_id") and not pool.get("snapshot_id"):
-            found.append((f"clusters[{i}] ({cluster.get('name')})", str(pool["ami_id"])))
+        if pool.get("ami_id"):
+            snapshot, size = pool.get("snapshot_id"), pool.get("volume_size_gib", DEFAULT_VOLUME_GIB)
+            found.append(
+                Pool(
+                    f"clusters[{i}] ({cluster.get('name')})",
+                    str(pool["ami_id"]),
+                    str(snapshot) if snapshot else None,
+                    size if isinstance(size, int) else DEFAULT_VOLUME_GIB,  # a bad size is the loader's to report
+                )
+            )
     return found
 
 
@@ -65,25 +115,88 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
+def _sibling_keys(lines: list[str], i: int) -> dict[str, int]:
+    """The keys of the block mapping that holds line ``i`` (a key at its indent), by name, with their line index."""
+    indent = _indent(lines[i])
+
+    def inside(line: str) -> bool:
+        text = line.strip()
+        return not text or text.startswith("#") or len(_indent(line)) >= len(indent)
+
+    start = i
+    while start > 0 and inside(lines[start - 1]):
+        start -= 1
+    end = i + 1
+    while end < len(lines) and inside(lines[end]):
+        end += 1
+    keys: dict[str, int] = {}
+    for j in range(start, end):
+        text = lines[j].strip()
+        if _indent(lines[j]) == indent and text and not text.startswith("#") and ":" in text:
+            keys.setdefault(text.split(":", 1)[0].strip("\"' "), j)
+    return keys
+
+
 def resolve_text(text: str, snapshots: dict[str, str], when: str) -> str:
-    """Insert ``snapshot_id:`` after each ``ami_id:`` line whose mapping has none."""
+    """Write ``snapshot_id:`` next to each ``ami_id:`` line: after it when its mapping has none, in place of the
+    mapping's ``snapshot_id:`` line when that names another snapshot."""
     lines = text.splitlines(keepends=True)
-    out: list[str] = []
+    after: dict[int, str] = {}
     for i, line in enumerate(lines):
-        out.append(line)
         match = AMI_LINE.match(line.rstrip("\n"))
         if not match or match["ami"] not in snapshots:
             continue
-        indent = match["indent"]
-        siblings = []
-        for following in lines[i + 1 :]:
-            if following.strip() and len(_indent(following)) < len(indent):
-                break  # the warm_pool mapping ends here
-            if _indent(following) == indent:
-                siblings.append(following.strip())
-        if not any(key.startswith("snapshot_id:") for key in siblings):
-            out.append(f"{indent}snapshot_id: {snapshots[match['ami']]}  # root snapshot of {match['ami']}, {when}\n")
-    return "".join(out)
+        snapshot = snapshots[match["ami"]]
+        written = f"{match['indent']}snapshot_id: {snapshot}  # root snapshot of {match['ami']}, {when}\n"
+        at = _sibling_keys(lines, i).get("snapshot_id")
+        if at is None:
+            after[i] = written
+        elif (written_now := SNAPSHOT_VALUE.search(lines[at])) is None or written_now["snap"] != snapshot:
+            lines[at] = written
+    return "".join(line + after.get(i, "") for i, line in enumerate(lines))
+
+
+def _warm_pool_nodes(root: Optional[yaml.Node]) -> list[tuple[int, yaml.MappingNode]]:
+    """(index, node) of each cluster's ``warm_pool`` block, as the YAML composer sees the file."""
+
+    def child(node: Optional[yaml.Node], key: str) -> Optional[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == key:
+                    return v
+        return None
+
+    clusters = child(root, "clusters")
+    if not isinstance(clusters, yaml.SequenceNode):
+        return []
+    pools = [(i, child(cluster, "warm_pool")) for i, cluster in enumerate(clusters.value)]
+    return [(i, pool) for i, pool in pools if isinstance(pool, yaml.MappingNode)]
+
+
+def stale_snapshot_ids(text: str, path: Path) -> list[str]:
+    """One line per warm pool whose ``snapshot_id`` carries this helper's comment naming another AMI than the
+    pool's ``ami_id``: the AMI was changed by editing that line only, and the volumes would still copy the old
+    AMI's root under nodes that boot the new one (synth cannot ask AWS; the comment says what was resolved)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return []
+    lines = text.splitlines()
+    problems = []
+    for i, pool in _warm_pool_nodes(root):
+        values = {k.value: v for k, v in pool.value if isinstance(k, yaml.ScalarNode)}
+        ami, snapshot = values.get("ami_id"), values.get("snapshot_id")
+        if not (isinstance(ami, yaml.ScalarNode) and isinstance(snapshot, yaml.ScalarNode)):
+            continue
+        end = snapshot.end_mark
+        resolved = RESOLVED_COMMENT.search(lines[end.line][end.column :]) if end.line < len(lines) else None
+        if resolved and resolved["ami"] != ami.value:
+            problems.append(
+                f"clusters[{i}].warm_pool.snapshot_id {snapshot.value} is the root snapshot of {resolved['ami']} (its "
+                f"comment says so), but ami_id is {ami.value}: the volumes would copy the old AMI under nodes booting "
+                f"the new one; run `.venv/bin/python -m team_config.resolve_snapshots {path}` to replace it"
+            )
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,37 +209,52 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         text = args.team_file.read_text(encoding="utf-8")
-        pools = pools_to_resolve(text)
+        pools = pools_with_ami(text)
         if not pools:
-            print(f"{args.team_file}: nothing to resolve (every warm pool has a snapshot_id)")
+            print(f"{args.team_file}: nothing to resolve (no warm pool has an ami_id)")
             return 0
         ec2 = boto3.client("ec2", region_name=args.region)
         region = ec2.meta.region_name
-        snapshots = {ami: root_snapshot(ec2, ami) for ami in sorted({ami for _, ami in pools})}
+        roots = {ami: root_snapshot(ec2, ami) for ami in sorted({pool.ami for pool in pools})}
     except UnicodeDecodeError as exc:
         print(f"error: {args.team_file}: {not_utf8(exc)}", file=sys.stderr)
         return 2
     except (OSError, yaml.YAMLError, TeamFileError, LookupError, BotoCoreError, ClientError) as exc:
         print(f"error: {args.team_file}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    resolved = resolve_text(text, snapshots, f"resolved in {region}")
+    resolved = resolve_text(text, {ami: root.snapshot_id for ami, root in roots.items()}, f"resolved in {region}")
     try:  # what the rewrite reached, read back as YAML: only the block-style lines AMI_LINE knows
-        left = pools_to_resolve(resolved)
+        after = pools_with_ami(resolved)
     except (yaml.YAMLError, TeamFileError):
-        resolved, left = text, pools  # never write a file the rewrite broke
+        resolved, after = text, pools  # never write a file the rewrite broke
     if resolved != text:
         args.team_file.write_text(resolved, encoding="utf-8")
-    for cluster, ami in pools:
-        if (cluster, ami) not in left:
-            print(f"{args.team_file}: {cluster}: {ami} -> {snapshots[ami]} ({region})")
-    for cluster, ami in left:
-        print(
-            f"error: {args.team_file}: {cluster}: warm_pool.ami_id {ami} is not written as a line `ami_id: {ami}` "
-            f"under `warm_pool:` (block style), so no snapshot_id was added; write it so and run this again, or add "
-            f"`snapshot_id: {snapshots[ami]}` to the warm_pool by hand",
-            file=sys.stderr,
-        )
-    return 2 if left else 0
+    problems = 0
+    for before, now in zip(pools, after, strict=True):
+        root = roots[before.ami]
+        if now.snapshot_id != root.snapshot_id:
+            problems += 1
+            print(
+                f"error: {args.team_file}: {before.cluster}: warm_pool.ami_id {before.ami} is not written as a line "
+                f"`ami_id: {before.ami}` under `warm_pool:` (block style), so its snapshot_id was not written; write "
+                f"it so and run this again, or set `snapshot_id: {root.snapshot_id}` in the warm_pool by hand",
+                file=sys.stderr,
+            )
+            continue
+        if before.snapshot_id != now.snapshot_id:
+            replaced = f", replacing {before.snapshot_id}" if before.snapshot_id else ""
+            print(f"{args.team_file}: {before.cluster}: {before.ami} -> {root.snapshot_id} ({region}{replaced})")
+        if now.volume_size_gib < root.size_gib:
+            problems += 1
+            print(
+                f"error: {args.team_file}: {before.cluster}: warm_pool.volume_size_gib {now.volume_size_gib} is "
+                f"smaller than {before.ami}'s root snapshot ({root.size_gib} GiB), and EBS cannot create a volume "
+                f"smaller than its snapshot; set volume_size_gib: {root.size_gib} or more",
+                file=sys.stderr,
+            )
+    if not problems and resolved == text:
+        print(f"{args.team_file}: nothing to change (every warm pool's snapshot_id is its ami_id's root snapshot)")
+    return 2 if problems else 0
 
 
 if __name__ == "__main__":

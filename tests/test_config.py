@@ -147,6 +147,18 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "warm_pool.size (1) is below max_nodes (2); set size to at least max_nodes",
             id="pool-too-small",
         ),
+        pytest.param(  # before: synth passed, and the deploy failed (the job spec is an SSM parameter of 4 KB)
+            cluster(job={"command": "python train.py " + "--flag " * 250}),
+            "job: command, python and checkpoint_dir take 1,808 bytes together, above the 1,400 the job spec has "
+            "room for (an SSM parameter of at most 4,096 bytes: the deploy would fail); shorten the command",
+            id="job-spec-too-large",
+        ),
+        pytest.param(  # before: "max_nodes + 1", one short of the 10% above max_nodes rebalancing may launch
+            cluster(warm_pool={"size": 3, "snapshot_id": "snap-0123456789abcdef0"}, ami=POOL_AMI, max_nodes=25),
+            "warm_pool.size (3) is below max_nodes (25); set size to at least max_nodes so every node finds a warm "
+            "volume (size: 28 also covers the replacements capacity rebalancing launches",
+            id="pool-too-small-rebalancing-margin",
+        ),
         pytest.param(  # before: accepted; after the DLAMI parameter moved on, warm and cold nodes ran two environments
             cluster(warm_pool={"size": 2, "snapshot_id": "snap-0123456789abcdef0"}),
             "clusters[0]: warm_pool.snapshot_id snap-0123456789abcdef0 copies one AMI's root, but the nodes boot the "

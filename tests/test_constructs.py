@@ -13,8 +13,9 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Annotations, Match, Template
 
-from bootstrap_scripts.spot_training.job_spec import END_MARKERS
+from bootstrap_scripts.spot_training.job_spec import END_MARKERS, MTBI_MAX_S, PARAMETER_MAX_BYTES
 from budget_guard.handler import FINISHED
+from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
 from training_constructs import WarmVolumePool, training_cluster
@@ -699,14 +700,17 @@ def pool_volumes(**warm_pool: Any) -> set[str]:
     return set(synth(config)[1].find_resources("AWS::EC2::Volume"))
 
 
-def test_a_new_snapshot_or_initialization_rate_makes_new_volumes_a_size_change_does_not() -> None:
+def test_a_new_snapshot_initialization_rate_or_size_makes_new_volumes_iops_and_throughput_do_not() -> None:
     """CloudFormation cannot update a volume's SnapshotId, AZ or VolumeInitializationRate: the stack update fails
-    ("Volume properties other than AutoEnableIO, type, size, and IOPS cannot be updated"). New volumes (new logical
-    ids) are created instead; size, IOPS and throughput stay in-place updates of the same volumes."""
+    ("Volume properties other than AutoEnableIO, type, size, and IOPS cannot be updated"). EBS cannot shrink a
+    volume either (the update failed too), and growing one in place gives a node nothing: the copy's filesystem
+    keeps the snapshot's size. New volumes (new logical ids) are created instead; IOPS and throughput stay in-place
+    updates of the same volumes."""
     before = pool_volumes()
     assert pool_volumes(snapshot_id="snap-0fedcba9876543210").isdisjoint(before)
     assert pool_volumes(initialization_rate_mibps=200).isdisjoint(before)
-    assert pool_volumes(volume_size_gib=400, iops=8000) == before
+    assert pool_volumes(volume_size_gib=100).isdisjoint(before)
+    assert pool_volumes(iops=8000, throughput_mibps=250) == before
 
 
 @pytest.fixture(scope="module")
@@ -873,3 +877,45 @@ def test_an_imported_vpc_without_route_tables_synthesizes_without_a_warning() ->
     assert Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("routeTableId")) == []
     with_tables = synth(team_config(network={"existing_vpc": {**EXISTING_VPC, "create_s3_endpoint": False}}))[0]
     assert Annotations.from_stack(with_tables).find_warning("*", Match.any_value()) == []
+
+
+# The longest each deploy-time value of the job spec can be: the checkpoint bucket's name (S3's limit), the region's,
+# a CloudFormation-made log group name (stack name of at most 46 characters, the logical id, a 13-character suffix),
+# an EBS volume id.
+LONGEST_REF = {"AWS::Region": 14, "CheckpointsBucket": 63, "LogsLogGroup": 200, "Volume": 21}
+
+
+def test_the_longest_job_spec_fits_its_ssm_parameter() -> None:
+    """The job spec is a Standard SSM parameter (4,096 bytes at most: a longer one fails the deploy). The team file
+    bounds the text it controls (JOB_SPEC_TEXT_BYTES); with that text at its bound and everything else at its
+    longest (64 warm volumes, 32-character names, the largest numbers), the resolved job spec still fits."""
+    fixed = len(DEFAULT_PYTHON) + len("/opt/ml/checkpoints")
+    command = "python train.py --" + "x" * (JOB_SPEC_TEXT_BYTES - fixed - len("python train.py --"))
+    job = {
+        "command": command,
+        "nproc_per_node": 8,  # the most GPUs of an instance type (p5.48xlarge)
+        "checkpoint_interval_s": 43199.125,
+        "mean_time_between_interruptions_s": MTBI_MAX_S,
+        "max_restarts": 100,
+        "interruption_grace_s": 119,
+        "rendezvous_port": 65535,
+        "stall_timeout_s": 86400,
+    }
+    pool = {**WARM_POOL, "size": 64}
+    types = {"instance_types": ["p5.48xlarge", "p4d.24xlarge"]}
+    cluster = {**POOLED, **types, "name": "c" * 32, "max_nodes": 64, "desired_nodes": 64, "warm_pool": pool, "job": job}
+    config = team_config(network={"existing_vpc": EXISTING_VPC}, clusters=[cluster])
+    [spec] = [
+        r["Properties"]["Value"]
+        for r in synth(config, team="t" * 32)[1].find_resources("AWS::SSM::Parameter").values()
+        if "job-spec" in json.dumps(r["Properties"]["Name"])
+    ]
+    size = 0
+    for part in spec["Fn::Join"][1]:
+        if isinstance(part, str):
+            size += len(part.encode())
+        else:
+            [kind] = [k for k in LONGEST_REF if k in part["Ref"]]
+            size += LONGEST_REF[kind]
+    assert json_bytes(command) + fixed == JOB_SPEC_TEXT_BYTES
+    assert size <= PARAMETER_MAX_BYTES, f"{size} bytes"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from team_config import load_team
+from team_config import ConfigError, load_team
 from team_config.resolve_snapshots import main
 
 TEAM = """\
@@ -139,8 +141,8 @@ def test_a_pool_the_helper_cannot_rewrite_is_an_error_naming_the_cluster_and_the
     assert (out, path.read_text()) == ("", flow)  # no success line, nothing written
     assert err == (
         f"error: {path}: clusters[0] (main): warm_pool.ami_id {ami} is not written as a line `ami_id: {ami}` under "
-        f"`warm_pool:` (block style), so no snapshot_id was added; write it so and run this again, or add "
-        f"`snapshot_id: {snapshot}` to the warm_pool by hand\n"
+        f"`warm_pool:` (block style), so its snapshot_id was not written; write it so and run this again, or "
+        f"set `snapshot_id: {snapshot}` in the warm_pool by hand\n"
     )
 
 
@@ -161,3 +163,89 @@ def test_a_file_not_shaped_like_a_team_file_is_one_line(
     assert main([str(path)]) == 2
     assert capsys.readouterr().err == f"error: {path}: {message}\n"
     assert path.read_bytes() == content
+
+
+def test_a_changed_ami_is_refused_until_the_helper_replaces_its_snapshot(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Editing only the ami_id line kept the old AMI's snapshot: synth passed, and the helper said there was nothing
+    to resolve, so the nodes booted the new AMI with the old one's environment mounted over it."""
+    old, old_snapshot = _ami_and_root_snapshot()
+    new, new_snapshot = _ami_and_root_snapshot()
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami=old))
+    assert main([str(path)]) == 0
+    path.write_text(path.read_text().replace(f"ami_id: {old}", f"ami_id: {new}"))
+    capsys.readouterr()
+
+    with pytest.raises(ConfigError) as refused:
+        load_team(path)
+    assert str(refused.value) == (
+        f"{path}: clusters[0].warm_pool.snapshot_id {old_snapshot} is the root snapshot of {old} (its comment says "
+        f"so), but ami_id is {new}: the volumes would copy the old AMI under nodes booting the new one; run "
+        f"`.venv/bin/python -m team_config.resolve_snapshots {path}` to replace it"
+    )
+
+    assert main([str(path)]) == 0
+    assert capsys.readouterr().out == (
+        f"{path}: clusters[0] (main): {new} -> {new_snapshot} (us-east-1, replacing {old_snapshot})\n"
+    )
+    text = path.read_text()
+    assert text.count("snapshot_id:") == 1 and old_snapshot not in text
+    assert load_team(path).config.clusters[0].warm_pool.snapshot_id == new_snapshot  # type: ignore[union-attr]
+
+
+def test_a_snapshot_line_above_the_ami_line_is_replaced_not_written_twice(aws: str, tmp_path: Path) -> None:
+    ami, snapshot = _ami_and_root_snapshot()
+    path = tmp_path / "research.yaml"
+    path.write_text(
+        TEAM.format(ami=ami).replace("      size: 2\n", "      size: 2\n      snapshot_id: snap-0123456789abcdef0\n")
+    )
+    assert main([str(path)]) == 0
+    text = path.read_text()
+    assert text.count("snapshot_id:") == 1 and "snap-0123456789abcdef0" not in text
+    assert load_team(path).config.clusters[0].warm_pool.snapshot_id == snapshot  # type: ignore[union-attr]
+
+
+def test_a_volume_smaller_than_the_snapshot_is_refused_with_the_size_to_set(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ami, snapshot = _ami_and_root_snapshot()
+    [found] = boto3.client("ec2").describe_snapshots(SnapshotIds=[snapshot])["Snapshots"]
+    size = found["VolumeSize"]
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami=ami).replace("volume_size_gib: 100", f"volume_size_gib: {size - 1}"))
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path}: clusters[0] (main): warm_pool.volume_size_gib {size - 1} is smaller than {ami}'s root "
+        f"snapshot ({size} GiB), and EBS cannot create a volume smaller than its snapshot; set volume_size_gib: "
+        f"{size} or more\n"
+    )
+
+
+def test_a_root_snapshot_the_account_cannot_see_is_refused_naming_copy_image(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A public or shared AMI launches, but its snapshot need not be shared: DescribeSnapshots leaves it out, and
+    every CreateVolume of the pool would fail at deploy."""
+    ami, snapshot = _ami_and_root_snapshot()
+    make_client = boto3.client
+
+    def client(*args: Any, **kwargs: Any) -> Any:
+        made = make_client(*args, **kwargs)
+        made.meta.events.register(
+            "before-call.ec2.DescribeSnapshots", lambda **_: (SimpleNamespace(status_code=200), {"Snapshots": []})
+        )  # what EC2 answers for a snapshot the account has no access to
+        return made
+
+    monkeypatch.setattr(boto3, "client", client)
+    path = tmp_path / "research.yaml"
+    path.write_text(TEAM.format(ami=ami))
+    before = path.read_text()
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path}: AMI {ami}'s root snapshot {snapshot} is not shared with this account, so no volume can be "
+        f"created from it (a shared or public AMI); copy the AMI into this account (aws ec2 copy-image "
+        f"--source-image-id {ami} --source-region <region> --name <name>) and use the copy's id as ami_id\n"
+    )
+    assert path.read_text() == before

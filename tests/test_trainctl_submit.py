@@ -128,6 +128,22 @@ def test_a_job_the_agent_would_refuse_is_refused_before_anything_starts(
     assert state() == {"desired": 0, "objects": 0, "current job written": False}
 
 
+def test_a_job_too_large_for_its_parameter_is_refused_before_anything_starts(
+    aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Before, the code went up, then SSM refused the current-job parameter (4,096 bytes at most)."""
+    command = "python train.py " + " ".join(f"--option-{i} {i}" for i in range(400))
+    size = len(json.dumps({"job_id": "big", "code_key": "", "command": command}).encode())
+    assert size > 4096
+    rc, err = submit(capsys, tmp_path, "--command", command, "--job-id", "big")
+    assert rc == 2
+    assert err.startswith("trainctl: error: the job takes ") and err.endswith(
+        " bytes as JSON, above the 4,096 of its SSM parameter: shorten --command (long arguments go in a file of "
+        "your code)\n"
+    )
+    assert state() == {"desired": 0, "objects": 0, "current job written": False}
+
+
 def test_a_good_job_is_submitted(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc, err = submit(capsys, tmp_path, "--command", "python train.py --epochs 3", "--job-id", "run-1")
     assert (rc, err) == (0, "")

@@ -428,3 +428,28 @@ def test_the_filesystem_of_a_partitioned_root_copy_is_its_largest_formatted_part
     monkeypatch.setattr(warm_volume.subprocess, "run", lsblk)
     assert warm_volume.filesystem("/dev/nvme1n1") == expected
     assert lsblk.argv == ["lsblk", "-P", "-b", "-p", "-o", "NAME,FSTYPE,SIZE", "/dev/nvme1n1"]
+
+
+def test_a_release_ends_when_the_volume_leaves_this_node_even_if_another_claims_it_at_once(
+    endpoint: str, cloud: dict[str, list[str]]
+) -> None:
+    """A booting node that claimed the volume between this node's detach and its next poll kept it "in-use": the
+    release waited for "available" until its timeout, said the volume was not released, and delayed the hand-back
+    of a node on a spot notice by that long."""
+    ec2 = client(endpoint)
+    volume, (leaver, booting) = cloud["pool"][0], cloud["instances"][:2]
+    ec2.attach_volume(VolumeId=volume, InstanceId=leaver, Device=DEVICE)
+    detach = ec2.detach_volume
+
+    def detach_then_claimed(**kwargs: Any) -> Any:
+        answer = detach(**kwargs)
+        assert claim(endpoint, [volume], booting, seed=0, ec2=client(endpoint)) == volume
+        return answer
+
+    ec2.detach_volume = detach_then_claimed
+    try:
+        warm_volume.release_volume(
+            ec2, volume_id=volume, instance_id=leaver, device=DEVICE, timeout_s=2, poll_s=0.05
+        )  # before: TimeoutError after 2 s
+    finally:
+        release_all(endpoint, {booting: volume})

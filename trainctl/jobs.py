@@ -32,6 +32,7 @@ from bootstrap_scripts.spot_training.job_spec import (
     CHECKPOINT_FOLDER,
     CODE_FOLDER,
     END_MARKERS,
+    PARAMETER_MAX_BYTES,
     SPOT_NOTICE,
     JobSpecError,
     check_job,
@@ -268,6 +269,12 @@ def submit(
     except JobSpecError as exc:
         raise JobError(f"the node agent would refuse this job: {exc}") from None
     argv = merged["argv"]
+    value = json.dumps(job)
+    if len(value.encode()) > PARAMETER_MAX_BYTES:  # refused by SSM after the code's upload otherwise
+        raise JobError(
+            f"the job takes {len(value.encode()):,} bytes as JSON, above the {PARAMETER_MAX_BYTES:,} of its SSM "
+            "parameter: shorten --command (long arguments go in a file of your code)"
+        )
     stall, interval = merged["stall_timeout_s"], merged["checkpoint_interval_s"]
     if stall_too_short(stall, interval):  # the team file's rule, which an override must not get round
         raise JobError(
@@ -308,7 +315,7 @@ def submit(
             now = read_current_job(client, ref)  # the copies and the upload take time: another submit may be done
             if now.version != before.version:
                 raise Beaten(ref, job_id, now.value)
-            mine = set_current_job(client, ref, json.dumps(job))
+            mine = set_current_job(client, ref, value)
             if mine != before.version + 1:  # SSM has no conditional put: its versions order the writes
                 raise Beaten(ref, job_id, parameter_version(client, ref, before.version + 1))
             suspend_az_rebalance(client, ref, report)

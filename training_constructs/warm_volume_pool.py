@@ -12,6 +12,8 @@ from constructs import Construct
 from training_constructs.nag import acknowledge
 
 POOL_TAG = "spot-training:warm-pool"
+# team_config's default volume_size_gib: a pool of that size keeps the volumes' logical ids of earlier releases
+DEFAULT_VOLUME_GIB = 200
 
 
 class WarmVolumePool(Construct):
@@ -22,12 +24,15 @@ class WarmVolumePool(Construct):
     initialise each volume at that rate when it is created. Only instances of this cluster may
     attach or detach the pool's volumes (see ``claim_policy``).
 
-    CloudFormation cannot update a volume's snapshot, AZ or initialization rate (the update fails), so the
-    volumes sit under a scope named after them: a change creates new volumes with new logical ids and
-    removes the old ones. ``removal_policy`` DESTROY (the default) deletes removed volumes and those of a deleted
-    stack: they are only copies of the snapshot, and a retained set would stay billed (64 x 200 GiB of gp3 is about
-    $1k a month). RETAIN keeps them. The cluster makes its group depend on the volumes, so a stack delete
-    terminates the nodes before it deletes the volumes they may have attached.
+    CloudFormation cannot update a volume's snapshot, AZ or initialization rate (the update fails), EBS cannot
+    shrink a volume, and a volume grown in place gives a node nothing (the copy's filesystem keeps the snapshot's
+    size), so the volumes sit under a scope named after these and the size (when not the default, so that the
+    default pool's logical ids stay those of earlier releases): a change creates new volumes with new logical ids
+    and removes the old ones. IOPS and throughput are updated in place. ``removal_policy`` DESTROY (the default)
+    deletes removed volumes and those of a deleted stack: they are only copies of the snapshot, and a retained set
+    would stay billed (64 x 200 GiB of gp3 is about $1k a month). RETAIN keeps them. The cluster makes its group
+    depend on the volumes, so a stack delete terminates the nodes before it deletes the volumes they may have
+    attached.
     """
 
     def __init__(
@@ -39,7 +44,7 @@ class WarmVolumePool(Construct):
         size: int,
         snapshot_id: str,
         availability_zone: str,
-        volume_size_gib: int = 200,
+        volume_size_gib: int = DEFAULT_VOLUME_GIB,
         iops: int = 3000,
         throughput_mibps: int = 125,
         initialization_rate_mibps: Optional[int] = None,
@@ -57,6 +62,7 @@ class WarmVolumePool(Construct):
                 [snapshot_id]
                 + ([availability_zone] if literal_az else [])
                 + ([f"init{initialization_rate_mibps}"] if initialization_rate_mibps else [])
+                + ([f"{volume_size_gib}GiB"] if volume_size_gib != DEFAULT_VOLUME_GIB else [])
             ),
         )
         for i in range(size):

@@ -53,6 +53,7 @@ CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objec
 CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
 END_MARKERS = ("DONE", "FAILED", "STOPPED")  # <cluster>/<job>/<marker>: the job has ended
 SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
+PARAMETER_MAX_BYTES = 4096  # an SSM Standard parameter's value: the job spec, and the current job trainctl writes
 # A fixed checkpoint interval under a second would save at every step; an MTBI over ten years is no estimate (and
 # one of hundreds of digits is no number once it is JSON: CDK writes it as null).
 CHECKPOINT_INTERVAL_MIN_S = 1.0

@@ -163,10 +163,11 @@ def _zones_elsewhere(
 def release_volume(
     ec2, *, volume_id: str, instance_id: str, device: str, timeout_s: float = 60.0, poll_s: float = 1.0
 ) -> None:
-    """Detach so the next node can claim the volume; returns once it is available again."""
+    """Detach so the next node can claim the volume; returns once it is no longer attached to this instance (it may
+    be another node's already: waiting for "available" timed out then, and a notice's hand-back waited with it)."""
     ec2.detach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
     wait_for(
-        lambda: ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]["State"] == "available",
+        lambda: _attachment_state(ec2, volume_id, instance_id) not in ("attaching", "attached", "detaching", "busy"),
         timeout_s=timeout_s,
         poll_s=poll_s,
         what=f"{volume_id} to detach",
