@@ -1557,16 +1557,22 @@ class Agent:
         self.put_marker(job, f"nodes/{self.instance_id}/boot", facts)
 
     def marker(self, job: Job, name: str) -> Optional[Dict[str, Any]]:
-        """The job's marker ``name`` (JSON), or None. Listed before it is read (``key_listed``)."""
+        """The job's marker ``name`` (JSON; ``{}`` if it is not a JSON object), or None. Listed before it is read
+        (``key_listed``)."""
         key = job.job_prefix + name
         if not key_listed(self.s3, job.bucket, key):
             return None
         try:
-            return json.loads(self.s3.get_object(Bucket=job.bucket, Key=key)["Body"].read())
+            body = self.s3.get_object(Bucket=job.bucket, Key=key)["Body"].read()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):  # deleted since the listing
                 return None
             raise
+        try:  # one not a JSON object (a STOP written by hand: `aws s3 cp /dev/null .../STOP`) is there all the same
+            value = json.loads(body)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
     def marked(self, job: Job, name: str) -> bool:
         """Whether the job's marker ``name`` is there; an S3 error is logged and counts as not (yet) there."""
@@ -2393,11 +2399,15 @@ class Agent:
         groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
         return {i["InstanceId"] for g in groups for i in g["Instances"]}
 
-    def synced_durably(self, job: Job, peer: str) -> bool:
-        """Whether ``peer`` reported the final sync of the last attempt with nothing left pending."""
+    def synced_durably(self, job: Job, peer: str, *, finished: bool = False) -> bool:
+        """Whether ``peer`` reported the final sync of the last attempt with nothing left pending; with ``finished``,
+        also that its trainer exited 0. A peer that left on a spot notice or a failure did not finish, even where
+        this node's trainer did (a script that ends its loop when the helper says stop, and exits 0)."""
         training, synced = self.trainer_markers(job, peer)
         synced = self.fresh(synced)
-        return synced is not None and synced.get("pending") is None and not self.owes(training, synced)
+        if synced is None or synced.get("pending") is not None or self.owes(training, synced):
+            return False
+        return not finished or synced.get("rc", 0) == 0
 
     def reported(self, job: Job, peer: str, name: str) -> Optional[Dict[str, Any]]:
         """``peer``'s marker ``nodes/<peer>/<name>`` (``synced``, ``done``) if ``fresh``, else None."""
@@ -2441,12 +2451,13 @@ class Agent:
             if waiting:  # a peer that left the group (interrupted, powered off) will never report
                 in_group = self.group_members()
                 gone = [i for i in waiting if i not in in_group]
-                lost = [i for i in gone if not self.synced_durably(job, i)]
+                lost = [i for i in gone if not self.synced_durably(job, i, finished=True)]
                 if lost:
-                    self.not_done = f"peer(s) {', '.join(lost)} left before their final checkpoint was durable"
+                    self.not_done = f"peer(s) {', '.join(lost)} left before they finished with a durable checkpoint"
                     self.log(
-                        f"peer(s) {', '.join(lost)} left the group before their final checkpoint was durable: the job "
-                        "is not DONE; training again from the newest durable checkpoint to make the final one again"
+                        f"peer(s) {', '.join(lost)} left the group before they finished training with their final "
+                        "checkpoint durable: the job is not DONE; training again from the newest durable checkpoint "
+                        "to make the final one again"
                     )
                     return False
                 if gone:

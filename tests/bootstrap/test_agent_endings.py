@@ -100,6 +100,10 @@ def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any
         (None, False),  # reclaimed before it reported its final sync
         ({"pending": "checkpoint 7 (model.pt)"}, False),  # its final upload failed
         ({"pending": None}, True),  # its final checkpoint is durable: it just did not get to its done marker
+        ({"pending": None, "rc": 0, "interrupted": False}, True),  # the same, as an agent reports it
+        # it left on a spot notice mid-training, its emergency checkpoint durable; B's script ended its loop when
+        # the helper said stop and exited 0 (before: B counted A as finished, wrote DONE and scaled to 0)
+        ({"pending": None, "rc": 1, "interrupted": True}, False),
     ],
 )
 def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_train_again(
@@ -133,8 +137,8 @@ def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_
     assert attempts == [0, 1]
     assert cluster.marker("final-run", "DONE") is None and cluster.desired_capacity() == 2
     assert (
-        f"peer(s) {a} left the group before their final checkpoint was durable: the job is not DONE; training "
-        "again from the newest durable checkpoint to make the final one again"
+        f"peer(s) {a} left the group before they finished training with their final checkpoint durable: the job is "
+        "not DONE; training again from the newest durable checkpoint to make the final one again"
     ) in lines
 
 

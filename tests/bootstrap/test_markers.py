@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from budget_guard.handler import read_marker as guard_marker
 
 from .conftest import Cluster
-from .test_agent_notice import agent_for
+from .test_agent_notice import Imds, agent_for, run
 
 
 class Forbidding:
@@ -60,6 +60,23 @@ def test_the_agent_reads_missing_markers_as_none_where_s3_answers_403(cluster: C
     agent.put_marker(job, "STOPPED", {"by": "test"})
     assert agent.marker(job, "STOP") is None  # "STOP" prefixes "STOPPED": not the same marker
     assert (agent.marker(job, "STOPPED") or {}).get("by") == "test"
+
+
+@pytest.mark.parametrize("body", [b"", b"stop please", b"null", b"[1]"])
+def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
+    cluster: Cluster, tmp_path: Path, body: bytes
+) -> None:
+    """A STOP written by hand (``aws s3 cp /dev/null s3://.../STOP``). Before, its JSON error escaped the trainer's
+    poll loop: the trainer was SIGKILLed without its emergency checkpoint and the job ended FAILED ("node agent
+    error: JSONDecodeError"); a ``null`` body was no marker at all, and the stop was ignored."""
+    agent, job, lines = agent_for(cluster)
+    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=job.job_prefix + "STOP", Body=body)
+    assert agent.marker(job, "STOP") == {} and agent.marked(job, "STOP")
+    agent.imds = Imds()  # no spot notice: the STOP alone stops the trainer
+    rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
+    assert (rc, interrupted, agent.stop_requested) == (143, True, True)
+    assert saved.read_text() == "saved"  # SIGTERM: the emergency checkpoint, not a SIGKILL
+    assert any("sending SIGTERM to the trainer" in line for line in lines), lines
 
 
 def test_a_missing_code_object_is_named_as_missing_where_s3_answers_403(cluster: Cluster, tmp_path: Path) -> None:
