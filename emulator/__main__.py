@@ -17,8 +17,8 @@ import shlex
 import signal
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +27,7 @@ from botocore.parsers import ResponseParserError
 
 from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.deploy import bootstrap, deploy
+from trainctl.jobs import JobError
 
 _SHOWN_ENV = (
     "AWS_ENDPOINT_URL",
@@ -62,8 +63,25 @@ def up(stacks: list[str], run_dir: Path, *, wait: bool = True) -> int:
             # Instances the groups launch (e.g. after `trainctl submit`) boot as local nodes, as in the demo.
             with NodeLauncher(cloud, run_dir / "nodes", node_env=NODE_ENV, on_event=lambda m: print(m, flush=True)):
                 print("\nRunning; instances boot as local nodes; press Ctrl-C to stop.", flush=True)
-                threading.Event().wait()  # until KeyboardInterrupt / SystemExit (SIGTERM)
+                while cloud.running:  # until KeyboardInterrupt / SystemExit (SIGTERM, SIGHUP), or the server ends
+                    time.sleep(1)
+            raise EmulatorError(f"the emulated AWS endpoint exited; see {cloud.server_log}")
     return 0
+
+
+def at_least(kind: Callable[[str], float], minimum: float) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` (int or float) no lower than ``minimum``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{' whole' if kind is int else ''} number") from None
+        if not value >= minimum:  # NaN too
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum:g}")
+        return value
+
+    return parse
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -75,9 +93,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p_up.add_argument("--no-wait", action="store_true", help="stop right after deploying (for scripts)")
     p_demo = sub.add_parser("demo", help="deploy, run the example job through a spot interruption, print a summary")
     p_demo.add_argument("--run-dir", type=Path, help="directory for all logs (default: demo-output/run-<time>)")
-    p_demo.add_argument("--epochs", type=int, default=8, help="epochs of the example job (default 8)")
-    p_demo.add_argument("--step-sleep-s", type=float, default=0.15, help="slow each step down (default 0.15)")
-    p_demo.add_argument("--checkpoint-interval-s", type=float, default=5.0, help="checkpoint interval (default 5)")
+    p_demo.add_argument(  # the demo interrupts a node after a checkpoint of step 40; an epoch is 21 steps
+        "--epochs", type=at_least(int, 3), default=8, help="epochs of the example job (default 8, at least 3)"
+    )
+    p_demo.add_argument(
+        "--step-sleep-s", type=at_least(float, 0), default=0.15, help="slow each step down (default 0.15)"
+    )
+    p_demo.add_argument(  # the node agent's own lower bound
+        "--checkpoint-interval-s", type=at_least(float, 1), default=5.0, help="checkpoint interval (default 5, >= 1)"
+    )
     args = parser.parse_args(argv)
     # Ctrl-C must stop us even when started from a shell that made background jobs ignore SIGINT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -85,7 +109,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.command == "demo":
             from emulator import demo
 
-            run_dir = args.run_dir or REPO_ROOT / "demo-output" / time.strftime("run-%Y%m%d-%H%M%S")
+            if args.run_dir is None:  # a new one even for two demos started in the same second
+                (REPO_ROOT / "demo-output").mkdir(exist_ok=True)
+                run_dir = Path(
+                    tempfile.mkdtemp(prefix=time.strftime("run-%Y%m%d-%H%M%S-"), dir=REPO_ROOT / "demo-output")
+                )
+            else:
+                run_dir = args.run_dir
             demo.run(
                 run_dir,
                 epochs=args.epochs,
@@ -98,8 +128,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("\nStopped.", file=sys.stderr)
         return 130
-    except EmulatorError as e:
+    except (EmulatorError, JobError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a run directory that cannot be written, ...
+        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
         return 1
     except (BotoCoreError, ClientError, ResponseParserError) as e:  # an AWS API call failed: one line, no traceback
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)

@@ -40,6 +40,7 @@ DEFAULT_PUBLIC_AMI_PARAMETERS = tuple(DEFAULT_AMI_PARAMETER.values())
 START_TIMEOUT_S = 60.0
 NO_DOCKER = {"lambda": {"use_docker": False}, "batch": {"use_docker": False}}  # moto's /moto-api/config
 STOP_TIMEOUT_S = 10.0
+SERVER_PID_FILE = "moto-server.pid"  # in the run directory: a second emulator there is refused while it runs
 
 SignalHandler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
 
@@ -115,7 +116,7 @@ class EmulatedCloud:
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._log: Any = None
         self._temp_dir: Optional[tempfile.TemporaryDirectory[str]] = None
-        self._previous_sigterm: SignalHandler = None
+        self._previous_handlers: dict[int, SignalHandler] = {}
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, bool], Any] = {}
         self._credentials = (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
@@ -188,6 +189,7 @@ class EmulatedCloud:
             if self._given_run_dir is not None:
                 self.run_dir = self._given_run_dir
                 self.run_dir.mkdir(parents=True, exist_ok=True)
+                _refuse_if_in_use(self.run_dir)  # its TLS files would be replaced under the running one
             else:
                 self._temp_dir = tempfile.TemporaryDirectory(prefix="emulator-")
                 self.run_dir = Path(self._temp_dir.name)
@@ -212,6 +214,7 @@ class EmulatedCloud:
                 stderr=self._log,
                 start_new_session=True,  # Ctrl-C reaches us; we stop the server in order
             )
+            (self.run_dir / SERVER_PID_FILE).write_text(f"{self._proc.pid}\n")
         try:
             info = self._read_announcement(self._proc)
         except BaseException:
@@ -329,12 +332,13 @@ class EmulatedCloud:
         return self._proc is not None and self._proc.poll() is None
 
     def __enter__(self) -> EmulatedCloud:
-        if threading.current_thread() is threading.main_thread():
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+        if threading.current_thread() is threading.main_thread():  # a closed terminal (SIGHUP) too: stop, not orphan
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                self._previous_handlers[signum] = signal.signal(signum, _raise_system_exit)
         try:
             return self.start()
         except BaseException:
-            self._restore_sigterm()
+            self._restore_signals()
             raise
 
     def __exit__(
@@ -343,12 +347,30 @@ class EmulatedCloud:
         try:
             self.stop()
         finally:
-            self._restore_sigterm()
+            self._restore_signals()
 
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+    def _restore_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+            self._previous_handlers.clear()
+
+
+def _refuse_if_in_use(run_dir: Path) -> None:
+    """EmulatorError if the server of another emulator with this run directory still runs."""
+    try:
+        pid = int((run_dir / SERVER_PID_FILE).read_text())
+    except (OSError, ValueError):  # none written, or not a pid
+        return
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:  # that emulator ended
+        return
+    except PermissionError:  # another user's
+        pass
+    raise EmulatorError(
+        f"{run_dir} is the run directory of an emulator that is still running (server pid {pid}); give another one"
+    )
 
 
 def _raise_system_exit(signum: int, frame: Optional[FrameType]) -> None:

@@ -258,8 +258,20 @@ class JobRun:
 
     def wait_durable(self, at_least: int) -> int:
         """Wait for a complete checkpoint of step ``at_least`` or later in S3; returns its step."""
-        self.wait_for(lambda: self.durable_step() >= at_least, f"a checkpoint of step {at_least} or later in S3")
+        what = f"a checkpoint of step {at_least} or later in S3"
+        self.wait_for(lambda: self.durable_step() >= at_least or self.ended_before(what), what)
         return self._newest
+
+    def ended_before(self, what: str) -> bool:
+        """False while the job runs; once it ended (none of what a scenario waits for comes then), an EmulatorError
+        now rather than at the deadline, with what to change."""
+        ended = jobs.end_marker(self.client, self.ref, self.job_id)
+        if ended is not None:
+            raise EmulatorError(
+                f"the job ended ({ended}) before {what}: give the job more epochs (--epochs) or a slower step "
+                "(--step-sleep-s)"
+            )
+        return False
 
     def planned_steps(self) -> int:
         """The job's planned step count from the trainer's ``plan:`` line; waits for that line to be shipped (a
@@ -354,18 +366,8 @@ class JobRun:
         def booted() -> list[Node]:
             return sorted((n for n in self.launcher.all_nodes() if n.booted_at > event.at), key=lambda n: n.booted_at)
 
-        def replaced() -> bool:
-            if booted():
-                return True
-            ended = jobs.end_marker(self.client, self.ref, self.job_id)
-            if ended is not None:  # its group is at 0 or stays empty: fail now, not at the deadline
-                raise EmulatorError(
-                    f"the job ended ({ended}) before a replacement for {event.instance_id} booted (none comes "
-                    "after a job's end): give the job more epochs (--epochs) or a slower step (--step-sleep-s)"
-                )
-            return False
-
-        self.wait_for(replaced, f"a replacement for {event.instance_id}")
+        what = f"a replacement for {event.instance_id}"
+        self.wait_for(lambda: bool(booted()) or self.ended_before(f"{what} booted"), what)
         return booted()[0]
 
 
@@ -380,6 +382,9 @@ def interrupt_once(after_step: int, *, host: bool = False) -> Scenario:
     def scenario(run: JobRun) -> None:
         run.wait_durable(after_step)
         running = run.running()
+        if not running:  # the job ended right after that checkpoint
+            run.ended_before("a node to interrupt")
+            raise EmulatorError(f"no node runs the job to interrupt after its checkpoint of step {after_step}")
         run.wait_for_replacement(run.interrupt(running[0] if host else running[-1]))
 
     return scenario

@@ -176,8 +176,17 @@ class NodeLauncher:
             self._thread.join(timeout=30)
             self._thread = None
         with self._lock:
-            for node in self.nodes.values():
-                self._shutdown(node)  # nothing for a node already shut down
+            nodes = list(self.nodes.values())
+            running = [n for n in nodes if n.running]
+            if running:
+                self._report(f"stopping {len(running)} node(s) (up to {SHUTDOWN_GRACE_S:.0f} s each)")
+            try:
+                for node in nodes:
+                    self._shutdown(node)  # nothing for a node already shut down
+            except BaseException:  # a second Ctrl-C: no grace for the rest, but nothing left running (the nodes
+                for node in nodes:  # are in sessions of their own, out of the terminal's reach)
+                    self._shutdown(node, hard=True)
+                raise
 
     def all_nodes(self) -> list[Node]:
         """Every node booted so far (a copy: the poll thread adds nodes)."""
@@ -466,18 +475,20 @@ class NodeLauncher:
             # and take it before anything dies (an orphan's parent is no longer ours to follow).
             with contextlib.ExitStack() as fds:
                 tree = _pidfds(process_tree(leader) - {leader}, fds)
-                if node.running:
-                    node.shut_down = True
-                    if not hard:
-                        _signal_group(node.proc, signal.SIGTERM)
-                        deadline = time.monotonic() + SHUTDOWN_GRACE_S
-                        while node.running and time.monotonic() < deadline:
-                            time.sleep(0.05)
-                        tree += _pidfds(process_tree(leader) - {leader}, fds)
-                _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
-                for fd in tree:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                try:
+                    if node.running:
+                        node.shut_down = True
+                        if not hard:
+                            _signal_group(node.proc, signal.SIGTERM)
+                            deadline = time.monotonic() + SHUTDOWN_GRACE_S
+                            while node.running and time.monotonic() < deadline:
+                                time.sleep(0.05)
+                            tree += _pidfds(process_tree(leader) - {leader}, fds)
+                finally:  # also when the grace is cut short (a second Ctrl-C)
+                    _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
+                    for fd in tree:
+                        with contextlib.suppress(ProcessLookupError):
+                            signal.pidfd_send_signal(fd, signal.SIGKILL)
             node.proc.wait(timeout=SHUTDOWN_GRACE_S)
         if node.exit_code is None:
             node.exit_code, node.exited_at = node.proc.returncode, time.time()

@@ -173,3 +173,19 @@ def test_a_stack_over_cloudformation_s_resource_quota_is_one_line_naming_the_tea
         cdk_app.main(app)
     assert exit_.value.code == 2
     assert capsys.readouterr().err == f"error: {path}: {OVERSIZED.format(count=582)}\n"
+
+
+def test_the_cdk_cli_sends_no_telemetry_and_fetches_no_notices_from_this_repo() -> None:
+    """Everything talks to 127.0.0.0/8 only. `make synth` and `npx cdk synth` ran the pinned CLI with its defaults:
+    telemetry to cdk-cli-telemetry.us-east-1.api.aws and notices from the CDK's site (both seen by strace). cdk.json
+    now turns both off for every command run from the checkout; the CLI's own trace says what it decided."""
+    repo = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "CDK_DISABLE_CLI_TELEMETRY"}
+    env["PATH"] = f"{repo / 'node_modules' / '.bin'}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        ["npx", "--no", "cdk", "context", "-vvv"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+    )
+    trace = result.stdout + result.stderr
+    assert result.returncode == 0, trace
+    assert "Telemetry disabled" in trace and "Telemetry sink registered" not in trace
+    assert "notices: false" in trace and "cached notices" not in trace.lower()

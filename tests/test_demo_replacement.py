@@ -46,8 +46,8 @@ def test_a_job_done_before_the_replacement_fails_at_once_saying_what_to_change(m
     with pytest.raises(EmulatorError) as failed:
         run.wait_for_replacement(JobEvent("notice", "i-old", 20.0))
     assert str(failed.value) == (
-        "the job ended (DONE) before a replacement for i-old booted (none comes after a job's end): give the job more "
-        "epochs (--epochs) or a slower step (--step-sleep-s)"
+        "the job ended (DONE) before a replacement for i-old booted: give the job more epochs (--epochs) or a slower "
+        "step (--step-sleep-s)"
     )
     assert launcher.polls == 1
 
@@ -64,3 +64,18 @@ def test_a_running_job_is_waited_on(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(EmulatorError, match="timed out waiting for a replacement for i-old"):
         run.wait_for_replacement(JobEvent("notice", "i-old", 20.0))
     assert launcher.polls == 5
+
+
+def test_a_job_done_before_the_checkpoint_to_interrupt_after_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--epochs 1``: the example's 21 steps end the job before step 40. Before, the demo waited out its 480 s
+    deadline, then blamed the checkpoint ("timed out ... waiting for a checkpoint of step 40")."""
+    launcher = Launcher([])
+    run = job_run(launcher, monkeypatch, {"DONE": {}})
+    monkeypatch.setattr(jobs, "checkpoints", lambda *_: [SimpleNamespace(step=21)])
+    with pytest.raises(EmulatorError) as failed:
+        run.wait_durable(40)
+    assert str(failed.value) == (
+        "the job ended (DONE) before a checkpoint of step 40 or later in S3: give the job more epochs (--epochs) or a "
+        "slower step (--step-sleep-s)"
+    )
+    assert launcher.polls == 1

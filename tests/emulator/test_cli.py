@@ -7,8 +7,10 @@ import contextlib
 import io
 import json
 import os
+import signal
 import ssl
 import subprocess
+import threading
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from botocore.parsers import ResponseParserError
 
 import emulator.__main__ as cli
 from emulator import EmulatedCloud
-from emulator.cloud import EmulatorError
+from emulator.cloud import SERVER_PID_FILE, EmulatorError
 from emulator.demo import JobEvent, summarize
 from emulator.deploy import cdk_env
 
@@ -116,3 +118,82 @@ def test_npm_never_checks_for_updates_in_the_cdk_cli_environment() -> None:
         ["npm", "config", "get", "update-notifier"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert found.returncode == 0 and found.stdout.strip() == "false", found.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--epochs", "1"], "argument --epochs: 1 is below 3"),  # the demo interrupts after step 40; 21 per epoch
+        (["--epochs", "two"], "argument --epochs: 'two' is not a whole number"),
+        (["--checkpoint-interval-s", "0.5"], "argument --checkpoint-interval-s: 0.5 is below 1"),  # the agent's bound
+        (["--step-sleep-s", "-1"], "argument --step-sleep-s: -1 is below 0"),
+    ],
+)
+def test_a_demo_knob_out_of_range_is_refused_before_anything_starts(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, ``--checkpoint-interval-s 0.5`` deployed for 20 s, then ended in a JobError traceback, and
+    ``--epochs 1`` waited out the demo's 8 minutes."""
+    import emulator.demo
+
+    monkeypatch.setattr(emulator.demo, "run", lambda *_, **__: pytest.fail("the demo started"))
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["demo", *argv])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")
+
+
+def test_a_job_error_and_a_run_dir_that_cannot_be_made_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both were tracebacks from ``python -m emulator``."""
+    import emulator.demo
+
+    def refused(*_: Any, **__: Any) -> None:
+        raise cli.JobError("the node agent would refuse this job: max_restarts must be at least 0")
+
+    monkeypatch.setattr(emulator.demo, "run", refused)
+    assert cli.main(["demo", "--run-dir", str(tmp_path / "demo")]) == 1
+    assert capsys.readouterr().err == "error: the node agent would refuse this job: max_restarts must be at least 0\n"
+    (tmp_path / "file").write_text("")
+    assert cli.main(["up", "--no-wait", "--run-dir", str(tmp_path / "file" / "run")]) == 1
+    assert capsys.readouterr().err == f"error: Not a directory: {tmp_path / 'file' / 'run'}\n"
+
+
+def test_a_run_dir_in_use_is_refused_and_the_running_emulator_keeps_its_tls_files(cloud: EmulatedCloud) -> None:
+    """Two emulators on one run directory (two demos started in the same second shared one): the second replaced
+    the first one's CA, and the first one's clients failed certificate checks."""
+    assert cloud.run_dir is not None
+    ca = cloud.ca_bundle.read_bytes()
+    with pytest.raises(EmulatorError) as refused:
+        EmulatedCloud(run_dir=cloud.run_dir).start()
+    assert str(refused.value).startswith(f"{cloud.run_dir} is the run directory of an emulator that is still running")
+    assert cloud.ca_bundle.read_bytes() == ca
+    assert cloud.client("sts").get_caller_identity()["Account"] == cloud.account_id
+
+
+def test_up_ends_with_one_line_when_its_aws_endpoint_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, ``emulator up`` reported failed poll rounds forever, its export lines pointing at nothing."""
+
+    def bootstrap_then_die(cloud: EmulatedCloud) -> float:
+        assert cloud.run_dir is not None
+        os.kill(int((cloud.run_dir / SERVER_PID_FILE).read_text()), signal.SIGKILL)
+        return 0.0
+
+    monkeypatch.setattr(cli, "bootstrap", bootstrap_then_die)
+    monkeypatch.setattr(cli, "deploy", lambda *_: {})
+    ended: list[BaseException] = []
+
+    def up() -> None:
+        try:
+            cli.up(["TrainingStack"], tmp_path / "run")
+        except BaseException as exc:
+            ended.append(exc)
+
+    waiter = threading.Thread(target=up, daemon=True)  # bounded: joined below, daemon if it never ends
+    waiter.start()
+    waiter.join(60)
+    assert not waiter.is_alive(), "emulator up still waits on a dead endpoint"
+    [exc] = ended
+    assert isinstance(exc, EmulatorError)
+    assert str(exc) == f"the emulated AWS endpoint exited; see {tmp_path / 'run' / 'moto-server.log'}"

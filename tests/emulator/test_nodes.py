@@ -240,3 +240,36 @@ def test_an_instance_its_group_holds_keeps_its_node_and_learns_it_is_ending(
         launcher.poll()
         assert node.terminated_at is not None
         assert node.instance_id not in _instances(cloud, group)
+
+
+def test_a_second_ctrl_c_while_nodes_stop_leaves_none_running(
+    cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() gives each node its grace in turn. A second Ctrl-C in that wait (or a CI cancel) skipped the SIGKILL
+    of that node's tree and never signalled the nodes after it: in sessions of their own, no terminal signal reaches
+    them, and their agents kept trying to hand their instances back to a dead endpoint, for hours."""
+    group = _group(cloud, "stubborn", "#!/bin/bash\ntrap '' TERM\nsleep 300 &\necho $! > child.pid\nwait\n", 2)
+    launcher = NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S).start()
+    try:
+        launcher.wait_for(
+            lambda: len(launcher.running()) == 2 and all((n.root / "child.pid").exists() for n in launcher.running()),
+            WAIT_S,
+            "two stubborn nodes",
+        )
+        children = [int((n.root / "child.pid").read_text()) for n in launcher.running()]
+        sleep, cut = time.sleep, list[float]()
+
+        def second_ctrl_c(seconds: float) -> None:  # in the first node's grace
+            if not cut:
+                cut.append(seconds)
+                raise KeyboardInterrupt
+            sleep(seconds)
+
+        monkeypatch.setattr(time, "sleep", second_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            launcher.stop()
+        monkeypatch.undo()
+        assert cut  # the interrupt came while a node was given its grace
+        _until(lambda: not any(_alive(pid) for pid in children), "every node's processes to end")
+    finally:
+        launcher.stop()
