@@ -258,6 +258,8 @@ class EmulatedCloud:
         """Stop the server and wait for it: SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``. Idempotent."""
         with self._lock:
             proc, self._proc = self._proc, None
+            if proc is not None and self.run_dir is not None:
+                (self.run_dir / SERVER_PID_FILE).unlink(missing_ok=True)
             if proc is not None:
                 for stream in (proc.stdin, proc.stdout):
                     if stream is not None:
@@ -334,7 +336,8 @@ class EmulatedCloud:
     def __enter__(self) -> EmulatedCloud:
         if threading.current_thread() is threading.main_thread():  # a closed terminal (SIGHUP) too: stop, not orphan
             for signum in (signal.SIGTERM, signal.SIGHUP):
-                self._previous_handlers[signum] = signal.signal(signum, _raise_system_exit)
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                    self._previous_handlers[signum] = signal.signal(signum, _raise_system_exit)
         try:
             return self.start()
         except BaseException:
@@ -360,14 +363,11 @@ def _refuse_if_in_use(run_dir: Path) -> None:
     """EmulatorError if the server of another emulator with this run directory still runs."""
     try:
         pid = int((run_dir / SERVER_PID_FILE).read_text())
-    except (OSError, ValueError):  # none written, or not a pid
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):  # none written, not a pid, or that process ended
         return
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:  # that emulator ended
+    if b"emulator.server" not in command:  # the pid is another process's now (or a zombie's: empty)
         return
-    except PermissionError:  # another user's
-        pass
     raise EmulatorError(
         f"{run_dir} is the run directory of an emulator that is still running (server pid {pid}); give another one"
     )

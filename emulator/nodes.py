@@ -170,23 +170,26 @@ class NodeLauncher:
         return self
 
     def stop(self) -> None:
-        """Stop watching and end every node's process tree and metadata mock. Idempotent."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-        with self._lock:
-            nodes = list(self.nodes.values())
-            running = [n for n in nodes if n.running]
-            if running:
-                self._report(f"stopping {len(running)} node(s) (up to {SHUTDOWN_GRACE_S:.0f} s each)")
-            try:
+        """Stop watching and end every node's process tree and metadata mock. Idempotent.
+
+        Anything that cuts it short (a second Ctrl-C, also while the poll thread is joined; a closed terminal) ends
+        the nodes not yet stopped at once: they run in sessions of their own, out of the terminal's reach."""
+        try:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+                self._thread = None
+            with self._lock:
+                nodes = list(self.nodes.values())
+                running = [n for n in nodes if n.running]
+                if running:
+                    self._report(f"stopping {len(running)} node(s) (up to {SHUTDOWN_GRACE_S:.0f} s each)")
                 for node in nodes:
                     self._shutdown(node)  # nothing for a node already shut down
-            except BaseException:  # a second Ctrl-C: no grace for the rest, but nothing left running (the nodes
-                for node in nodes:  # are in sessions of their own, out of the terminal's reach)
-                    self._shutdown(node, hard=True)
-                raise
+        except BaseException:
+            for node in list(self.nodes.values()):  # not under the lock: a poll round may hold it for a while
+                self._shutdown(node, hard=True)
+            raise
 
     def all_nodes(self) -> list[Node]:
         """Every node booted so far (a copy: the poll thread adds nodes)."""
@@ -500,7 +503,8 @@ class NodeLauncher:
 
     def _report(self, line: str) -> None:
         if self.on_event is not None:
-            self.on_event(line)
+            with contextlib.suppress(OSError):  # a terminal that hung up: the nodes must still be stopped
+                self.on_event(line)
 
 
 def _exit_status(proc: subprocess.Popen[bytes]) -> Optional[int]:

@@ -137,6 +137,13 @@ def _sibling_keys(lines: list[str], i: int) -> dict[str, int]:
     return keys
 
 
+def _names_another(line: str, snapshot: str, ami: str) -> bool:
+    """Whether a ``snapshot_id:`` line names another snapshot, or this helper's comment on it another AMI (one
+    registered again from the same snapshot: the comment is what synth checks)."""
+    value, comment = SNAPSHOT_VALUE.search(line), RESOLVED_COMMENT.search(line)
+    return value is None or value["snap"] != snapshot or (comment is not None and comment["ami"] != ami)
+
+
 def resolve_text(text: str, snapshots: dict[str, str], when: str) -> str:
     """Write ``snapshot_id:`` next to each ``ami_id:`` line: after it when its mapping has none, in place of the
     mapping's ``snapshot_id:`` line when that names another snapshot."""
@@ -151,26 +158,32 @@ def resolve_text(text: str, snapshots: dict[str, str], when: str) -> str:
         at = _sibling_keys(lines, i).get("snapshot_id")
         if at is None:
             after[i] = written
-        elif (written_now := SNAPSHOT_VALUE.search(lines[at])) is None or written_now["snap"] != snapshot:
+        elif _names_another(lines[at], snapshot, match["ami"]):
             lines[at] = written
     return "".join(line + after.get(i, "") for i, line in enumerate(lines))
 
 
-def _warm_pool_nodes(root: Optional[yaml.Node]) -> list[tuple[int, yaml.MappingNode]]:
-    """(index, node) of each cluster's ``warm_pool`` block, as the YAML composer sees the file."""
-
-    def child(node: Optional[yaml.Node], key: str) -> Optional[yaml.Node]:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if isinstance(k, yaml.ScalarNode) and k.value == key:
-                    return v
+def _lookup(node: Optional[yaml.Node], key: str) -> Optional[yaml.Node]:
+    """``key``'s value in a composed mapping, through its merge keys (``<<: *base``) as YAML merges them: a key
+    written in the mapping wins, then the merged mappings in order."""
+    if not isinstance(node, yaml.MappingNode):
         return None
+    merged: list[yaml.Node] = []
+    for k, v in node.value:
+        if k.tag == "tag:yaml.org,2002:merge":
+            merged.extend(v.value if isinstance(v, yaml.SequenceNode) else [v])
+        elif isinstance(k, yaml.ScalarNode) and k.value == key:
+            return v
+    return next((found for base in merged if (found := _lookup(base, key)) is not None), None)
 
-    clusters = child(root, "clusters")
+
+def _warm_pool_nodes(root: Optional[yaml.Node]) -> list[tuple[int, yaml.Node]]:
+    """(index, node) of each cluster's ``warm_pool`` block, as the YAML composer sees the file."""
+    clusters = _lookup(root, "clusters")
     if not isinstance(clusters, yaml.SequenceNode):
         return []
-    pools = [(i, child(cluster, "warm_pool")) for i, cluster in enumerate(clusters.value)]
-    return [(i, pool) for i, pool in pools if isinstance(pool, yaml.MappingNode)]
+    pools = [(i, _lookup(cluster, "warm_pool")) for i, cluster in enumerate(clusters.value)]
+    return [(i, pool) for i, pool in pools if pool is not None]
 
 
 def stale_snapshot_ids(text: str, path: Path) -> list[str]:
@@ -184,8 +197,7 @@ def stale_snapshot_ids(text: str, path: Path) -> list[str]:
     lines = text.splitlines()
     problems = []
     for i, pool in _warm_pool_nodes(root):
-        values = {k.value: v for k, v in pool.value if isinstance(k, yaml.ScalarNode)}
-        ami, snapshot = values.get("ami_id"), values.get("snapshot_id")
+        ami, snapshot = _lookup(pool, "ami_id"), _lookup(pool, "snapshot_id")  # a merged one's line has its comment
         if not (isinstance(ami, yaml.ScalarNode) and isinstance(snapshot, yaml.ScalarNode)):
             continue
         end = snapshot.end_mark
@@ -254,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     if not problems and resolved == text:
         print(f"{args.team_file}: nothing to change (every warm pool's snapshot_id is its ami_id's root snapshot)")
+    elif not problems and all(b.snapshot_id == a.snapshot_id for b, a in zip(pools, after, strict=True)):
+        print(f"{args.team_file}: the snapshots were right; their comments now name each pool's ami_id")
     return 2 if problems else 0
 
 

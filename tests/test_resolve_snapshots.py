@@ -13,7 +13,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from team_config import ConfigError, load_team
-from team_config.resolve_snapshots import main
+from team_config.resolve_snapshots import main, resolve_text, stale_snapshot_ids
 
 TEAM = """\
 # research team
@@ -249,3 +249,46 @@ def test_a_root_snapshot_the_account_cannot_see_is_refused_naming_copy_image(
         f"--source-image-id {ami} --source-region <region> --name <name>) and use the copy's id as ami_id\n"
     )
     assert path.read_text() == before
+
+
+def test_an_ami_registered_again_from_the_same_snapshot_gets_its_comment_rewritten(tmp_path: Path) -> None:
+    """An AMI registered again from the same snapshot (another boot mode, IMDS setting): synth refused the file
+    (the comment named the old AMI) and the helper, seeing the right snapshot, left it as it was."""
+    path = tmp_path / "research.yaml"
+    text = TEAM.format(ami="ami-0000000000000000b").replace(
+        "      volume_size_gib: 100\n",
+        "      snapshot_id: snap-0000000000000000a  # root snapshot of ami-0000000000000000a, resolved in us-east-1\n"
+        "      volume_size_gib: 100\n",
+    )
+    assert stale_snapshot_ids(text, path)  # refused at load
+    resolved = resolve_text(text, {"ami-0000000000000000b": "snap-0000000000000000a"}, "resolved in us-east-1")
+    assert stale_snapshot_ids(resolved, path) == []
+    assert resolved.count("snapshot_id: snap-0000000000000000a  # root snapshot of ami-0000000000000000b") == 1
+
+
+def test_a_pool_that_merges_a_resolved_snapshot_under_a_new_ami_is_refused(tmp_path: Path) -> None:
+    """A second cluster's pool written ``<<: *pool`` with its own ami_id took the first one's snapshot and comment
+    through the merge key: the check, reading only the keys written in each pool, let it through."""
+    path = tmp_path / "research.yaml"
+    path.write_text(
+        "clusters:\n"
+        "  - name: main\n"
+        "    instance_types: [g5.xlarge, g5.2xlarge]\n"
+        "    max_nodes: 2\n"
+        "    warm_pool: &pool\n"
+        "      size: 2\n"
+        "      ami_id: ami-0000000000000000a\n"
+        "      snapshot_id: snap-0000000000000000a  # root snapshot of ami-0000000000000000a, resolved in us-east-1\n"
+        "  - name: other\n"
+        "    instance_types: [g5.xlarge, g5.2xlarge]\n"
+        "    max_nodes: 2\n"
+        "    warm_pool:\n"
+        "      <<: *pool\n"
+        "      ami_id: ami-0000000000000000b\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_team(path)
+    assert str(refused.value).startswith(
+        f"{path}: clusters[1].warm_pool.snapshot_id snap-0000000000000000a is the root snapshot of "
+        "ami-0000000000000000a (its comment says so), but ami_id is ami-0000000000000000b"
+    )

@@ -197,3 +197,30 @@ def test_up_ends_with_one_line_when_its_aws_endpoint_dies(tmp_path: Path, monkey
     [exc] = ended
     assert isinstance(exc, EmulatorError)
     assert str(exc) == f"the emulated AWS endpoint exited; see {tmp_path / 'run' / 'moto-server.log'}"
+
+
+def test_a_run_dir_whose_server_is_gone_is_free_again_even_if_its_pid_was_reused(tmp_path: Path) -> None:
+    """The server's pid stayed in the run directory after a stop; once the machine gave that pid to another
+    process, the run directory was refused as in use for good."""
+    run_dir = tmp_path / "run"
+    with EmulatedCloud(run_dir=run_dir):
+        assert (run_dir / SERVER_PID_FILE).is_file()
+    assert not (run_dir / SERVER_PID_FILE).exists()
+    (run_dir / SERVER_PID_FILE).write_text(f"{os.getpid()}\n")  # a live process that is no emulator
+    with EmulatedCloud(run_dir=run_dir) as again:
+        assert again.client("sts").get_caller_identity()["Account"] == again.account_id
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    """``nohup python -m emulator up &`` must outlive the terminal; SIGTERM still stops the emulator."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with EmulatedCloud(run_dir=tmp_path / "run"):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with EmulatedCloud(run_dir=tmp_path / "run"):  # from a terminal: a closed one stops it
+            assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)

@@ -6,6 +6,7 @@ import base64
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -242,21 +243,29 @@ def test_an_instance_its_group_holds_keeps_its_node_and_learns_it_is_ending(
         assert node.instance_id not in _instances(cloud, group)
 
 
+STUBBORN = "#!/bin/bash\ntrap '' TERM\nsleep 300 &\necho $! > child.pid\nwait\n"  # ignores SIGTERM, so does its child
+
+
+def stubborn_nodes(cloud: EmulatedCloud, tmp_path: Path, name: str, count: int, **kwargs: Any) -> tuple[Any, list[int]]:
+    """A started launcher with ``count`` nodes that ignore SIGTERM, and the pids of their children."""
+    launcher = NodeLauncher(cloud, tmp_path / "nodes", groups=[_group(cloud, name, STUBBORN, count)], **kwargs)
+    launcher.start()
+    launcher.wait_for(
+        lambda: len(launcher.running()) == count and all((n.root / "child.pid").exists() for n in launcher.running()),
+        WAIT_S,
+        f"{count} stubborn node(s)",
+    )
+    return launcher, [int((n.root / "child.pid").read_text()) for n in launcher.running()]
+
+
 def test_a_second_ctrl_c_while_nodes_stop_leaves_none_running(
     cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """stop() gives each node its grace in turn. A second Ctrl-C in that wait (or a CI cancel) skipped the SIGKILL
     of that node's tree and never signalled the nodes after it: in sessions of their own, no terminal signal reaches
     them, and their agents kept trying to hand their instances back to a dead endpoint, for hours."""
-    group = _group(cloud, "stubborn", "#!/bin/bash\ntrap '' TERM\nsleep 300 &\necho $! > child.pid\nwait\n", 2)
-    launcher = NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S).start()
+    launcher, children = stubborn_nodes(cloud, tmp_path, "stubborn", 2, poll_s=POLL_S)
     try:
-        launcher.wait_for(
-            lambda: len(launcher.running()) == 2 and all((n.root / "child.pid").exists() for n in launcher.running()),
-            WAIT_S,
-            "two stubborn nodes",
-        )
-        children = [int((n.root / "child.pid").read_text()) for n in launcher.running()]
         sleep, cut = time.sleep, list[float]()
 
         def second_ctrl_c(seconds: float) -> None:  # in the first node's grace
@@ -272,4 +281,49 @@ def test_a_second_ctrl_c_while_nodes_stop_leaves_none_running(
         assert cut  # the interrupt came while a node was given its grace
         _until(lambda: not any(_alive(pid) for pid in children), "every node's processes to end")
     finally:
+        launcher.stop()
+
+
+def test_a_second_ctrl_c_while_a_poll_round_ends_leaves_none_running(cloud: EmulatedCloud, tmp_path: Path) -> None:
+    """The same while stop() waits for the poll thread's round (it holds the launcher's lock, e.g. for a gone
+    node's grace): before, the interrupt came before any node was signalled."""
+    launcher, children = stubborn_nodes(cloud, tmp_path, "stubborn-poll", 1, poll_s=POLL_S)
+    poll, in_round = launcher.poll, threading.Event()
+
+    def slow_poll() -> None:
+        with launcher._lock:
+            in_round.set()
+            time.sleep(2)
+        poll()
+
+    launcher.poll = slow_poll
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        assert in_round.wait(WAIT_S)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            launcher.stop()
+        _until(lambda: not any(_alive(pid) for pid in children), "every node's processes to end")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        launcher.stop()
+
+
+def test_a_terminal_that_hung_up_does_not_keep_stop_from_ending_the_nodes(cloud: EmulatedCloud, tmp_path: Path) -> None:
+    """SIGHUP (a closed terminal) stops ``emulator up``; the launcher's first line to the hung-up terminal raised
+    OSError (EIO) before any node was stopped."""
+    hung_up: list[bool] = []
+
+    def on_event(line: str) -> None:
+        if hung_up:
+            raise OSError(5, "Input/output error")
+
+    launcher, children = stubborn_nodes(cloud, tmp_path, "hung-up", 1, poll_s=POLL_S, on_event=on_event)
+    try:
+        hung_up.append(True)
+        launcher.stop()
+        _until(lambda: not any(_alive(pid) for pid in children), "every node's processes to end")
+    finally:
+        hung_up.clear()
         launcher.stop()
