@@ -541,6 +541,11 @@ class ClusterConfig(Strict):
     on_demand_percentage_above_base: int = Field(0, ge=0, le=100)
     spot_allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized"] = "price-capacity-optimized"
     placement_group: bool = Field(True, description="Launch into a cluster placement group (one AZ).")
+    cross_zone_training: bool = Field(
+        False,
+        description="Let a multi-node cluster span the network's AZs (more spot pools), its traffic between them "
+        "billed as inter-AZ data transfer.",
+    )
     root_volume_size_gib: int = Field(200, ge=8, le=16384)
     ami: Annotated[
         AmiConfig,
@@ -766,5 +771,12 @@ class TeamConfig(Strict):
                 raise ValueError(
                     f"clusters[{i}] ({cluster.name}): a warm volume pool lives in one AZ but the network spans "
                     f"{self.network.az_count}; use one AZ/subnet or remove warm_pool"
+                )
+            if cluster.max_nodes > 1 and self.network.az_count != 1 and not cluster.cross_zone_training:
+                raise ValueError(
+                    f"clusters[{i}] ({cluster.name}): max_nodes {cluster.max_nodes} across {self.network.az_count} "
+                    "AZs: the nodes' gradient exchange at every step would cross zones, billed as inter-AZ data "
+                    "transfer (about $0.01 per GB each way, not in trainctl cost) and slower than within one; use one "
+                    "AZ/subnet, or set cross_zone_training: true to accept the charge"
                 )
         return self

@@ -1047,7 +1047,24 @@ def test_existing_vpc_subnets_are_consistent(tmp_path: Path, doc: dict, expected
 
 def test_existing_vpc_without_any_route_table_loads_without_an_endpoint(tmp_path: Path) -> None:
     bare = [{k: v for k, v in s.items() if k != "route_table_id"} for s in (SUBNET, SUBNET_B)]
-    assert load_team(write(tmp_path, existing(*bare, create_s3_endpoint=False))).config.network.az_count == 2
+    doc = existing(*bare, create_s3_endpoint=False)
+    doc["clusters"][0]["cross_zone_training"] = True  # two subnets, two AZs
+    assert load_team(write(tmp_path, doc)).config.network.az_count == 2
+
+
+def test_a_multi_node_cluster_across_zones_is_refused_unless_the_team_accepts_the_charge(tmp_path: Path) -> None:
+    """Before, it loaded without a word: Auto Scaling spreads the nodes over the zones, and every step's all-reduce
+    crossed them, billed per GB each way (for a large model, more than the spot instances)."""
+    doc = new_vpc({"az_count": 2}, placement_group=False)
+    assert error_for(tmp_path, doc).endswith(
+        "clusters[0] (main): max_nodes 2 across 2 AZs: the nodes' gradient exchange at every step would cross zones, "
+        "billed as inter-AZ data transfer (about $0.01 per GB each way, not in trainctl cost) and slower than within "
+        "one; use one AZ/subnet, or set cross_zone_training: true to accept the charge"
+    )
+    doc["clusters"][0]["cross_zone_training"] = True
+    assert load_team(write(tmp_path, doc)).config.clusters[0].cross_zone_training
+    one_node = new_vpc({"az_count": 2}, placement_group=False, max_nodes=1, desired_nodes=1)
+    assert load_team(write(tmp_path, one_node)).config.network.az_count == 2  # nothing crosses a zone
 
 
 @pytest.mark.parametrize(
@@ -1129,8 +1146,8 @@ def test_existing_vpc_without_any_route_table_loads_without_an_endpoint(tmp_path
         ),
         pytest.param(
             EMPTY + "    123: x\n",
-            "clusters[0].123: unknown key '123': allowed keys here: ami, desired_nodes, instance_types, "
-            "interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
+            "clusters[0].123: unknown key '123': allowed keys here: ami, cross_zone_training, desired_nodes, "
+            "instance_types, interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
             "on_demand_percentage_above_base, placement_group, root_volume_size_gib, spot_allocation_strategy, "
             "warm_pool",
             id="number-key",
