@@ -147,6 +147,7 @@ RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer
 # a node's markers written when its trainer stopped, or it leaves: after them, its ``training`` marker is stale
 END_OF_TRAINING = ("synced", "leaving", "done")
 PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
+READY_MARKER = "ready"  # nodes/<id>/ready: at an elastic job's first attempt, restored and about to start torchrun
 STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
 # After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
 # ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
@@ -1498,6 +1499,8 @@ class Agent:
         self.imds = Imds()
         self.poll_s = env_float("SPOT_TRAINING_POLL_INTERVAL_S", 5.0)
         self.join_timeout_s = env_float("SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S", 600.0)
+        # How long a ready node waits for its InService peers at an elastic job's first attempt (wait_for_ready_peers)
+        self.start_wait_s = env_float("SPOT_TRAINING_START_WAIT_S", 300.0)
         self.barrier_s = env_float("SPOT_TRAINING_DONE_BARRIER_S", 120.0)
         self.keep = int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2))
         self.test_stall_timeout_s = env_float("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", 0.0)
@@ -1797,6 +1800,48 @@ class Agent:
                 raise AgentError(
                     f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s"
                 )
+            time.sleep(self.poll_s)
+
+    def wait_for_ready_peers(self, job: Job, group: str) -> List[Tuple[str, str]]:
+        """At an elastic job's first attempt (``min_nodes`` < ``max_nodes``): the peers, once every InService one is
+        ready (its ``ready`` marker: restored, about to start torchrun) or trains already, or ``start_wait_s`` is up.
+
+        torchrun's first round closes 30 s (its ``last_call_timeout``) after ``min_nodes`` joined. Instances of one
+        launch boot minutes apart on EC2 (instance types, AMI loading), so without this wait a job started on the
+        first nodes up and restarted its workers for each late one (a save, a restore, NCCL set up again). A peer that
+        leaves the group is no longer waited for; at the bound, the job starts and late peers join as before."""
+        self.put_marker(job, f"nodes/{self.instance_id}/{READY_MARKER}", {})
+        deadline, said, peers = time.monotonic() + self.start_wait_s, "", self.peers
+        while True:
+            self.check_notice("the wait for peers")
+            if self.marked(job, "STOP"):
+                raise StopBeforeTraining("stop requested (STOP marker) while waiting for peers to be ready")
+            late: List[str] = []
+            try:
+                found = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))[: job.max_nodes]
+                markers = self.node_markers(job)
+            except AWS_ERRORS as exc:
+                self.log(f"peer discovery failed ({one_line(exc)}); trying again")
+            else:
+                if self.instance_id not in dict(found):  # past max_nodes now: wait for a place as before
+                    return self.wait_for_peers(group, job)
+                peers = found
+                ready = {READY_MARKER, "training"}
+                late = [i for i, _ in peers if i != self.instance_id and not ready & set(markers.get(i, {}))]
+                if not late:
+                    return peers
+                if ", ".join(late) != said:
+                    said = ", ".join(late)
+                    self.log(
+                        f"waiting up to {self.start_wait_s:g} s for peer(s) {said} to be ready, so that the first "
+                        "rendezvous round has every node"
+                    )
+            if time.monotonic() > deadline:
+                self.log(
+                    f"peer(s) {said or '?'} not ready after {self.start_wait_s:g} s; starting without them "
+                    "(torchrun restarts the workers when they join)"
+                )
+                return peers
             time.sleep(self.poll_s)
 
     def torchrun_command(self, job: Job, peers: List[Tuple[str, str]]) -> Tuple[List[str], Dict[str, str]]:
@@ -2237,6 +2282,8 @@ class Agent:
             self.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
         with Timed(self.log, "peer discovery"):
             self.peers = self.wait_for_peers(group, job)
+            if attempt == 0 and job.min_nodes < job.max_nodes:
+                self.peers = self.wait_for_ready_peers(job, group)
         ids = [i for i, _ in self.peers]
         self.log(f"peers: {', '.join(ids)}; rendezvous host {ids[0]}")
         cmd, env = self.torchrun_command(job, self.peers)

@@ -7,6 +7,7 @@ two trainings on one checkpoint prefix, each uploading and pruning the other's c
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -89,3 +90,54 @@ def test_a_node_ec2_took_hard_is_no_peer_while_its_group_still_lists_it(make_clu
     assert {i["InstanceId"]: i["LifecycleState"] for i in group["Instances"]}[host] == "InService"
     peers = node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
     assert [i for i, _ in peers] == [survivor]
+
+
+def elastic_pair(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any, list[str]]:
+    """An elastic job (min 1, max 2) on two InService instances; the second one's agent, its job and lines, its
+    peers found; the first (returned) has no agent: the test plays it."""
+    cluster: Cluster = make_cluster(nodes=2, min_nodes=1, max_nodes=2)
+    cluster.submit(job_id, {"train.py": ""}, "python train.py")
+    (first, _), (second, _) = cluster.instances()
+    agent, job, lines = agent_for(cluster, second)
+    agent.peers = agent.wait_for_peers(cluster.group, job)
+    return cluster, first, agent, job, lines
+
+
+def test_a_ready_node_of_an_elastic_job_waits_for_its_late_peer_at_the_first_attempt(make_cluster: Any) -> None:
+    """torchrun's first round closes 30 s after min_nodes joined; EC2 boots one launch's instances minutes apart.
+    Before, the first node up started alone and the job restarted its workers when the second joined."""
+    cluster, late, agent, job, lines = elastic_pair(make_cluster, "skew")
+    ready = threading.Timer(0.5, lambda: agent.put_marker(job, f"nodes/{late}/ready", {}))
+    ready.start()
+    try:
+        peers = agent.wait_for_ready_peers(job, cluster.group)
+    finally:
+        ready.cancel()
+    assert [i for i, _ in peers] == [i for i, _ in cluster.instances()]
+    assert cluster.marker("skew", f"nodes/{late}/ready") is not None  # it returned once the late peer was ready
+    assert cluster.marker("skew", f"nodes/{agent.instance_id}/ready") is not None  # what the late peer waits for
+    assert f"waiting up to 300 s for peer(s) {late} to be ready, so that the first rendezvous round has every node" in (
+        lines
+    )
+
+
+def test_the_wait_for_a_late_peer_is_bounded_and_ends_when_it_leaves(make_cluster: Any) -> None:
+    cluster, late, agent, job, lines = elastic_pair(make_cluster, "bounded")
+    agent.start_wait_s = 0.3
+    assert len(agent.wait_for_ready_peers(job, cluster.group)) == 2  # starts without it: it joins later
+    assert (
+        f"peer(s) {late} not ready after 0.3 s; starting without them (torchrun restarts the workers when they join)"
+        in (lines)
+    )
+    agent.start_wait_s = 60.0
+    cluster.aws.asg.terminate_instance_in_auto_scaling_group(InstanceId=late, ShouldDecrementDesiredCapacity=True)
+    assert [i for i, _ in agent.wait_for_ready_peers(job, cluster.group)] == [agent.instance_id]
+
+
+def test_a_peer_that_trains_already_is_not_waited_for(make_cluster: Any) -> None:
+    """A replacement (its agent's first attempt) joins peers that train: their ``training`` markers say so."""
+    cluster, survivor, agent, job, lines = elastic_pair(make_cluster, "joining")
+    agent.put_marker(job, f"nodes/{survivor}/training", {"attempt": 3})
+    agent.start_wait_s = 60.0
+    assert len(agent.wait_for_ready_peers(job, cluster.group)) == 2
+    assert not any("waiting up to" in line for line in lines)
