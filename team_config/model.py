@@ -300,7 +300,13 @@ class AmiConfig(Strict):
 
 class InterruptionDrillConfig(Strict):
     percent: int = Field(50, ge=1, le=100, description="Share of the running spot instances that get a notice.")
-    notice_minutes: int = Field(2, ge=2, le=15, description="Minutes between the notice and the interruption.")
+    notice_minutes: int = Field(
+        2,
+        ge=2,
+        le=15,
+        description="Minutes from the drill's action to the interruption; the notice comes 2 minutes before it (with "
+        "more, a rebalance recommendation first).",
+    )
 
 
 def rebalancing_pool(max_nodes: int) -> int:

@@ -297,6 +297,27 @@ def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
     )
     text = review.summary({after.name: after}, prices, base={before.name: review.Stack(before.name, {}, [])})
     assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
+    # a new team (its stack not in the base): before, its clusters read like unchanged ones
+    text = review.summary({after.name: after}, prices, base={})
+    assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
+
+
+def test_against_a_base_a_budget_reads_new_or_base_to_head(assemblies: tuple[Path, Path]) -> None:
+    """Before, only the head's amount: a limit raised from 500 to 50000 looked like any budget."""
+    base, head = assemblies
+    prices, head_stacks = load_prices(), review.load_assembly(head)
+    name = budget_name("alpha", [], 80)
+    text = review.summary(head_stacks, prices, base=review.load_assembly(base))
+    assert f"| TrainingStack-alpha | {name} | 500 (new) |" in text  # the base has no budget
+    text = review.summary(head_stacks, prices, base=head_stacks)
+    assert f"| TrainingStack-alpha | {name} | 500 |" in text
+    raised = json.loads(json.dumps(head_stacks["TrainingStack-alpha"].template))
+    for resource in raised["Resources"].values():
+        if resource["Type"] == "AWS::Budgets::Budget":
+            resource["Properties"]["Budget"]["BudgetLimit"]["Amount"] = 50000
+    stack = head_stacks["TrainingStack-alpha"]
+    text = review.summary({stack.name: review.Stack(stack.name, raised, [])}, prices, base=head_stacks)
+    assert f"| TrainingStack-alpha | {name} | 500 -> 50000 |" in text
 
 
 def test_a_new_vpc_range_replaces_every_resource_whose_create_only_property_refers_to_a_replaced_one(
@@ -488,3 +509,22 @@ def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
     assert err.splitlines()[-1] == (
         "trainctl: error: synth found cdk-nag or SpotTraining violations, listed above (`npx cdk synth` lists them too)"
     )
+
+
+def test_replaced_warm_pool_volumes_come_with_the_rule_to_deploy_at_0(
+    everything: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """A new snapshot or volume size replaces the pool: before, the review listed the volumes as deleted, with no
+    word that a deploy while a node holds one leaves it billed outside the stack."""
+    base, _ = copy.deepcopy(everything)
+    bigger = copy.deepcopy(EVERYTHING)
+    bigger["clusters"][0]["warm_pool"]["volume_size_gib"] = 300
+    head = dict(synth(team_config(**bigger))[1].to_json())
+    text = review.summary({"S": review.Stack("S", head, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    volumes = [k for k, r in base["Resources"].items() if r["Type"] == "AWS::EC2::Volume"]
+    assert volumes and all(
+        f"| S | {v} | AWS::EC2::Volume | deleted (not in the new template) |" in text for v in volumes
+    )
+    assert review.POOL_REPLACED_NOTE in text
+    same = review.summary({"S": review.Stack("S", base, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    assert review.POOL_REPLACED_NOTE not in same

@@ -106,6 +106,10 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
      {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled")}),
     ("ST1", "LT", {"LT": lt(HttpTokens="required")}, ["InstanceMetadataTags is None"],
      {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled")}),
+    # before: passed, and no node could read its identity or a spot notice
+    ("ST1", "LT", {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled", HttpEndpoint="disabled")},
+     ["HttpEndpoint is 'disabled'"],
+     {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled", HttpEndpoint="enabled")}),
     ("ST2", "G", {"G": group(MixedInstancesPolicy={
         "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0, "SpotAllocationStrategy": "lowest-price"},
         "LaunchTemplate": {"Overrides": [{"InstanceType": "g5.xlarge"}]}})},

@@ -389,6 +389,24 @@ def _cluster_rows(
         yield (stack.name, c["team"], c["cluster"]), cells
 
 
+POOL_REPLACED_NOTE = (
+    "Warm pool volumes are replaced or removed: deploy with the cluster's group at 0 (a volume still attached to a "
+    "node fails its delete and stays, billed, outside the stack)."
+)
+
+
+def _budgets(stacks: dict[str, Stack]) -> dict[tuple[str, str], str]:
+    """{(stack, budget name): USD per month} of the stacks' team budgets."""
+    return {
+        (stack.name, _render(r["Properties"]["Budget"]["BudgetName"])): str(
+            r["Properties"]["Budget"]["BudgetLimit"]["Amount"]
+        )
+        for stack in stacks.values()
+        for r in stack.resources.values()
+        if r["Type"] == "AWS::Budgets::Budget"
+    }
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     cells = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in rows]
     return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *(f"| {' | '.join(r)} |" for r in cells)]
@@ -411,7 +429,7 @@ def summary(
     for key, now in head_rows.items():  # the head's clusters, then the base's removed ones
         was = base_rows.get(key)
         if was is None:
-            rows.append([key[1], f"{key[2]} (new)" if base is not None and key[0] in base else key[2], *now])
+            rows.append([key[1], f"{key[2]} (new)" if base is not None else key[2], *now])  # a new team's too
         else:  # a changed value as base -> head: max nodes 2 -> 40 is what a reviewer must see
             rows.append([key[1], key[2], *(v if v == b else f"{b} -> {v}" for b, v in zip(was, now, strict=True))])
     rows += [[key[1], f"{key[2]} (removed)", *(f"{b} -> -" for b in was)]
@@ -431,11 +449,15 @@ def summary(
         + (f" {', '.join(before_cut)}: {BEFORE_CUT_NOTE}." if before_cut else "")
         + (" A changed value reads base -> head." if base is not None else ""),
     ]
-    budgets = [
-        [stack.name, _render(r["Properties"]["Budget"]["BudgetName"]),
-         str(r["Properties"]["Budget"]["BudgetLimit"]["Amount"])]
-        for stack in head.values() for r in stack.resources.values() if r["Type"] == "AWS::Budgets::Budget"
-    ]  # fmt: skip
+    head_budgets, base_budgets = _budgets(head), _budgets(base or {})
+    budgets = []
+    for (stack_name, name), amount in head_budgets.items():
+        limit = next((a for (s, _), a in base_budgets.items() if s == stack_name), None)  # one budget per stack
+        if base is not None and limit is None:
+            amount = f"{amount} (new)"
+        elif limit is not None and limit != amount:  # its name changes with its emails or threshold: by stack
+            amount = f"{limit} -> {amount}"
+        budgets.append([stack_name, name, amount])
     out += ["", "### Team budgets", ""]
     out += _table(["stack", "budget", "USD per month"], budgets) if budgets else ["No team sets a budget."]
     out += ["", "### IAM, resource policies and security group rules", ""]
@@ -458,6 +480,8 @@ def summary(
         rows = [[name, *r] for name, stack in head.items() if name in base for r in replaced(base[name], stack)]
         rows += [[name, "(whole stack)", "", "deleted"] for name in base if name not in head]
         out += _table(["stack", "resource", "type", "why"], rows) if rows else ["None."]
+        if any(r[2] == "AWS::EC2::Volume" for r in rows):
+            out += ["", POOL_REPLACED_NOTE]
         out += ["", "### Data retention changes", ""]
         rows = [
             [name, *r] for name, stack in head.items() if name in base for r in retention_changes(base[name], stack)

@@ -105,6 +105,8 @@ def check_launch_template_metadata(_: str, resource: Resource, __: Template) -> 
         problems.append(f"HttpTokens is {options.get('HttpTokens')!r}")
     if options.get("InstanceMetadataTags") != "enabled":
         problems.append(f"InstanceMetadataTags is {options.get('InstanceMetadataTags')!r}")
+    if options.get("HttpEndpoint", "enabled") != "enabled":  # off: no identity and no spot notice at all
+        problems.append(f"HttpEndpoint is {options.get('HttpEndpoint')!r}")
     return problems
 
 
@@ -312,7 +314,7 @@ def check_security_group_ingress(_: str, resource: Resource, __: Template) -> li
 RULES: tuple[Rule, ...] = (
     Rule("ST1", ("AWS::EC2::LaunchTemplate",),
          "Launch template must require IMDSv2 and allow instance metadata tags: set MetadataOptions "
-         "HttpTokens=required and InstanceMetadataTags=enabled.",
+         "HttpTokens=required and InstanceMetadataTags=enabled (HttpEndpoint enabled or unset).",
          "The boot script reads its identity and spot notices from IMDSv2 and its team/cluster from instance tags.",
          check_launch_template_metadata),
     Rule("ST2", ("AWS::AutoScaling::AutoScalingGroup",),
