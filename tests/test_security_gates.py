@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from aws_cdk.assertions import Template
 from stacks import TrainingStack
 from team_config import TeamConfig, load_teams
 from tests.synth import CONTEXT, EVERYTHING, team_config
+from training_constructs.spot_checks import is_wildcard_resource, render
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
@@ -94,7 +94,6 @@ IDENTITY_POLICY_TYPES = {
 }
 INLINE_POLICY_HOLDERS = {"AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group"}
 # "*", "arn:aws:s3:::*", "arn:aws:s3:::*/*", "arn:<partition>:logs:<region>:<account>:*", ...
-_WILDCARD_ARN = re.compile(r"arn:[^:]*:[^:]*:[^:]*:[^:]*:\*(/\*)?|arn:[^:]*:s3:::\*(/\*)?")
 
 
 # ---------------------------------------------------------------------------------------------------- templates
@@ -286,21 +285,6 @@ def test_the_network_guard_refuses_the_update_check_checkov_makes_without_its_se
 # ---------------------------------------------------------------------------------------------------- policy walk
 def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
-
-
-def render(value: Any) -> str:
-    """An ARN as text, every intrinsic (Ref, GetAtt, ...) as ``<ref>``; only literal ``*`` stays a wildcard."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
-        separator, parts = value["Fn::Join"]
-        return str(separator).join(render(p) for p in parts)
-    return "<ref>"
-
-
-def is_wildcard_resource(resource: Any) -> bool:
-    text = render(resource)
-    return text == "*" or _WILDCARD_ARN.fullmatch(text) is not None
 
 
 def policy_statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

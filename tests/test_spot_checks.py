@@ -69,7 +69,7 @@ TLS_POLICY = {
         "PolicyDocument": {"Statement": [{"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]},
     },
 }
-ROLE = {
+ROLE: dict[str, Any] = {
     "Type": "AWS::IAM::Role",
     "Properties": {"AssumeRolePolicyDocument": {"Statement": [{"Principal": {"Service": "ec2.amazonaws.com"}}]}},
 }
@@ -81,6 +81,15 @@ def policy(action: str, resource: Any) -> dict[str, Any]:
         "Type": "AWS::IAM::Policy",
         "Properties": {"Roles": [{"Ref": "Role"}], "PolicyDocument": {"Statement": [statement]}},
     }
+
+
+SCOPED = "arn:aws:s3:::b/main/*"  # one cluster's prefix of one bucket
+
+
+def not_action_policy() -> dict[str, Any]:
+    """Everything but IAM, on every resource."""
+    document = {"Statement": [{"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}]}
+    return {"Type": "AWS::IAM::Policy", "Properties": {"Roles": [{"Ref": "Role"}], "PolicyDocument": document}}
 
 
 def volume(**props: Any) -> dict[str, Any]:
@@ -139,6 +148,17 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
      {"P": policy("ssm:UpdateInstanceInformation", "*"), "Role": ROLE}),
     ("ST9", "P", {"P": policy("s3:ListBucket", "*"), "Role": ROLE}, ["Resource '*' for s3:ListBucket"],
      {"P": policy("s3:ListBucket", "arn:aws:s3:::b"), "Role": ROLE}),
+    # before, each of these passed: only a literal "*" in the role's own policies was read
+    ("ST9", "P", {"P": policy("s3:GetObject", "arn:aws:s3:::*/*"), "Role": ROLE},
+     ["Resource 'arn:aws:s3:::*/*' for s3:GetObject"], {"P": policy("s3:GetObject", SCOPED), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("s3:GetObject", {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::*/*"]]}),
+                  "Role": ROLE},
+     ["Resource 'arn:<ref>:s3:::*/*' for s3:GetObject"], {"P": policy("s3:GetObject", SCOPED), "Role": ROLE}),
+    ("ST9", "P", {"P": not_action_policy(), "Role": ROLE}, ["Allow with NotAction (everything not listed)"],
+     {"P": policy("ec2:DescribeInstances", "*"), "Role": ROLE}),
+    ("ST9", "Role", {"Role": {**ROLE, "Properties": {**ROLE["Properties"], "ManagedPolicyArns": [
+        {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonS3ReadOnlyAccess"]]}]}}},
+     ["AWS managed policy AmazonS3ReadOnlyAccess (its statements are not in the template)"], {"Role": ROLE}),
     ("ST10", "SG", {"SG": sg("0.0.0.0/0")}, ["ingress from 0.0.0.0/0"], {"SG": sg("10.0.0.0/16")}),
 ]  # fmt: skip
 

@@ -277,14 +277,36 @@ def _instance_roles(template: Template) -> set[str]:
     return roles
 
 
+# An ARN that names every resource of its kind: arn:aws:ssm:us-east-1:123456789012:* , arn:aws:s3:::*/* ...
+WILDCARD_ARN = re.compile(r"arn:[^:]*:[^:]*:[^:]*:[^:]*:\*(/\*)?|arn:[^:]*:s3:::\*(/\*)?")
+
+
+def render(value: Any) -> str:
+    """An ARN as text, every intrinsic (Ref, GetAtt, ...) as ``<ref>``; only literal ``*`` stays a wildcard."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(render(p) for p in parts)
+    return "<ref>"
+
+
+def is_wildcard_resource(resource: Any) -> bool:
+    """``*``, or an ARN (written out or joined) that names every resource of a service's kind."""
+    text = render(resource)
+    return text == "*" or WILDCARD_ARN.fullmatch(text) is not None
+
+
 def _wildcard_statements(document: Any) -> list[str]:
     problems = []
     for st in as_list((document or {}).get("Statement", [])):
-        if st.get("Effect") != "Allow" or "*" not in as_list(st.get("Resource", [])):
+        if st.get("Effect") != "Allow":
             continue
+        problems += [f"Allow with {key} (everything not listed)" for key in ("NotAction", "NotResource") if key in st]
+        wildcards = sorted({render(r) for r in as_list(st.get("Resource", [])) if is_wildcard_resource(r)})
         risky = sorted(a for a in as_list(st.get("Action", [])) if isinstance(a, str) and _risky_action(a))
-        if risky:
-            problems.append(f"Resource '*' for {', '.join(risky)}")
+        if wildcards and risky:
+            problems.append(f"Resource {', '.join(repr(w) for w in wildcards)} for {', '.join(risky)}")
     return problems
 
 
@@ -294,7 +316,12 @@ def check_instance_role_policy(logical_id: str, resource: Resource, template: Te
     if resource.get("Type") == "AWS::IAM::Role":
         if logical_id not in roles:
             return None
-        return [x for pol in p.get("Policies", []) for x in _wildcard_statements(pol.get("PolicyDocument"))]
+        managed = [render(arn) for arn in p.get("ManagedPolicyArns", [])]
+        return [
+            *(x for pol in p.get("Policies", []) for x in _wildcard_statements(pol.get("PolicyDocument"))),
+            *(f"AWS managed policy {a.rsplit('/', 1)[-1]} (its statements are not in the template)"
+              for a in managed if ":iam::aws:policy/" in a),
+        ]  # fmt: skip
     attached = {ref_target(r) for r in p.get("Roles", [])}
     if not attached & roles:
         return None
