@@ -62,13 +62,32 @@ def bucket(**override: Any) -> dict[str, Any]:
     return {"Type": "AWS::S3::Bucket", "Properties": p}
 
 
-TLS_POLICY = {
+BUCKET_ARN = {"Fn::GetAtt": ["Bucket", "Arn"]}
+TLS_DENY = {  # as CDK's enforce_ssl writes it
+    "Effect": "Deny",
+    "Principal": {"AWS": "*"},
+    "Action": "s3:*",
+    "Resource": [BUCKET_ARN, {"Fn::Join": ["", [BUCKET_ARN, "/*"]]}],
+    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+}
+TLS_POLICY: dict[str, Any] = {
     "Type": "AWS::S3::BucketPolicy",
     "Properties": {
         "Bucket": {"Ref": "Bucket"},
-        "PolicyDocument": {"Statement": [{"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]},
+        "PolicyDocument": {"Statement": [TLS_DENY]},
     },
 }
+NO_TLS = (
+    "no bucket policy denying aws:SecureTransport=false to everyone, for every action on the bucket and its objects"
+)
+
+
+def tls_policy(**statement: Any) -> dict[str, Any]:
+    """TLS_POLICY with its statement changed."""
+    return {**TLS_POLICY, "Properties": {**TLS_POLICY["Properties"], "PolicyDocument": {
+        "Statement": [{**TLS_DENY, **statement}]}}}  # fmt: skip
+
+
 ROLE: dict[str, Any] = {
     "Type": "AWS::IAM::Role",
     "Properties": {"AssumeRolePolicyDocument": {"Statement": [{"Principal": {"Service": "ec2.amazonaws.com"}}]}},
@@ -130,9 +149,19 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
          {"LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"}])}),
     ("ST5", "G", {"G": group(MinSize="1", MaxSize="100000")}, ["MinSize '1'", "MaxSize '100000'"], {"G": group()}),
     ("ST6", "Bucket", {"Bucket": bucket(VersioningConfiguration={"Status": "Suspended"}, LifecycleConfiguration={})},
-     ["not versioned", "no lifecycle rule aborting incomplete multipart uploads",
-      "no bucket policy denying aws:SecureTransport=false"],
+     ["not versioned", "no lifecycle rule aborting incomplete multipart uploads in the whole bucket", NO_TLS],
      {"Bucket": bucket(), "Policy": TLS_POLICY}),
+    # before, each passed: an abort rule for one prefix, a TLS deny of one action, one principal or the bucket alone
+    ("ST6", "Bucket", {"Bucket": bucket(LifecycleConfiguration={"Rules": [
+        {"Prefix": "logs/", "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}), "Policy": TLS_POLICY},
+     ["no lifecycle rule aborting incomplete multipart uploads in the whole bucket"],
+     {"Bucket": bucket(), "Policy": TLS_POLICY}),
+    ("ST6", "Bucket", {"Bucket": bucket(), "Policy": tls_policy(Action="s3:DeleteBucket")}, [NO_TLS],
+     {"Bucket": bucket(), "Policy": tls_policy()}),
+    ("ST6", "Bucket", {"Bucket": bucket(), "Policy": tls_policy(Principal={"AWS": "arn:aws:iam::123456789012:root"})},
+     [NO_TLS], {"Bucket": bucket(), "Policy": tls_policy()}),
+    ("ST6", "Bucket", {"Bucket": bucket(), "Policy": tls_policy(Resource=BUCKET_ARN)}, [NO_TLS],
+     {"Bucket": bucket(), "Policy": tls_policy()}),
     ("ST7", "Logs", {"Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {}}}, ["no RetentionInDays"],
      {"Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": 30}}}),
     ("ST8", "Vol", {"Vol": volume(Encrypted=False, AvailabilityZone="us-east-1b"), "G": group(), "Subnet": SUBNET},
