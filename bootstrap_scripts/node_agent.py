@@ -1804,13 +1804,17 @@ class Agent:
 
     def wait_for_ready_peers(self, job: Job, group: str) -> List[Tuple[str, str]]:
         """At an elastic job's first attempt (``min_nodes`` < ``max_nodes``): the peers, once every InService one is
-        ready (its ``ready`` marker: restored, about to start torchrun) or trains already, or ``start_wait_s`` is up.
+        ready (its ``ready`` marker: restored, about to start torchrun), once any of them trains (its ``training``
+        marker: a round runs already, which this node joins; a replacement never waits), or ``start_wait_s`` is up.
 
         torchrun's first round closes 30 s (its ``last_call_timeout``) after ``min_nodes`` joined. Instances of one
         launch boot minutes apart on EC2 (instance types, AMI loading), so without this wait a job started on the
         first nodes up and restarted its workers for each late one (a save, a restore, NCCL set up again). A peer that
         leaves the group is no longer waited for; at the bound, the job starts and late peers join as before."""
-        self.put_marker(job, f"nodes/{self.instance_id}/{READY_MARKER}", {})
+        try:  # best effort: without it the peers wait their bound
+            self.put_marker(job, f"nodes/{self.instance_id}/{READY_MARKER}", {})
+        except AWS_ERRORS as exc:
+            self.log(f"could not report that this node is ready ({one_line(exc)}); its peers wait at most their bound")
         deadline, said, peers = time.monotonic() + self.start_wait_s, "", self.peers
         while True:
             self.check_notice("the wait for peers")
@@ -1826,8 +1830,10 @@ class Agent:
                 if self.instance_id not in dict(found):  # past max_nodes now: wait for a place as before
                     return self.wait_for_peers(group, job)
                 peers = found
-                ready = {READY_MARKER, "training"}
-                late = [i for i, _ in peers if i != self.instance_id and not ready & set(markers.get(i, {}))]
+                others = [i for i, _ in peers if i != self.instance_id]
+                if any("training" in markers.get(i, {}) for i in others):  # a round runs: join it, waiting splits
+                    return peers
+                late = [i for i in others if READY_MARKER not in markers.get(i, {})]
                 if not late:
                     return peers
                 if ", ".join(late) != said:

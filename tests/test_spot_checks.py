@@ -105,6 +105,15 @@ def policy(action: str, resource: Any) -> dict[str, Any]:
 SCOPED = "arn:aws:s3:::b/main/*"  # one cluster's prefix of one bucket
 
 
+ATTACHING = {**ROLE, "Properties": {**ROLE["Properties"], "ManagedPolicyArns": [{"Ref": "MP"}]}}
+
+
+def managed_policy(action: str, resource: Any = "*") -> dict[str, Any]:
+    """An AWS::IAM::ManagedPolicy allowing ``action`` on ``resource``, attached to no role by itself."""
+    statement = {"Effect": "Allow", "Action": action, "Resource": resource}
+    return {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": {"Statement": [statement]}}}
+
+
 def not_action_policy() -> dict[str, Any]:
     """Everything but IAM, on every resource."""
     document = {"Statement": [{"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}]}
@@ -188,6 +197,9 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
     ("ST9", "Role", {"Role": {**ROLE, "Properties": {**ROLE["Properties"], "ManagedPolicyArns": [
         {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonS3ReadOnlyAccess"]]}]}}},
      ["AWS managed policy AmazonS3ReadOnlyAccess (its statements are not in the template)"], {"Role": ROLE}),
+    # a customer managed policy the role attaches (CDK's add_managed_policy: the policy lists no role)
+    ("ST9", "MP", {"MP": managed_policy("s3:*"), "Role": ATTACHING}, ["Resource '*' for s3:*"],
+     {"MP": managed_policy("s3:*", SCOPED), "Role": ATTACHING}),
     ("ST10", "SG", {"SG": sg("0.0.0.0/0")}, ["ingress from 0.0.0.0/0"], {"SG": sg("10.0.0.0/16")}),
 ]  # fmt: skip
 

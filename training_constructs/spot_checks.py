@@ -341,6 +341,11 @@ def check_instance_role_policy(logical_id: str, resource: Resource, template: Te
               for a in managed if ":iam::aws:policy/" in a),
         ]  # fmt: skip
     attached = {ref_target(r) for r in p.get("Roles", [])}
+    if resource.get("Type") == "AWS::IAM::ManagedPolicy":  # also attached from the role (add_managed_policy)
+        everything = template.get("Resources", {})
+        attached |= {
+            r for r in roles if logical_id in map(ref_target, props(everything[r]).get("ManagedPolicyArns", []))
+        }
     if not attached & roles:
         return None
     return _wildcard_statements(p.get("PolicyDocument"))
