@@ -9,6 +9,8 @@ took "no such key" for "no marker" failed every poll and every boot on AWS while
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +72,23 @@ def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
     poll loop: the trainer was SIGKILLed without its emergency checkpoint and the job ended FAILED ("node agent
     error: JSONDecodeError"); a ``null`` body was no marker at all, and the stop was ignored."""
     agent, job, lines = agent_for(cluster)
-    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=job.job_prefix + "STOP", Body=body)
+    key = job.job_prefix + "STOP"
+    cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=body)
     assert agent.marker(job, "STOP") == {} and agent.marked(job, "STOP")
+    cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=key)
     agent.imds = Imds()  # no spot notice: the STOP alone stops the trainer
+
+    def stop_once_the_trainer_handles_sigterm() -> None:  # earlier, SIGTERM would find Python's default handler
+        for _ in range(400):  # bounded: 20 s
+            if (tmp_path / "saved.ready").exists():
+                break
+            time.sleep(0.05)
+        cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=body)
+
+    writer = threading.Thread(target=stop_once_the_trainer_handles_sigterm, daemon=True)
+    writer.start()
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
+    writer.join(30)
     assert (rc, interrupted, agent.stop_requested) == (143, True, True)
     assert saved.read_text() == "saved"  # SIGTERM: the emergency checkpoint, not a SIGKILL
     assert any("sending SIGTERM to the trainer" in line for line in lines), lines

@@ -7,7 +7,6 @@ two trainings on one checkpoint prefix, each uploading and pruning the other's c
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -109,12 +108,14 @@ def test_a_ready_node_of_an_elastic_job_waits_for_its_late_peer_at_the_first_att
     """torchrun's first round closes 30 s after min_nodes joined; EC2 boots one launch's instances minutes apart.
     Before, the first node up started alone and the job restarted its workers when the second joined."""
     cluster, late, agent, job, lines = elastic_pair(make_cluster, "skew")
-    ready = threading.Timer(0.5, lambda: agent.put_marker(job, f"nodes/{late}/ready", {}))
-    ready.start()
-    try:
-        peers = agent.wait_for_ready_peers(job, cluster.group)
-    finally:
-        ready.cancel()
+
+    def log(message: str) -> None:  # the late peer gets ready once this node said it waits for it
+        lines.append(message)
+        if message.startswith("waiting up to"):
+            agent.put_marker(job, f"nodes/{late}/ready", {})
+
+    agent.log = log
+    peers = agent.wait_for_ready_peers(job, cluster.group)
     assert [i for i, _ in peers] == [i for i, _ in cluster.instances()]
     assert cluster.marker("skew", f"nodes/{late}/ready") is not None  # it returned once the late peer was ready
     assert cluster.marker("skew", f"nodes/{agent.instance_id}/ready") is not None  # what the late peer waits for
