@@ -35,12 +35,18 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
+# aws-cdk-lib's CloudFormation validation engine, copied out of its jsii bundle into the venv: app.py starts it in a
+# process of its own (cfn_validate/__init__.py says why). Without it, app.py runs aws-cdk-lib's own copy.
+$(VENV)/.cfn-validate: $(BIN)/.installed cfn_validate/__init__.py
+	$(BIN)/python -m cfn_validate
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # What the app, the demo and the benchmarks need; make test also needs checkov's venv.
-run-deps: $(BIN)/.installed node_modules/.installed
+run-deps: $(BIN)/.installed $(VENV)/.cfn-validate node_modules/.installed
 
 deps: run-deps $(CHECKOV_VENV)/.installed
 

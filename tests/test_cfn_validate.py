@@ -1,0 +1,130 @@
+"""aws-cdk-lib's CloudFormation validation with its engine in a worker process (cfn_validate/): the same report
+as aws-cdk-lib's own plugin on the same app, the gate still fails synth, acknowledgements still apply, and
+``python3 -O app.py`` (what cdk.json runs) uses the worker instead of aws-cdk-lib's copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from aws_cdk import App, CfnResource, Stack
+from aws_cdk import aws_ec2 as ec2
+
+import app as cdk_app
+import cfn_validate
+from benchmarks.synth_phases import SLOW_SYNTH_THRESHOLD
+from cfn_validate.plugin import CloudFormationValidateWorker
+from team_config import load_teams
+from tests.synth import CONTEXT, EVERYTHING
+from training_constructs.nag import acknowledge
+
+
+def broken_app(outdir: Path, teams_dir: Path, validator: Optional[CloudFormationValidateWorker]) -> App:
+    """The shipped teams and EVERYTHING, plus a stack the validator finds fault with: a volume without its required
+    AvailabilityZone (an error), a bucket's versioning status CloudFormation does not know and two volumes in a
+    literal AZ (warnings), one of them acknowledged."""
+    app = App(context=CONTEXT, outdir=str(outdir), builtin_cloud_formation_validation=validator is None)
+    cdk_app.add_teams(app, load_teams(teams_dir), validator)
+    stack = Stack(app, "Broken")
+    CfnResource(stack, "NoZone", type="AWS::EC2::Volume", properties={"Size": 10, "Encrypted": True})
+    CfnResource(stack, "Bucket", type="AWS::S3::Bucket", properties={"VersioningConfiguration": {"Status": "Often"}})
+    for name in ("Acknowledged", "Reported"):
+        volume = ec2.CfnVolume(stack, name, availability_zone="us-east-1a", size=10, encrypted=True)
+        if name == "Acknowledged":
+            acknowledge(volume, "CloudFormation-Validate::W3010", "a test: this one is acknowledged, the other not")
+    return app
+
+
+@pytest.fixture(scope="module")
+def teams_dir(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Path:
+    teams = tmp_path_factory.mktemp("teams")
+    for f in (repo / "teams").glob("*.yaml"):
+        (teams / f.name).write_text(f.read_text())
+    (teams / "everything.yaml").write_text(json.dumps(EVERYTHING))
+    return teams
+
+
+def report(outdir: Path) -> dict[str, Any]:
+    found = json.loads((outdir / "validation-report.json").read_text())
+    return {p["pluginName"]: p for p in found["pluginReports"]}
+
+
+def test_worker_reports_what_aws_cdk_lib_reports(tmp_path: Path, teams_dir: Path) -> None:
+    engine = cfn_validate.start_engine()
+    assert engine is not None, "no engine copy in the venv: make run-deps writes it (python -m cfn_validate)"
+    reports = {}
+    for side, validator in (("aws-cdk-lib", None), ("worker", CloudFormationValidateWorker(engine))):
+        outdir = tmp_path / side
+        with pytest.raises(RuntimeError, match="ValidationFailed"):
+            broken_app(outdir, teams_dir, validator).synth()
+        reports[side] = report(outdir)
+    assert reports["worker"] == reports["aws-cdk-lib"]
+    found = reports["worker"]["CloudFormation Validate"]
+    assert found["conclusion"] == "failure"  # the error fails synth, as cdk.json's validateAgainstDefaultRules asks
+    by_rule = {v["ruleName"]: v for v in found["violations"]}
+    assert by_rule["F3017"]["severity"] == "error"  # the volume without a zone
+    assert [c["constructPath"] for c in by_rule["W3010"]["violatingConstructs"]] == ["Broken/Reported"]
+    assert by_rule["W3030"]["severity"] == "warning"
+    suppressed = {c["constructPath"] for v in found["suppressedViolations"] for c in v["violatingConstructs"]}
+    # the test's acknowledgement, and the app's own on the EVERYTHING team's warm pool volumes (a literal AZ)
+    assert "Broken/Acknowledged" in suppressed
+    assert any(p.startswith("TrainingStack-everything/Cluster-pool/WarmPool/") for p in suppressed)
+    # the engine copied into the venv is the one aws-cdk-lib runs
+    copied = json.loads((cfn_validate.engine_dir() / "cloudformation-validate" / "package.json").read_text())
+    assert found["pluginVersion"] == copied["version"]
+
+
+def test_a_worker_that_died_fails_synth(tmp_path: Path, teams_dir: Path) -> None:
+    """No answer is no pass: a worker that ended (a crash, a kill) stops synth with the plugin's error."""
+    dead = subprocess.Popen(["node", "-e", "process.exit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    dead.wait(timeout=30)
+    with pytest.raises(RuntimeError, match=r"Validation plugin 'CloudFormation Validate' failed: .*Broken pipe"):
+        broken_app(tmp_path, teams_dir, CloudFormationValidateWorker(dead)).synth()
+
+
+def test_app_synth_runs_the_worker_not_aws_cdk_libs_copy(tmp_path: Path, repo: Path) -> None:
+    """``python3 -O app.py``, as cdk.json runs it: the shipped teams pass, and aws-cdk-lib's own validator never
+    ran (its counter, CloudFormationValidate.validate, is missing from aws-cdk-lib's performance counters, which
+    list the validation plugins' run, validateTemplates)."""
+    counters = tmp_path / "counters.json"
+    env = dict(
+        os.environ,
+        CDK_OUTDIR=str(tmp_path / "out"),
+        CDK_PERF_COUNTERS_FILE=str(counters),
+        CDK_CONTEXT_JSON=json.dumps({SLOW_SYNTH_THRESHOLD: 0}),  # counters written on every synth
+    )
+    env.pop("CDK_VALIDATION", None)
+    done = subprocess.run(
+        [sys.executable, "-O", "app.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(counters.read_text())["counters"]
+    assert "validateTemplates" in found
+    assert "CloudFormationValidate.validate" not in found
+    assert json.loads((tmp_path / "out" / "validation-report.json").read_text())["pluginReports"] == []
+
+
+def test_validation_off_starts_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CDK_VALIDATION=false`` (what ``cdk synth --no-validation`` sets) turns the worker off, as it turns off
+    aws-cdk-lib's validator."""
+    monkeypatch.setenv("CDK_VALIDATION", "false")
+    assert cdk_app.start_cfn_validate() is None
+
+
+def test_without_the_engine_copy_no_worker_starts(tmp_path: Path) -> None:
+    """A venv without the copy (made by hand): no worker, so app.py keeps aws-cdk-lib's own validator on."""
+    assert cfn_validate.start_engine(directory=tmp_path) is None
+
+
+def test_extract_copies_the_engine_and_rules_once(tmp_path: Path) -> None:
+    target = cfn_validate.extract(tmp_path / "engine")
+    assert (target / "cloudformation-validate" / "bindings_wasm_bg.wasm").is_file()
+    assert sorted(p.name for p in (target / "rules").iterdir()) == ["gamelift-fleet.rego"]
+    marker = (target / cfn_validate.COMPLETE).stat().st_mtime_ns
+    assert cfn_validate.extract(target) == target
+    assert (target / cfn_validate.COMPLETE).stat().st_mtime_ns == marker  # not copied again
