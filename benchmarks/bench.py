@@ -9,7 +9,7 @@ the runs); item 6 is a model fed with this run's measurements. Never run by ``ma
 1. synth: ``npx cdk synth`` of 10 teams x 2 clusters vs a trivial CDK app with one bucket; 1 team vs 10 teams;
    the trivial app with 10 one-bucket stacks vs 1 (what the stacks cost by themselves), and with cdk-nag's
    AwsSolutions pack over them (the floor of a stack per team and the gate); ours as cdk.json runs it
-   (``python3 -O``) vs plain ``python3``.
+   (``python3 -O``) vs plain ``python3``; ours with aws-cdk-lib's validator in the jsii kernel vs in a worker.
 2. checkpoint overhead: the example's model's training steps/s with the checkpoint helper saving every 1 s vs
    without it, in 500 pairs of interleaved 0.1 s blocks of one process (the helper's snapshot + asynchronous
    write; the upload is the agent's, in another process).
@@ -160,6 +160,9 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         "10 teams, no validation": ours(10, quiet),
         # What cdk.json's `python3 -O` buys: the same app with jsii's Python-side type checks on.
         "10 teams, plain python3": ours(10, app=("-a", "python3 app.py")),
+        # What cfn_validate/ buys: app.main() called from an import starts no worker, and its App keeps
+        # aws-cdk-lib's own validator, in the jsii kernel (the app before cfn_validate/).
+        "10 teams, validator in the kernel": ours(10, app=("-a", f'{interpreter} -c "import app; app.main()"')),
     }
     t = alternate(sides, reps)
     med = {k: statistics.median(v) for k, v in t.items()}
@@ -185,6 +188,10 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         f"{med['10 teams, no validation']:.1f} s / {med['trivial, no validation']:.1f} s; the validation costs "
         f"{med['trivial'] - med['trivial, no validation']:.1f} s in the trivial app, "
         f"{med['10 teams'] - med['10 teams, no validation']:.1f} s in ours |",
+        "| synth: 10 teams with aws-cdk-lib's CloudFormation validator in the jsii kernel (the app before "
+        "`cfn_validate/`) / with its engine in a worker process (what cdk.json runs) | "
+        f"{ratio(t['10 teams, validator in the kernel'], t['10 teams'])} | - | "
+        f"medians {med['10 teams, validator in the kernel']:.1f} s / {med['10 teams']:.1f} s |",
         f"| synth: 10 teams as cdk.json runs the app (`python3 -O`) / with plain `python3` | "
         f"{ratio(t['10 teams'], t['10 teams, plain python3'])} | - | "
         f"medians {med['10 teams']:.1f} s / {med['10 teams, plain python3']:.1f} s |",
