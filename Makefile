@@ -37,7 +37,7 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 
 # aws-cdk-lib's CloudFormation validation engine, copied out of its jsii bundle into the venv: app.py starts it in a
 # process of its own (cfn_validate/__init__.py says why). Without it, app.py runs aws-cdk-lib's own copy.
-$(VENV)/.cfn-validate: $(BIN)/.installed cfn_validate/__init__.py
+$(VENV)/.cfn-validate: $(BIN)/.installed cfn_validate/__init__.py cfn_validate/__main__.py
 	$(BIN)/python -m cfn_validate
 	touch $@
 

@@ -89,7 +89,3 @@ def start_engine(node: str = "node", directory: Optional[Path] = None) -> Option
         return None
     command = [node, str(WORKER), str(directory)]  # our script and folder; node as the jsii kernel runs it
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
-
-
-if __name__ == "__main__":
-    print(f"aws-cdk-lib's CloudFormation validation engine: {extract()}")
