@@ -83,9 +83,13 @@ def extract(target: Optional[Path] = None) -> Path:
 
 
 def start_engine(node: str = "node", directory: Optional[Path] = None) -> Optional[subprocess.Popen[str]]:
-    """The worker, its engine starting now; None without the engine copy (the app then runs aws-cdk-lib's)."""
+    """The worker, its engine starting now; None without the engine copy or ``node`` (the app then runs
+    aws-cdk-lib's)."""
     directory = directory or engine_dir()
     if not (directory / COMPLETE).is_file():
         return None
     command = [node, str(WORKER), str(directory)]  # our script and folder; node as the jsii kernel runs it
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
+    try:
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
+    except OSError:  # no such node: aws-cdk-lib's copy runs, and the jsii kernel's own start says what is wrong
+        return None

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import pytest
@@ -116,9 +117,43 @@ def test_validation_off_starts_no_worker(monkeypatch: pytest.MonkeyPatch) -> Non
     assert cdk_app.start_cfn_validate() is None
 
 
-def test_without_the_engine_copy_no_worker_starts(tmp_path: Path) -> None:
-    """A venv without the copy (made by hand): no worker, so app.py keeps aws-cdk-lib's own validator on."""
+def test_without_the_engine_copy_or_node_no_worker_starts(tmp_path: Path) -> None:
+    """A venv without the copy (made by hand), or no such node: no worker, so app.py keeps aws-cdk-lib's own
+    validator on (and the jsii kernel, which needs node too, says what is missing)."""
     assert cfn_validate.start_engine(directory=tmp_path) is None
+    assert cfn_validate.start_engine(node=str(tmp_path / "no-node")) is None
+
+
+def stacks(*templates: Path) -> SimpleNamespace:
+    """A validation context as the plugins read it: each stack's construct path, template, account and region."""
+    found = [
+        SimpleNamespace(stack_construct_path=t.stem, template_path=str(t), account_id=None, region=None)
+        for t in templates
+    ]
+    return SimpleNamespace(stack_templates=found)
+
+
+def test_the_collector_answers_for_its_own_templates(tmp_path: Path) -> None:
+    """Without a sender before it the collector asks itself; after a sender that handed over other templates, it
+    reads that answer and asks again for its own (never reporting another set's findings)."""
+    broken, clean = tmp_path / "Broken.template.json", tmp_path / "Clean.template.json"
+    broken.write_text(json.dumps({"Resources": {"Disk": {"Type": "AWS::EC2::Volume", "Properties": {"Size": 1}}}}))
+    clean.write_text(json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}))
+    engine = cfn_validate.start_engine()
+    assert engine is not None
+    worker = CloudFormationValidateWorker(engine)
+    try:
+        alone = worker.validate(stacks(broken))
+        assert not alone.success
+        assert [v.rule_name for v in alone.violations] == ["F3017"]
+        assert worker.version  # the engine's, once it answered
+        worker.sender.validate(stacks(broken))
+        after_other = worker.validate(stacks(clean))
+        assert after_other.success
+        assert list(after_other.violations) == []
+    finally:
+        worker.close()
+    assert engine.wait(timeout=60) == 0  # it ends when its input closes
 
 
 def test_extract_copies_the_engine_and_rules_once(tmp_path: Path) -> None:
