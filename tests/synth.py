@@ -54,6 +54,14 @@ EVERYTHING: dict[str, Any] = {
 CLUSTER: dict[str, Any] = {"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_nodes": 2}
 
 
+def write_app_teams(directory: Path, repo: Path) -> Path:
+    """The shipped team files and EVERYTHING's, in ``directory``: what the app tests synthesize."""
+    for f in (repo / "teams").glob("*.yaml"):
+        (directory / f.name).write_text(f.read_text())
+    (directory / "everything.yaml").write_text(json.dumps(EVERYTHING))
+    return directory
+
+
 def team_config(**overrides: Any) -> TeamConfig:
     return TeamConfig.model_validate({"clusters": [CLUSTER], **overrides})
 

@@ -16,7 +16,7 @@ from aws_cdk import aws_ec2 as ec2
 import app as cdk_app
 from team_config import load_teams
 from team_config.naming import budget_name
-from tests.synth import CONTEXT, EVERYTHING, OVERSIZED, oversized_team, team_config
+from tests.synth import CONTEXT, EVERYTHING, OVERSIZED, oversized_team, team_config, write_app_teams
 
 # Physical-name properties: a literal value here would collide when two teams deploy to one account.
 NAME_PROPERTIES = {
@@ -48,10 +48,7 @@ def literal_names(template: dict[str, Any]) -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def assembly(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Path:
     """`app.py` over the shipped teams/ plus a team exercising every optional feature, with the cdk-nag gate on."""
-    teams_dir = tmp_path_factory.mktemp("teams")
-    for f in (repo / "teams").glob("*.yaml"):
-        (teams_dir / f.name).write_text(f.read_text())
-    (teams_dir / "everything.yaml").write_text(json.dumps(EVERYTHING))
+    teams_dir = write_app_teams(tmp_path_factory.mktemp("teams"), repo)
     outdir = tmp_path_factory.mktemp("cdk.out")
     # Runs the same entry point as `npx cdk synth`; raises if cdk-nag reports anything unacknowledged.
     cdk_app.main(App(context={**CONTEXT, "teams_dir": str(teams_dir)}, outdir=str(outdir)), teams_dir=teams_dir)

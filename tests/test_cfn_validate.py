@@ -21,14 +21,14 @@ import cfn_validate
 from benchmarks.synth_phases import SLOW_SYNTH_THRESHOLD
 from cfn_validate.plugin import CloudFormationValidateWorker
 from team_config import load_teams
-from tests.synth import CONTEXT, EVERYTHING
+from tests.synth import CONTEXT, write_app_teams
 from training_constructs.nag import acknowledge
 
 
 def broken_app(outdir: Path, teams_dir: Path, validator: Optional[CloudFormationValidateWorker]) -> App:
-    """The shipped teams and EVERYTHING, plus a stack the validator finds fault with: a volume without its required
-    AvailabilityZone (an error), a bucket's versioning status CloudFormation does not know and two volumes in a
-    literal AZ (warnings), one of them acknowledged."""
+    """The shipped teams and the every-option team, plus a stack the validator finds fault with: a volume without
+    its required AvailabilityZone (an error), a bucket's versioning status CloudFormation does not know and two
+    volumes in a literal AZ (warnings), one of them acknowledged."""
     app = App(context=CONTEXT, outdir=str(outdir), builtin_cloud_formation_validation=validator is None)
     cdk_app.add_teams(app, load_teams(teams_dir), validator)
     stack = Stack(app, "Broken")
@@ -43,11 +43,7 @@ def broken_app(outdir: Path, teams_dir: Path, validator: Optional[CloudFormation
 
 @pytest.fixture(scope="module")
 def teams_dir(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Path:
-    teams = tmp_path_factory.mktemp("teams")
-    for f in (repo / "teams").glob("*.yaml"):
-        (teams / f.name).write_text(f.read_text())
-    (teams / "everything.yaml").write_text(json.dumps(EVERYTHING))
-    return teams
+    return write_app_teams(tmp_path_factory.mktemp("teams"), repo)
 
 
 def report(outdir: Path) -> dict[str, Any]:
@@ -72,7 +68,7 @@ def test_worker_reports_what_aws_cdk_lib_reports(tmp_path: Path, teams_dir: Path
     assert [c["constructPath"] for c in by_rule["W3010"]["violatingConstructs"]] == ["Broken/Reported"]
     assert by_rule["W3030"]["severity"] == "warning"
     suppressed = {c["constructPath"] for v in found["suppressedViolations"] for c in v["violatingConstructs"]}
-    # the test's acknowledgement, and the app's own on the EVERYTHING team's warm pool volumes (a literal AZ)
+    # the test's acknowledgement, and the app's own on the every-option team's warm pool volumes (a literal AZ)
     assert "Broken/Acknowledged" in suppressed
     assert any(p.startswith("TrainingStack-everything/Cluster-pool/WarmPool/") for p in suppressed)
     # the engine copied into the venv is the one aws-cdk-lib runs

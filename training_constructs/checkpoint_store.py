@@ -12,7 +12,7 @@ from constructs import Construct
 
 from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER, CODE_FOLDER, END_MARKERS
 from training_constructs.checkov import skip_checkov
-from training_constructs.nag import acknowledge
+from training_constructs.nag import acknowledge, acknowledge_all
 from training_constructs.spot_checks import CHECKPOINT_ROLE_TAG
 
 # How long a replaced or deleted access-log object stays recoverable in the (versioned) access-log bucket.
@@ -161,23 +161,19 @@ class CheckpointStore(Construct):
             ],
         )
         bucket_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.bucket.node.default_child))
-        acknowledge(
-            policy,
-            f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]",
-            "Read only: code archives, markers and checkpoints are created at run time under the cluster's own "
-            f"prefix '{prefix}'; the wildcard stops at that prefix, and listing is limited to it by an s3:prefix "
-            "condition.",
-        )
-        for key in self.node_write_keys(cluster):
-            acknowledge(
-                policy,
-                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{key}]",
-                f"The first '*' is the job id, known only at run time; '{key}' is what the node agent writes there"
-                + (
-                    " (and deletes: it prunes old checkpoints)"
-                    if key == checkpoints
-                    else "; no code archive matches it"
-                )
-                + ".",
+        findings = {
+            f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]": (
+                "Read only: code archives, markers and checkpoints are created at run time under the cluster's own "
+                f"prefix '{prefix}'; the wildcard stops at that prefix, and listing is limited to it by an s3:prefix "
+                "condition."
             )
+        }
+        for key in self.node_write_keys(cluster):
+            deletes = key == checkpoints
+            writes = " (and deletes: it prunes old checkpoints)." if deletes else "; no code archive matches it."
+            findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{key}]"] = (
+                f"The first '*' is the job id, known only at run time; '{key}' is what the node agent writes there"
+                + writes
+            )
+        acknowledge_all(policy, findings)
         return policy

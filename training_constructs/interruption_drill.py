@@ -10,7 +10,7 @@ from aws_cdk import aws_fis as fis
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from training_constructs.nag import acknowledge
+from training_constructs.nag import acknowledge_all
 
 ACTION = "aws:ec2:send-spot-instance-interruptions"
 
@@ -53,16 +53,17 @@ class InterruptionDrill(Construct):
                 iam.PolicyStatement(sid="FindTargets", actions=["ec2:DescribeInstances"], resources=["*"]),
             ],
         )
-        acknowledge(
+        acknowledge_all(
             policy,
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
-            "Spot instance ids are only known at launch; the statement is limited to instances tagged with this "
-            "team and cluster.",
-        )
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5[Resource::*]",
-            "FIS resolves its targets with ec2:DescribeInstances, which has no resource-level permissions.",
+            {
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]": (
+                    "Spot instance ids are only known at launch; the statement is limited to instances tagged with "
+                    "this team and cluster."
+                ),
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "FIS resolves its targets with ec2:DescribeInstances, which has no resource-level permissions."
+                ),
+            },
         )
         self.stop_alarm = cloudwatch.Alarm(
             self,

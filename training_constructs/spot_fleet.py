@@ -15,7 +15,7 @@ from constructs import Construct
 
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HEARTBEAT_S, DRAIN_HOOK
 from training_constructs.checkov import skip_checkov
-from training_constructs.nag import acknowledge
+from training_constructs.nag import acknowledge, acknowledge_all
 
 ALLOCATION_STRATEGIES = {
     "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
@@ -186,17 +186,18 @@ class SpotFleet(Construct):
             heartbeat_timeout=Duration.seconds(DRAIN_HEARTBEAT_S),
             default_result=autoscaling.DefaultResult.CONTINUE,
         )
-        acknowledge(
+        acknowledge_all(
             self.asg,
-            "AwsSolutions-EC26",
-            "The rule cannot read a mixed-instances launch template and errors out; the launch template "
-            "sets Encrypted: true on the root volume (asserted in tests/test_constructs.py).",
-        )
-        acknowledge(
-            self.asg,
-            "AwsSolutions-AS3",
-            "Spot churn is expected; scaling activity is in the group's activity history and EventBridge, "
-            "and job state (DONE/FAILED) in the bucket and log group.",
+            {
+                "AwsSolutions-EC26": (
+                    "The rule cannot read a mixed-instances launch template and errors out; the launch template "
+                    "sets Encrypted: true on the root volume (asserted in tests/test_constructs.py)."
+                ),
+                "AwsSolutions-AS3": (
+                    "Spot churn is expected; scaling activity is in the group's activity history and EventBridge, "
+                    "and job state (DONE/FAILED) in the bucket and log group."
+                ),
+            },
         )
 
     def scale_policy(self, construct_id: str, role: iam.IRole) -> iam.Policy:
@@ -223,7 +224,7 @@ class SpotFleet(Construct):
                 )
             ],
         )
-        self.acknowledge_group_arn(policy)
+        acknowledge_all(policy, self.group_arn_finding())
         return policy
 
     @property
@@ -236,12 +237,13 @@ class SpotFleet(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
-    def acknowledge_group_arn(self, policy: iam.Policy) -> None:
-        """cdk-nag's IAM5 on :attr:`group_arn` in ``policy``: the wildcard is the UUID, the ARN names one group."""
+    def group_arn_finding(self) -> dict[str, str]:
+        """cdk-nag's IAM5 on :attr:`group_arn` in a policy, and why: the wildcard is the UUID, the ARN names one
+        group (for :func:`training_constructs.nag.acknowledge_all`)."""
         asg_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.asg.node.default_child))
-        acknowledge(
-            policy,
+        return {
             "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
-            f"autoScalingGroup:*:autoScalingGroupName/<{asg_id}>]",
-            "The wildcard is the group's UUID, unknown until it exists; the ARN names this one group.",
-        )
+            f"autoScalingGroup:*:autoScalingGroupName/<{asg_id}>]": (
+                "The wildcard is the group's UUID, unknown until it exists; the ARN names this one group."
+            )
+        }

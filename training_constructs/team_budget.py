@@ -26,7 +26,7 @@ from team_config.model import BudgetConfig
 from team_config.naming import TEAM_TAG, budget_name, parameter_path
 from training_constructs.checkov import skip_checkov
 from training_constructs.checkpoint_store import CheckpointStore
-from training_constructs.nag import acknowledge
+from training_constructs.nag import acknowledge_all
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
@@ -162,17 +162,16 @@ class TeamBudget(Construct):
             ],
         )
         log_group.grant_write(role)
+        findings: dict[str, str] = {}
         for cluster in clusters:
-            cluster.fleet.acknowledge_group_arn(policy)
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5[Resource::*]",
-            "autoscaling:DescribeAutoScalingGroups supports no resource-level permissions; IAM requires '*'.",
+            findings.update(cluster.fleet.group_arn_finding())
+        findings["AwsSolutions-IAM5[Resource::*]"] = (
+            "autoscaling:DescribeAutoScalingGroups supports no resource-level permissions; IAM requires '*'."
         )
         bucket_id = stack.get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
         for cluster in clusters:
-            acknowledge(
-                policy,
-                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.cluster_prefix(cluster.name)}*/STOP]",
-                "The * is the job id: the guard writes the STOP request of the cluster's current job.",
+            stop = f"{CheckpointStore.cluster_prefix(cluster.name)}*/STOP"
+            findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{stop}]"] = (
+                "The * is the job id: the guard writes the STOP request of the cluster's current job."
             )
+        acknowledge_all(policy, findings)

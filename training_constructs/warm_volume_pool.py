@@ -9,7 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from training_constructs.nag import acknowledge
+from training_constructs.nag import acknowledge, acknowledge_all
 
 POOL_TAG = "spot-training:warm-pool"
 # team_config's default volume_size_gib: a pool of that size keeps the volumes' logical ids of earlier releases
@@ -129,17 +129,19 @@ class WarmVolumePool(Construct):
                 iam.PolicyStatement(sid="FindFreePoolVolumes", actions=["ec2:DescribeVolumes"], resources=["*"]),
             ],
         )
-        acknowledge(
+        acknowledge_all(
             policy,
-            "AwsSolutions-IAM5[Resource::*]",
-            "ec2:DescribeVolumes, to find a free volume of the pool in the node's AZ: it supports no resource-level "
-            "permissions, so IAM requires Resource '*'. Read-only; only clusters with a warm pool get it.",
-        )
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
-            "Spot instance ids are only known at launch; the statement is limited to instances tagged "
-            + ", ".join(f"{k}={v}" for k, v in instance_tags.items())
-            + " and to this pool's volumes, listed by ARN.",
+            {
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "ec2:DescribeVolumes, to find a free volume of the pool in the node's AZ: it supports no "
+                    "resource-level permissions, so IAM requires Resource '*'. Read-only; only clusters with a warm "
+                    "pool get it."
+                ),
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]": (
+                    "Spot instance ids are only known at launch; the statement is limited to instances tagged "
+                    + ", ".join(f"{k}={v}" for k, v in instance_tags.items())
+                    + " and to this pool's volumes, listed by ARN."
+                ),
+            },
         )
         return policy
