@@ -53,13 +53,14 @@ def engine_dir(prefix: Path = Path(sys.prefix)) -> Path:
 
 def extract(target: Optional[Path] = None) -> Path:
     """Copy the engine package and the default rules out of aws-cdk-lib's bundle (once per aws-cdk-lib version)."""
+    source_bundle = jsii_bundle()
     target = target or engine_dir()
     if (target / COMPLETE).is_file():
         return target
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     copied = 0
-    with tarfile.open(jsii_bundle()) as bundle:
+    with tarfile.open(source_bundle) as bundle:
         for member in bundle:  # one pass over the stream (the bundle unpacks to about 160 MB)
             if member.name.startswith(BUNDLED_ENGINE):
                 relative = Path("cloudformation-validate", member.name[len(BUNDLED_ENGINE) :])
@@ -74,9 +75,9 @@ def extract(target: Optional[Path] = None) -> Path:
             (partial / relative).write_bytes(source.read())
             copied += 1
     if not (partial / "cloudformation-validate" / "package.json").is_file():
-        raise FileNotFoundError(f"{jsii_bundle().name} has no {BUNDLED_ENGINE} (has aws-cdk-lib moved its engine?)")
+        raise FileNotFoundError(f"{source_bundle.name} has no {BUNDLED_ENGINE} (has aws-cdk-lib moved its engine?)")
     (partial / "rules").mkdir(exist_ok=True)  # a release without default rules: none loaded, as aws-cdk-lib does
-    (partial / COMPLETE).write_text(f"{copied} files from {jsii_bundle().name}\n")
+    (partial / COMPLETE).write_text(f"{copied} files from {source_bundle.name}\n")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
