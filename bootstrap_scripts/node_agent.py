@@ -128,6 +128,7 @@ IMDS_ERRORS = (OSError, http.client.HTTPException, UnicodeDecodeError)
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+Peers = List[Tuple[str, str]]  # (instance id, private address), in launch order
 
 # 16 MiB parts, 8 in flight: S3 serves ~85-90 MB/s per connection (AWS: 8-16 MB requests, one per 85-90 MB/s),
 # so a 100 MiB checkpoint goes out over 7 connections instead of 2 (benchmarks/RESULTS.md, items 3 and 4).
@@ -1366,7 +1367,7 @@ def load_address_map() -> Dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
-def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] = None) -> List[Tuple[str, str]]:
+def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] = None) -> Peers:
     """(instance id, private IP) of the group's InService instances in launch order (``spot_training.peers``):
     element 0 hosts the rendezvous.
 
@@ -1508,7 +1509,7 @@ class Agent:
         self.work_dir = os.environ.get("SPOT_TRAINING_WORK_DIR") or self.node_root + "/opt/spot-training/work"
         load_address_map()  # a broken map is a bad input: say so before anything runs
         self.stop_signal = threading.Event()
-        self.peers: List[Tuple[str, str]] = []
+        self.peers: Peers = []
         self.group = ""
         self.syncer: Optional[Syncer] = None  # of the last attempt
         # The last attempt's ``nodes/<id>/synced`` report (job, body): written again once what it said was pending
@@ -1754,55 +1755,77 @@ class Agent:
             self.log(f"could not release warm volume {volume} ({exc}); it frees when the instance terminates")
 
     # -- peers and torchrun
-    def wait_for_peers(self, group: str, job: Job) -> List[Tuple[str, str]]:
-        """The peers of the next attempt, once at least ``min_nodes`` are InService and mapped, within the join timeout.
+    def poll_peers(
+        self,
+        job: Job,
+        what: str,
+        timeout_s: float,
+        look: Callable[[], Optional[Peers]],
+        at_deadline: Callable[[Optional[Exception]], Peers],
+    ) -> Peers:
+        """``look``'s first answer that is not None, polled every ``poll_s``; after ``timeout_s``, ``at_deadline``
+        with the last poll's AWS error. Each poll first acts on a notice and on a STOP marker (no trainer here to
+        stop: the peers that run one write STOPPED).
 
         An AWS error in a poll (after botocore's retries; DescribeInstances answers ``InvalidInstanceID.NotFound``
         for an instance launched a moment ago, which botocore does not retry) is logged and polled again until the
         deadline: it says nothing about the job."""
-        deadline = time.monotonic() + self.join_timeout_s
-        failed: Optional[Exception] = None  # the last poll's AWS error
-        # What the last poll that got an answer found: a failed poll keeps it (a node found past max_nodes stays a
-        # spare that leaves, even when the poll at the deadline fails)
-        peers: List[Tuple[str, str]] = []
-        surplus = False
+        deadline = time.monotonic() + timeout_s
         while True:
-            self.check_notice("peer discovery")
-            if self.marked(job, "STOP"):  # no trainer here to stop: the peers that run one write STOPPED
-                raise StopBeforeTraining("stop requested (STOP marker) during peer discovery")
+            self.check_notice(what)
+            if self.marked(job, "STOP"):
+                raise StopBeforeTraining(f"stop requested (STOP marker) during {what}")
+            failed: Optional[Exception] = None
             try:
-                peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
-                failed = None
+                found = look()
             except AWS_ERRORS as exc:
                 failed = exc
                 self.log(f"peer discovery failed ({one_line(exc)}); trying again")
-            if failed is None:
-                address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
-                unmapped = [i for i, ip in peers if address_map and ip not in address_map]
-                # capacity rebalancing may go above the maximum: the nodes past it wait for a place
-                surplus = self.instance_id in dict(peers) and self.instance_id not in dict(peers[: job.max_nodes])
-                if unmapped:  # InService but not booted yet: its private address must never be contacted
-                    self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
-                elif len(peers) >= job.min_nodes and self.instance_id in dict(peers[: job.max_nodes]):
-                    return peers[: job.max_nodes]
-                elif surplus:
-                    self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
+            else:
+                if found is not None:
+                    return found
             if time.monotonic() > deadline:
-                if surplus:  # the job has max_nodes without this node
-                    raise LeavingBeforeTraining(
-                        f"still past max_nodes {job.max_nodes} after {self.join_timeout_s:.0f} s "
-                        f"({len(peers)} InService in {group})"
-                    )
-                if failed is not None:
-                    raise AgentError(
-                        f"peer discovery in {group} still failing after {self.join_timeout_s:.0f} s: {one_line(failed)}"
-                    )
-                raise AgentError(
-                    f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s"
-                )
+                return at_deadline(failed)
             time.sleep(self.poll_s)
 
-    def wait_for_ready_peers(self, job: Job, group: str) -> List[Tuple[str, str]]:
+    def wait_for_peers(self, group: str, job: Job) -> Peers:
+        """The peers of the next attempt, once at least ``min_nodes`` are InService and mapped, within the join
+        timeout."""
+        # What the last poll that got an answer found: a failed poll keeps it (a node found past max_nodes stays a
+        # spare that leaves, even when the poll at the deadline fails)
+        peers: Peers = []
+        surplus = False
+
+        def look() -> Optional[Peers]:
+            nonlocal peers, surplus
+            peers = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))
+            address_map = load_address_map()  # re-read: the emulator adds a node when it boots it
+            unmapped = [i for i, ip in peers if address_map and ip not in address_map]
+            # capacity rebalancing may go above the maximum: the nodes past it wait for a place
+            surplus = self.instance_id in dict(peers) and self.instance_id not in dict(peers[: job.max_nodes])
+            if unmapped:  # InService but not booted yet: its private address must never be contacted
+                self.log(f"peer(s) {', '.join(unmapped)} not in the peer address map yet; waiting")
+            elif len(peers) >= job.min_nodes and self.instance_id in dict(peers[: job.max_nodes]):
+                return peers[: job.max_nodes]
+            elif surplus:
+                self.log(f"{len(peers)} InService, more than max_nodes {job.max_nodes}; waiting for a place")
+            return None
+
+        def at_deadline(failed: Optional[Exception]) -> Peers:
+            if surplus:  # the job has max_nodes without this node
+                raise LeavingBeforeTraining(
+                    f"still past max_nodes {job.max_nodes} after {self.join_timeout_s:.0f} s "
+                    f"({len(peers)} InService in {group})"
+                )
+            if failed is not None:
+                raise AgentError(
+                    f"peer discovery in {group} still failing after {self.join_timeout_s:.0f} s: {one_line(failed)}"
+                )
+            raise AgentError(f"fewer than {job.min_nodes} InService peers in {group} after {self.join_timeout_s:.0f} s")
+
+        return self.poll_peers(job, "peer discovery", self.join_timeout_s, look, at_deadline)
+
+    def wait_for_ready_peers(self, job: Job, group: str) -> Peers:
         """At an elastic job's first attempt (``min_nodes`` < ``max_nodes``): the peers, once every InService one is
         ready (its ``ready`` marker: restored, about to start torchrun), once any of them trains (its ``training``
         marker: a round runs already, which this node joins; a replacement never waits), or ``start_wait_s`` is up.
@@ -1815,42 +1838,39 @@ class Agent:
             self.put_marker(job, f"nodes/{self.instance_id}/{READY_MARKER}", {})
         except AWS_ERRORS as exc:
             self.log(f"could not report that this node is ready ({one_line(exc)}); its peers wait at most their bound")
-        deadline, said, peers = time.monotonic() + self.start_wait_s, "", self.peers
-        while True:
-            self.check_notice("the wait for peers")
-            if self.marked(job, "STOP"):
-                raise StopBeforeTraining("stop requested (STOP marker) while waiting for peers to be ready")
-            late: List[str] = []
-            try:
-                found = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))[: job.max_nodes]
-                markers = self.node_markers(job)
-            except AWS_ERRORS as exc:
-                self.log(f"peer discovery failed ({one_line(exc)}); trying again")
-            else:
-                if self.instance_id not in dict(found):  # past max_nodes now: wait for a place as before
-                    return self.wait_for_peers(group, job)
-                peers = found
-                others = [i for i, _ in peers if i != self.instance_id]
-                if any("training" in markers.get(i, {}) for i in others):  # a round runs: join it, waiting splits
-                    return peers
-                late = [i for i in others if READY_MARKER not in markers.get(i, {})]
-                if not late:
-                    return peers
-                if ", ".join(late) != said:
-                    said = ", ".join(late)
-                    self.log(
-                        f"waiting up to {self.start_wait_s:g} s for peer(s) {said} to be ready, so that the first "
-                        "rendezvous round has every node"
-                    )
-            if time.monotonic() > deadline:
-                self.log(
-                    f"peer(s) {said or '?'} not ready after {self.start_wait_s:g} s; starting without them "
-                    "(torchrun restarts the workers when they join)"
-                )
-                return peers
-            time.sleep(self.poll_s)
+        said, peers = "", self.peers
 
-    def torchrun_command(self, job: Job, peers: List[Tuple[str, str]]) -> Tuple[List[str], Dict[str, str]]:
+        def look() -> Optional[Peers]:
+            nonlocal said, peers
+            found = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))[: job.max_nodes]
+            markers = self.node_markers(job)
+            if self.instance_id not in dict(found):  # past max_nodes now: wait for a place as before
+                return self.wait_for_peers(group, job)
+            peers = found
+            others = [i for i, _ in peers if i != self.instance_id]
+            if any("training" in markers.get(i, {}) for i in others):  # a round runs: join it, waiting splits
+                return peers
+            late = [i for i in others if READY_MARKER not in markers.get(i, {})]
+            if not late:
+                return peers
+            if ", ".join(late) != said:
+                said = ", ".join(late)
+                self.log(
+                    f"waiting up to {self.start_wait_s:g} s for peer(s) {said} to be ready, so that the first "
+                    "rendezvous round has every node"
+                )
+            return None
+
+        def at_deadline(failed: Optional[Exception]) -> Peers:
+            self.log(
+                f"peer(s) {said or '?'} not ready after {self.start_wait_s:g} s; starting without them "
+                "(torchrun restarts the workers when they join)"
+            )
+            return peers
+
+        return self.poll_peers(job, "the wait for peers", self.start_wait_s, look, at_deadline)
+
+    def torchrun_command(self, job: Job, peers: Peers) -> Tuple[List[str], Dict[str, str]]:
         host_id, host_ip = peers[0]
         address_map = load_address_map()  # re-read: replacement nodes join the map while we run
         host = address_map.get(host_ip, host_ip)

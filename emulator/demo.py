@@ -259,19 +259,29 @@ class JobRun:
     def wait_durable(self, at_least: int) -> int:
         """Wait for a complete checkpoint of step ``at_least`` or later in S3; returns its step."""
         what = f"a checkpoint of step {at_least} or later in S3"
-        self.wait_for(lambda: self.durable_step() >= at_least or self.ended_before(what), what)
+        self.wait_while_running(lambda: self.durable_step() >= at_least, what, what)
         return self._newest
 
-    def ended_before(self, what: str) -> bool:
-        """False while the job runs; once it ended (none of what a scenario waits for comes then), an EmulatorError
-        now rather than at the deadline, with what to change."""
+    def wait_while_running(self, predicate: Callable[[], bool], what: str, before: str) -> None:
+        """:meth:`wait_for`, ended by :meth:`check_running` (``before``) as soon as the job ends."""
+
+        def done() -> bool:
+            if predicate():
+                return True
+            self.check_running(before)
+            return False
+
+        self.wait_for(done, what)
+
+    def check_running(self, before: str) -> None:
+        """An EmulatorError once the job ended (none of what a scenario waits for comes then), with what to change:
+        at once rather than at the deadline."""
         ended = jobs.end_marker(self.client, self.ref, self.job_id)
         if ended is not None:
             raise EmulatorError(
-                f"the job ended ({ended}) before {what}: give the job more epochs (--epochs) or a slower step "
+                f"the job ended ({ended}) before {before}: give the job more epochs (--epochs) or a slower step "
                 "(--step-sleep-s)"
             )
-        return False
 
     def planned_steps(self) -> int:
         """The job's planned step count from the trainer's ``plan:`` line; waits for that line to be shipped (a
@@ -367,7 +377,7 @@ class JobRun:
             return sorted((n for n in self.launcher.all_nodes() if n.booted_at > event.at), key=lambda n: n.booted_at)
 
         what = f"a replacement for {event.instance_id}"
-        self.wait_for(lambda: bool(booted()) or self.ended_before(f"{what} booted"), what)
+        self.wait_while_running(lambda: bool(booted()), what, f"{what} booted")
         return booted()[0]
 
 
@@ -383,7 +393,7 @@ def interrupt_once(after_step: int, *, host: bool = False) -> Scenario:
         run.wait_durable(after_step)
         running = run.running()
         if not running:  # the job ended right after that checkpoint
-            run.ended_before("a node to interrupt")
+            run.check_running("a node to interrupt")
             raise EmulatorError(f"no node runs the job to interrupt after its checkpoint of step {after_step}")
         run.wait_for_replacement(run.interrupt(running[0] if host else running[-1]))
 
