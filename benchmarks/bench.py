@@ -45,6 +45,7 @@ import boto3
 import yaml
 from boto3.s3.transfer import TransferConfig
 
+import cfn_validate
 from benchmarks import fast_ranges, notice
 from benchmarks.cost_model import ADVISOR_BUCKETS, expected_job_cost
 from emulator.deploy import JSII_QUIET
@@ -166,6 +167,9 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     }
     t = alternate(sides, reps)
     med = {k: statistics.median(v) for k, v in t.items()}
+    templates = sorted((work / "out-10").glob("*.template.json"))
+    cpu = alternate({"default": lambda: worker_cpu(templates, ()), "flags": lambda: worker_cpu(templates)}, reps)
+    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     return [
         f"| synth: 10 teams x 2 clusters / trivial app (1 bucket) | {ratio(t['10 teams'], t['trivial'])} | "
         f"goal <= 1.5 | medians {med['10 teams']:.1f} s / {med['trivial']:.1f} s |",
@@ -195,7 +199,31 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         f"| synth: 10 teams as cdk.json runs the app (`python3 -O`) / with plain `python3` | "
         f"{ratio(t['10 teams'], t['10 teams, plain python3'])} | - | "
         f"medians {med['10 teams']:.1f} s / {med['10 teams, plain python3']:.1f} s |",
+        "| CPU time of the validator worker (`cfn_validate/`) starting and checking the 10 teams' "
+        f"{len(templates)} templates: node's default V8 flags / `{' '.join(cfn_validate.V8_FLAGS)}` (what the app "
+        f"runs) | {ratio(cpu['default'], cpu['flags'])} | - | medians {cpu_med['default']:.1f} s / "
+        f"{cpu_med['flags']:.1f} s of CPU (user + system); the worker shares the 2 cores with the app and the "
+        "jsii kernel |",
     ]
+
+
+def worker_cpu(templates: list[Path], v8_flags: tuple[str, ...] = cfn_validate.V8_FLAGS) -> float:
+    """CPU seconds (user + system) of a validator worker that starts and checks ``templates`` once, as a synth's."""
+    process = cfn_validate.start_engine(v8_flags=v8_flags)
+    if process is None or process.stdin is None or process.stdout is None:
+        raise SystemExit("the validator's engine is not in the venv: run `make run-deps`")
+    stacks = [
+        {"stackConstructPath": t.stem, "templatePath": str(t), "accountId": None, "region": None} for t in templates
+    ]
+    process.stdin.write(json.dumps({"stackTemplates": stacks}) + "\n")
+    process.stdin.flush()
+    answer = json.loads(process.stdout.readline() or "{}")
+    if "report" not in answer:
+        raise SystemExit(f"the validator worker failed: {answer.get('error', 'no answer')}")
+    process.stdin.close()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoints

@@ -32,8 +32,7 @@ BUNDLED_ENGINE = "package/node_modules/@aws/cloudformation-validate/"
 BUNDLED_RULES = "package/core/lib/validation/rules/"
 COMPLETE = ".complete"  # written last: a copy cut short is never used
 # The engine's WASM code compiled by V8's baseline compiler only (no optimizing tier-up on background threads), and
-# V8 without helper threads: the same checks on a third of the CPU. Starting the engine and checking the 10-team
-# bench's 10 templates took 1.5 s of CPU instead of 4.9-6.0 s (by hand, three runs or more of each). The worker
+# V8 without helper threads: the same checks on about a third of the CPU (`make bench` measures both). The worker
 # shares the machine's two cores with the app and the jsii kernel, so the CPU it saves is the synth's.
 V8_FLAGS = ("--liftoff-only", "--single-threaded")
 
@@ -88,13 +87,15 @@ def extract(target: Optional[Path] = None) -> Path:
     return target
 
 
-def start_engine(node: str = "node", directory: Optional[Path] = None) -> Optional[subprocess.Popen[str]]:
+def start_engine(
+    node: str = "node", directory: Optional[Path] = None, v8_flags: tuple[str, ...] = V8_FLAGS
+) -> Optional[subprocess.Popen[str]]:
     """The worker, its engine starting now; None without the engine copy or ``node`` (the app then runs
     aws-cdk-lib's)."""
     directory = directory or engine_dir()
     if not (directory / COMPLETE).is_file():
         return None
-    command = [node, *V8_FLAGS, str(WORKER), str(directory)]  # our script and folder; node as the jsii kernel runs it
+    command = [node, *v8_flags, str(WORKER), str(directory)]  # our script and folder; node as the jsii kernel runs it
     try:
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
     except OSError:  # no such node: aws-cdk-lib's copy runs, and the jsii kernel's own start says what is wrong
