@@ -133,8 +133,29 @@ def volume(**props: Any) -> dict[str, Any]:
     return {"Type": "AWS::EC2::Volume", "Properties": base}
 
 
-def sg(cidr: str) -> dict[str, Any]:
+def sg(cidr: Any) -> dict[str, Any]:
     return {"Type": "AWS::EC2::SecurityGroup", "Properties": {"SecurityGroupIngress": [{"CidrIp": cidr}]}}
+
+
+def placement_group(strategy: str) -> dict[str, Any]:
+    return {"Type": "AWS::EC2::PlacementGroup", "Properties": {"Strategy": strategy}}
+
+
+def with_strategy(strategy: str, *overrides: dict[str, Any]) -> dict[str, Any]:
+    distribution = {"OnDemandPercentageAboveBaseCapacity": 0, "SpotAllocationStrategy": strategy}
+    return group(MixedInstancesPolicy={
+        "InstancesDistribution": distribution, "LaunchTemplate": {"Overrides": list(overrides)}})  # fmt: skip
+
+
+def lt_in_group(**placement: Any) -> dict[str, Any]:
+    return {"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {"Placement": placement}}}
+
+
+TWO_SUBNETS = ["subnet-a", "subnet-b"]
+CLUSTER_PG = placement_group("cluster")
+IN_LT = {
+    "MixedInstancesPolicy": {"LaunchTemplate": {"LaunchTemplateSpecification": {"LaunchTemplateId": {"Ref": "LT"}}}}
+}
 
 
 # (rule, logical id to check, failing resources, problems found, passing resources)
@@ -151,12 +172,23 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
         "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0, "SpotAllocationStrategy": "lowest-price"},
         "LaunchTemplate": {"Overrides": [{"InstanceType": "g5.xlarge"}]}})},
      ["1 instance type(s)", "SpotAllocationStrategy 'lowest-price'"], {"G": group()}),
-    ("ST3", "G", {"G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=["subnet-a", "subnet-b"])},
+    # before, attribute-based instance selection failed as "0 instance type(s)", capacity-optimized-prioritized too
+    ("ST2", "G", {"G": with_strategy("capacity-optimized-prioritized", {"InstanceType": "g5.xlarge"})},
+     ["1 instance type(s)"],
+     {"G": with_strategy("capacity-optimized-prioritized", {"InstanceRequirements": {"VCpuCount": {"Min": 4}}})}),
+    ("ST3", "G", {"G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=TWO_SUBNETS)},
      ["spans 2 subnets/AZs"], {"G": group(PlacementGroup={"Ref": "PG"})}),
+    ("ST3", "G", {"G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=TWO_SUBNETS), "PG": CLUSTER_PG},
+     ["spans 2 subnets/AZs"], {"G": group(PlacementGroup={"Ref": "PG"}), "PG": CLUSTER_PG}),
+    # before, a launch template naming its placement group by id passed on any number of subnets
+    ("ST3", "G", {"G": group(**IN_LT, VPCZoneIdentifier=TWO_SUBNETS), "LT": lt_in_group(GroupId={"Ref": "PG"})},
+     ["spans 2 subnets/AZs"], {"G": group(**IN_LT), "LT": lt_in_group(GroupId={"Ref": "PG"})}),
     ("ST4", "G", {"G": group(CapacityRebalance=False)}, ["no capacity rebalance and no termination lifecycle hook"],
      {"G": group(CapacityRebalance=False, LifecycleHookSpecificationList=[
          {"LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"}])}),
     ("ST5", "G", {"G": group(MinSize="1", MaxSize="100000")}, ["MinSize '1'", "MaxSize '100000'"], {"G": group()}),
+    # before, passed: the group launched 2 nodes at create, with no job to run
+    ("ST5", "G", {"G": group(DesiredCapacity="2")}, ["DesiredCapacity '2'"], {"G": group(DesiredCapacity="0")}),
     ("ST6", "Bucket", {"Bucket": bucket(VersioningConfiguration={"Status": "Suspended"}, LifecycleConfiguration={})},
      ["not versioned", "no lifecycle rule aborting incomplete multipart uploads in the whole bucket", NO_TLS],
      {"Bucket": bucket(), "Policy": TLS_POLICY}),
@@ -204,9 +236,25 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
 ]  # fmt: skip
 
 
-def run(rule: Rule, logical_id: str, resources: dict[str, Any]) -> Optional[list[str]]:
-    template = {"Resources": copy.deepcopy(resources)}
+def run(
+    rule: Rule, logical_id: str, resources: dict[str, Any], parameters: Optional[dict[str, Any]] = None
+) -> Optional[list[str]]:
+    template = {"Resources": copy.deepcopy(resources), "Parameters": copy.deepcopy(parameters or {})}
     return rule.check(logical_id, template["Resources"][logical_id], template)
+
+
+def test_ingress_from_a_parameter_that_can_be_open_fails() -> None:
+    """Before, passed: the deployer chose the CIDR, 0.0.0.0/0 included."""
+    resources = {"SG": sg({"Ref": "Cidr"})}
+    expected = ["ingress from parameter Cidr (can be 0.0.0.0/0 or ::/0 at deploy)"]
+    assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String"}}) == expected
+    assert (
+        run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedValues": ["10.0.0.0/8", "0.0.0.0/0"]}})
+        == expected
+    )
+    assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedValues": ["10.0.0.0/8"]}}) == []
+    # a CIDR from another resource (the VPC's) is no deploy-time choice
+    assert run(RULE["ST10"], "SG", {"SG": sg({"Fn::GetAtt": ["Vpc", "CidrBlock"]})}) == []
 
 
 @pytest.mark.parametrize(("rule_id", "logical_id", "failing", "problems", "passing"), CASES)
@@ -241,10 +289,16 @@ def test_spot_launch_template_without_mixed_instances_and_placement_from_the_lau
 
 
 def test_rules_leave_other_resources_alone() -> None:
-    """Not applicable: an on-demand group (ST2), a single-node group (ST4), a non-checkpoint bucket (ST6),
-    a volume outside any pool (ST8), a policy of a non-instance role (ST9)."""
+    """Not applicable: an on-demand group (ST2), a spread or partition placement group (ST3), a single-node group
+    (ST4), a non-checkpoint bucket (ST6), a volume outside any pool (ST8), a policy of a non-instance role (ST9)."""
     on_demand = group(MixedInstancesPolicy={"InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 100}})
     assert run(RULE["ST2"], "G", {"G": on_demand}) is None
+    for strategy in ("spread", "partition"):  # may span AZs (before: failed like a cluster one)
+        spread = {
+            "G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=TWO_SUBNETS),
+            "PG": placement_group(strategy),
+        }
+        assert run(RULE["ST3"], "G", spread) is None
     assert run(RULE["ST4"], "G", {"G": group(MaxSize="1", CapacityRebalance=False)}) is None
     assert run(RULE["ST6"], "B", {"B": {"Type": "AWS::S3::Bucket", "Properties": {}}}) is None
     assert run(RULE["ST8"], "V", {"V": {"Type": "AWS::EC2::Volume", "Properties": {"Encrypted": False}}}) is None

@@ -35,11 +35,11 @@ from aws_cdk import (
 )
 from constructs import IConstruct
 
+from team_config.naming import CLUSTER_TAG, POOL_TAG
+
 PACK = "SpotTraining"
 CHECKPOINT_ROLE_TAG = ("spot-training:role", "checkpoints")  # marks the checkpoint bucket
-WARM_POOL_TAG = "spot-training:warm-pool"
-CLUSTER_TAG = "spot-training:cluster"
-CAPACITY_AWARE = {"price-capacity-optimized", "capacity-optimized"}
+CAPACITY_AWARE = {"price-capacity-optimized", "capacity-optimized", "capacity-optimized-prioritized"}
 MAX_FINITE_NODES = 1000
 
 Resource = dict[str, Any]
@@ -130,9 +130,11 @@ def check_mixed_instances(_: str, resource: Resource, template: Template) -> Opt
     if str(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)) == "100":
         return None  # all on-demand: no spot capacity to diversify
     problems = []
-    types = {o.get("InstanceType") for o in policy.get("LaunchTemplate", {}).get("Overrides", [])}
-    if len(types - {None}) < 2:
-        problems.append(f"{len(types - {None})} instance type(s)")
+    overrides = policy.get("LaunchTemplate", {}).get("Overrides", [])
+    types = {o.get("InstanceType") for o in overrides} - {None}
+    # attribute-based selection (InstanceRequirements): EC2 picks every type that matches, not one
+    if len(types) < 2 and not any("InstanceRequirements" in o for o in overrides):
+        problems.append(f"{len(types)} instance type(s)")
     strategy = distribution.get("SpotAllocationStrategy", "lowest-price")
     if strategy not in CAPACITY_AWARE:
         problems.append(f"SpotAllocationStrategy {strategy!r}")
@@ -153,8 +155,13 @@ def _group_azs(resource: Resource, template: Template) -> list[Any]:
 
 def check_placement_group_single_az(_: str, resource: Resource, template: Template) -> Optional[list[str]]:
     p = props(resource)
-    if not (p.get("PlacementGroup") or _launch_template_data(resource, template).get("Placement", {}).get("GroupName")):
+    placement = _launch_template_data(resource, template).get("Placement", {})
+    named = p.get("PlacementGroup") or placement.get("GroupName") or placement.get("GroupId")
+    if not named:
         return None
+    placement_group = template.get("Resources", {}).get(ref_target(named) or "")
+    if placement_group is not None and props(placement_group).get("Strategy", "cluster") != "cluster":
+        return None  # spread and partition groups may span AZs; one made elsewhere counts as a cluster one
     spans = p.get("VPCZoneIdentifier") or p.get("AvailabilityZones") or []
     count = len(as_list(spans)) if not isinstance(spans, dict) else 2  # an unresolved list: not provably one
     return [] if count == 1 else [f"spans {count} subnets/AZs"]
@@ -183,6 +190,8 @@ def check_scale_to_zero(_: str, resource: Resource, __: Template) -> list[str]:
     problems = []
     if str(p.get("MinSize")) != "0":
         problems.append(f"MinSize {p.get('MinSize')!r}")
+    if str(p.get("DesiredCapacity", "0")) != "0":  # launched at create, and set again by a deploy that changes it
+        problems.append(f"DesiredCapacity {p.get('DesiredCapacity')!r}")
     try:
         finite = 0 < int(p.get("MaxSize")) <= MAX_FINITE_NODES  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -250,7 +259,7 @@ def check_log_retention(_: str, resource: Resource, __: Template) -> list[str]:
 
 def check_warm_volume(_: str, resource: Resource, template: Template) -> Optional[list[str]]:
     volume_tags = tags(resource)
-    if WARM_POOL_TAG not in volume_tags:
+    if POOL_TAG not in volume_tags:
         return None
     p = props(resource)
     problems = [] if truthy(p.get("Encrypted")) else ["not encrypted"]
@@ -351,14 +360,26 @@ def check_instance_role_policy(logical_id: str, resource: Resource, template: Te
     return _wildcard_statements(p.get("PolicyDocument"))
 
 
-def _open_ingress(rule: dict[str, Any]) -> bool:
-    return rule.get("CidrIp") == "0.0.0.0/0" or rule.get("CidrIpv6") == "::/0"
+OPEN_CIDRS = ("0.0.0.0/0", "::/0")
 
 
-def check_security_group_ingress(_: str, resource: Resource, __: Template) -> list[str]:
+def _open_ingress(rule: dict[str, Any], template: Template) -> Optional[str]:
+    """What opens the rule to the internet: an open CIDR, or a template parameter that can be one at deploy (no
+    AllowedValues, or an open one among them)."""
+    for key in ("CidrIp", "CidrIpv6"):
+        cidr = rule.get(key)
+        if cidr in OPEN_CIDRS:
+            return str(cidr)
+        parameter = template.get("Parameters", {}).get(ref_target(cidr) or "")
+        if parameter is not None and set(parameter.get("AllowedValues") or OPEN_CIDRS) & set(OPEN_CIDRS):
+            return f"parameter {ref_target(cidr)} (can be {' or '.join(OPEN_CIDRS)} at deploy)"
+    return None
+
+
+def check_security_group_ingress(_: str, resource: Resource, template: Template) -> list[str]:
     p = props(resource)
     rules = p.get("SecurityGroupIngress", []) if resource.get("Type") == "AWS::EC2::SecurityGroup" else [p]
-    return [f"ingress from {r.get('CidrIp') or r.get('CidrIpv6')}" for r in rules if _open_ingress(r)]
+    return [f"ingress from {found}" for found in (_open_ingress(r, template) for r in rules) if found]
 
 
 RULES: tuple[Rule, ...] = (
@@ -369,7 +390,7 @@ RULES: tuple[Rule, ...] = (
          check_launch_template_metadata),
     Rule("ST2", ("AWS::AutoScaling::AutoScalingGroup",),
          "Spot Auto Scaling group must use a MixedInstancesPolicy with at least 2 instance types and "
-         "SpotAllocationStrategy price-capacity-optimized or capacity-optimized.",
+         "SpotAllocationStrategy price-capacity-optimized, capacity-optimized or capacity-optimized-prioritized.",
          "One instance type in one pool is the likeliest to be reclaimed all at once and to find no capacity.",
          check_mixed_instances),
     Rule("ST3", ("AWS::AutoScaling::AutoScalingGroup",),
@@ -381,8 +402,10 @@ RULES: tuple[Rule, ...] = (
          "Without either, an interrupted node is replaced only after it is gone, stalling every other node.",
          check_rebalance_or_hook),
     Rule("ST5", ("AWS::AutoScaling::AutoScalingGroup",),
-         f"Group must be able to scale to zero and have a finite size: set MinSize 0 and MaxSize 1-{MAX_FINITE_NODES}.",
-         "Jobs end by setting the group to 0; a MinSize above 0 or an unbounded MaxSize burns money when idle.",
+         "Group must be able to scale to zero and have a finite size: set MinSize 0, no DesiredCapacity (or 0) and "
+         f"MaxSize 1-{MAX_FINITE_NODES}.",
+         "Jobs start by setting the group's size and end by setting it to 0; a MinSize or DesiredCapacity above 0 "
+         "or an unbounded MaxSize burns money when idle.",
          check_scale_to_zero),
     Rule("ST6", ("AWS::S3::Bucket",),
          "Checkpoint bucket must be versioned, encrypted, TLS-only (bucket policy), block public access and "
@@ -404,7 +427,8 @@ RULES: tuple[Rule, ...] = (
          "A wildcard lets one team's node touch every team's checkpoints, volumes and groups.",
          check_instance_role_policy),
     Rule("ST10", ("AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress"),
-         "Security group must not allow ingress from 0.0.0.0/0 or ::/0: allow the cluster's own group only.",
+         "Security group must not allow ingress from 0.0.0.0/0 or ::/0 (nor from a parameter that can be one): "
+         "allow the cluster's own group only.",
          "Training nodes talk only to each other; access is through SSM Session Manager.",
          check_security_group_ingress),
 )  # fmt: skip
