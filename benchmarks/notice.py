@@ -27,13 +27,13 @@ from typing import Any, Optional
 import boto3
 
 from emulator.imds import ImdsMock
+from team_config.naming import POOL_TAG
 from tests.bootstrap.conftest import code_archive, free_port  # the agent harness the bootstrap tests use
 
 REPO = Path(__file__).resolve().parent.parent
 BOOTSTRAP = REPO / "bootstrap_scripts"
 REGION = "us-east-1"
 TEAM = "bench"
-POOL_TAG = "spot-training:warm-pool"
 POLL_S = 1.0  # the agent's metadata poll here (the demo's); 5 s on a real node (SPOT_TRAINING_POLL_INTERVAL_S)
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "bench",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 TEAM_TAG = "spot-training:team"
 CLUSTER_TAG = "spot-training:cluster"
+POOL_TAG = "spot-training:warm-pool"  # a warm pool's volumes (value: the pool's name)
 
 
 def parameter_path(team: str, cluster: str) -> str:

@@ -528,3 +528,41 @@ def test_replaced_warm_pool_volumes_come_with_the_rule_to_deploy_at_0(
     assert review.POOL_REPLACED_NOTE in text
     same = review.summary({"S": review.Stack("S", base, [])}, _prices(), base={"S": review.Stack("S", base, [])})
     assert review.POOL_REPLACED_NOTE not in same
+
+
+def _pool_stack(iops: int, volumes: int = 4) -> review.Stack:
+    """The group of _group_stack and ``volumes`` warm pool volumes of 100 GiB, ``iops`` and 250 MB/s."""
+    tags = [{"Key": "spot-training:team", "Value": "alpha"}, {"Key": "spot-training:cluster", "Value": "main"},
+            {"Key": "spot-training:warm-pool", "Value": "alpha-main"}]  # fmt: skip
+    volume = {"Size": 100, "VolumeType": "gp3", "Iops": iops, "Throughput": 250, "Tags": tags}
+    stack = _group_stack(TYPES, 2)
+    stack.template["Resources"].update({f"Volume{i}": {"Type": "AWS::EC2::Volume", "Properties": volume}
+                                        for i in range(volumes)})  # fmt: skip
+    return stack
+
+
+def test_warm_pools_are_priced_per_month_and_their_changes_read_base_to_head() -> None:
+    """A pool is billed while no node runs; before, the review priced only the nodes. gp3 in us-east-1: $0.08 per
+    GB-month, $0.005 per IOPS-month above 3,000, $0.04 per MB/s-month above 125. 4 volumes of 100 GiB, 6,000 IOPS
+    and 250 MB/s: 4 x (8 + 15 + 5) = 112; at 3,000 IOPS: 4 x (8 + 5) = 52."""
+    head, base = _pool_stack(6000), _pool_stack(3000)
+    text = review.summary({head.name: head}, load_prices())
+    assert "### Warm pools (billed while idle)" in text
+    assert "| alpha | main | 4 | 100 | 6000 | 250 | 112.00 |" in text
+    text = review.summary({head.name: head}, load_prices(), base={base.name: base})
+    assert "| alpha | main | 4 | 100 | 3000 -> 6000 | 250 | 52.00 -> 112.00 |" in text
+    text = review.summary({head.name: head}, load_prices(), base={base.name: _group_stack(TYPES, 2)})
+    assert "| alpha | main (new) | 4 | 100 | 6000 | 250 | 112.00 |" in text
+    text = review.summary({base.name: _group_stack(TYPES, 2)}, load_prices(), base={head.name: head})
+    assert "| alpha | main (removed) | 4 -> - | 100 -> - | 6000 -> - | 250 -> - | 112.00 -> - |" in text
+    no_pool = review.summary({base.name: _group_stack(TYPES, 2)}, load_prices())
+    assert "Warm pools" not in no_pool
+
+
+def test_a_synthesized_warm_pool_is_listed_with_its_team_and_cluster(
+    everything: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """The team file's pool (2 volumes; team_config's defaults: 200 GiB, 3,000 IOPS, 125 MB/s): 2 x 200 x 0.08."""
+    base, _ = everything
+    text = review.summary({"S": review.Stack("S", base, [])}, _prices())
+    assert "| team-a | pool | 2 | 200 | 3000 | 125 | 32.00 |" in text

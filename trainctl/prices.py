@@ -41,6 +41,23 @@ ON_DEMAND: dict[str, tuple[float, int]] = {
     "p5.48xlarge": (98.32, 8),
 }
 BEFORE_CUT = frozenset({"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"})
+# gp3 volumes (warm pools), us-east-1, USD per month: storage per GB, and IOPS and throughput provisioned above the
+# 3,000 IOPS and 125 MB/s every volume includes, as listed on https://aws.amazon.com/ebs/pricing/ (read here on
+# 2026-11-28 from a page quoting it, saisci.com's "gp2 vs gp3 Cost Comparison": no internet on this machine).
+GP3_SOURCE = "https://aws.amazon.com/ebs/pricing/ (gp3, us-east-1)"
+GP3_GB_MONTH, GP3_IOPS_MONTH, GP3_MBPS_MONTH = 0.08, 0.005, 0.04
+GP3_INCLUDED_IOPS, GP3_INCLUDED_MBPS = 3000, 125
+
+
+def gp3_monthly(size_gib: float, iops: float = GP3_INCLUDED_IOPS, throughput: float = GP3_INCLUDED_MBPS) -> float:
+    """USD per month of one gp3 volume, attached or not (a volume is billed from its creation to its deletion)."""
+    return (
+        size_gib * GP3_GB_MONTH
+        + max(iops - GP3_INCLUDED_IOPS, 0) * GP3_IOPS_MONTH
+        + max(throughput - GP3_INCLUDED_MBPS, 0) * GP3_MBPS_MONTH
+    )
+
+
 BEFORE_CUT_NOTE = "list price before the June 2025 cut; pass --prices FILE with current prices"
 
 

@@ -3,7 +3,8 @@
 Per team and cluster: instance types, max nodes, on-demand base, worst-case hourly cost (max nodes at the dearest
 type's on-demand price) and the same at spot when spot prices are given (the spot nodes at the dearest given spot
 price of the cluster's types, which need not be the type dearest on demand), changed values as base -> head
-against a base; team budgets; the IAM statements with what each policy is attached to (added and removed ones when
+against a base; warm pools (volumes, their size and performance, USD per month: billed while no node runs); team
+budgets; the IAM statements with what each policy is attached to (added and removed ones when
 a base assembly is given); the cdk-nag acknowledgements with their reasons; and, against a base, the resources
 CloudFormation would replace or delete and the data retention changes (DeletionPolicy, UpdateReplacePolicy, a
 bucket's versioning and lifecycle rules). Replacement is decided with cfn-lint's copy of the CloudFormation
@@ -17,13 +18,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from team_config.naming import CLUSTER_TAG, TEAM_TAG
-from trainctl.prices import BEFORE_CUT_NOTE, PriceTable
+from team_config.naming import CLUSTER_TAG, POOL_TAG, TEAM_TAG
+from trainctl.prices import BEFORE_CUT_NOTE, GP3_SOURCE, PriceTable, gp3_monthly
 
 ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 
@@ -389,6 +390,50 @@ def _cluster_rows(
         yield (stack.name, c["team"], c["cluster"]), cells
 
 
+def _pool_rows(stack: Stack) -> Iterator[tuple[tuple[str, str, str], list[str]]]:
+    """Per warm pool of the stack, (stack, team, cluster) and its cells: volumes, GiB, IOPS and MB/s of each (the
+    values the pool's volumes have, joined when they differ), and USD per month of all of them (``-`` unless gp3)."""
+    pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for resource in stack.resources.values():
+        if resource["Type"] != "AWS::EC2::Volume":
+            continue
+        props = resource.get("Properties", {})
+        tags = {t["Key"]: t["Value"] for t in props.get("Tags", [])}
+        if POOL_TAG in tags:
+            pools.setdefault((tags.get(TEAM_TAG, "?"), tags.get(CLUSTER_TAG, "?")), []).append(props)
+    for (team, cluster), volumes in pools.items():
+
+        def values(key: str, default: Any, volumes: list[dict[str, Any]] = volumes) -> str:
+            return ", ".join(sorted({str(v.get(key, default)) for v in volumes}))
+
+        gp3 = all(v.get("VolumeType") == "gp3" for v in volumes)
+        monthly = sum(gp3_monthly(int(v["Size"]), int(v.get("Iops", 3000)), int(v.get("Throughput", 125)))
+                      for v in volumes) if gp3 else None  # fmt: skip
+        cells = [str(len(volumes)), values("Size", "?"), values("Iops", 3000), values("Throughput", 125),
+                 "-" if monthly is None else f"{monthly:.2f}"]  # fmt: skip
+        yield (stack.name, team, cluster), cells
+
+
+def _against_base(
+    head: dict[tuple[str, str, str], list[str]],
+    base: dict[tuple[str, str, str], list[str]],
+    head_stacks: Iterable[str],
+    compared: bool,
+) -> list[list[str]]:
+    """Rows of team, cluster and cells, head against a base: a changed value as base -> head (max nodes 2 -> 40 is
+    what a reviewer must see), a new cluster (a new team's too) marked ``(new)``, a removed one ``(removed)``."""
+    rows = []
+    for key, now in head.items():  # the head's clusters, then the base's removed ones
+        was = base.get(key)
+        if was is None:
+            rows.append([key[1], f"{key[2]} (new)" if compared else key[2], *now])
+        else:
+            rows.append([key[1], key[2], *(v if v == b else f"{b} -> {v}" for b, v in zip(was, now, strict=True))])
+    rows += [[key[1], f"{key[2]} (removed)", *(f"{b} -> -" for b in was)]
+             for key, was in base.items() if key not in head and key[0] in head_stacks]  # fmt: skip
+    return rows
+
+
 POOL_REPLACED_NOTE = (
     "Warm pool volumes are replaced or removed: deploy with the cluster's group at 0 (a volume still attached to a "
     "node fails its delete and stays, billed, outside the stack)."
@@ -425,15 +470,7 @@ def summary(
     out += ["", "### Clusters", ""]
     head_rows = {key: row for stack in head.values() for key, row in _cluster_rows(stack, prices, spot)}
     base_rows = {key: row for stack in (base or {}).values() for key, row in _cluster_rows(stack, prices, spot)}
-    rows = []
-    for key, now in head_rows.items():  # the head's clusters, then the base's removed ones
-        was = base_rows.get(key)
-        if was is None:
-            rows.append([key[1], f"{key[2]} (new)" if base is not None else key[2], *now])  # a new team's too
-        else:  # a changed value as base -> head: max nodes 2 -> 40 is what a reviewer must see
-            rows.append([key[1], key[2], *(v if v == b else f"{b} -> {v}" for b, v in zip(was, now, strict=True))])
-    rows += [[key[1], f"{key[2]} (removed)", *(f"{b} -> -" for b in was)]
-             for key, was in base_rows.items() if key not in head_rows and key[0] in head]  # fmt: skip
+    rows = _against_base(head_rows, base_rows, head, base is not None)
     out += _table(["team", "cluster", "instance types", "max nodes", "on-demand", "worst case USD/h on demand",
                    "worst case USD/h at spot"], rows)  # fmt: skip
     used = {t for stack in [*head.values(), *(base or {}).values()] for c in clusters(stack) for t in c["types"]}
@@ -449,6 +486,16 @@ def summary(
         + (f" {', '.join(before_cut)}: {BEFORE_CUT_NOTE}." if before_cut else "")
         + (" A changed value reads base -> head." if base is not None else ""),
     ]
+    head_pools = {key: row for stack in head.values() for key, row in _pool_rows(stack)}
+    base_pools = {key: row for stack in (base or {}).values() for key, row in _pool_rows(stack)}
+    if head_pools or base_pools:
+        out += ["", "### Warm pools (billed while idle)", ""]
+        out += _table(["team", "cluster", "volumes", "GiB each", "IOPS each", "MB/s each", "USD per month"],
+                      _against_base(head_pools, base_pools, head, base is not None))  # fmt: skip
+        out += [
+            "",
+            f"A pool's volumes are billed from the deploy to their deletion, nodes or not. Prices: {GP3_SOURCE}.",
+        ]
     head_budgets, base_budgets = _budgets(head), _budgets(base or {})
     budgets = []
     for (stack_name, name), amount in head_budgets.items():

@@ -14,12 +14,12 @@ from constructs import Construct
 
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
-from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
+from team_config.naming import CLUSTER_TAG, POOL_TAG, TEAM_TAG, parameter_path
 from training_constructs.checkpoint_store import CheckpointStore
 from training_constructs.nag import acknowledge
 from training_constructs.spot_fleet import FixedImage, SpotFleet
 from training_constructs.training_logs import TrainingLogs
-from training_constructs.warm_volume_pool import POOL_TAG, WarmVolumePool
+from training_constructs.warm_volume_pool import WarmVolumePool
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap_scripts"
 # What a checkout leaves next to the scripts (tool caches, bytecode) is not shipped: it would be hashed on every

@@ -9,9 +9,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from team_config.naming import POOL_TAG
 from training_constructs.nag import acknowledge, acknowledge_all
 
-POOL_TAG = "spot-training:warm-pool"
 # team_config's default volume_size_gib: a pool of that size keeps the volumes' logical ids of earlier releases
 DEFAULT_VOLUME_GIB = 200
 
