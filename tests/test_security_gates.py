@@ -323,7 +323,8 @@ def policy_findings(name: str, template: dict[str, Any]) -> list[str]:
         for action in actions:
             if action == "*" or action.endswith(":*"):
                 findings.append(f"{name}: {where}: wildcard action {action!r}; name the actions")
-        if any(is_wildcard_resource(r) for r in as_list(statement.get("Resource", []))):
+        conditioned = "Condition" in statement  # instance/* of the cluster's own tags is scoped
+        if any(is_wildcard_resource(r, conditioned) for r in as_list(statement.get("Resource", []))):
             for action in actions:
                 if action not in WILDCARD_RESOURCE_ACTIONS:
                     findings.append(

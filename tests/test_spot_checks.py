@@ -103,6 +103,14 @@ def policy(action: str, resource: Any) -> dict[str, Any]:
 
 
 SCOPED = "arn:aws:s3:::b/main/*"  # one cluster's prefix of one bucket
+SSM_ARN = "arn:aws:ssm:${AWS::Region}:${AWS::AccountId}"
+
+
+def conditioned(policy: dict[str, Any]) -> dict[str, Any]:
+    """``policy`` with its statement limited to resources tagged as the warm pool's."""
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    statement["Condition"] = {"StringEquals": {"aws:ResourceTag/spot-training:warm-pool": "t-main"}}
+    return policy
 
 
 ATTACHING = {**ROLE, "Properties": {**ROLE["Properties"], "ManagedPolicyArns": [{"Ref": "MP"}]}}
@@ -224,6 +232,17 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
     ("ST9", "P", {"P": policy("s3:GetObject", {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::*/*"]]}),
                   "Role": ROLE},
      ["Resource 'arn:<ref>:s3:::*/*' for s3:GetObject"], {"P": policy("s3:GetObject", SCOPED), "Role": ROLE}),
+    # before, each passed: an ARN in Fn::Sub, every parameter or volume of the account without a Condition
+    ("ST9", "P", {"P": policy("s3:GetObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::*/*"}), "Role": ROLE},
+     ["Resource 'arn:<ref>:s3:::*/*' for s3:GetObject"],
+     {"P": policy("s3:GetObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${Bucket}/main/*"}), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("ssm:GetParameter", {"Fn::Sub": f"{SSM_ARN}:parameter/*"}), "Role": ROLE},
+     ["Resource 'arn:aws:ssm:<ref>:<ref>:parameter/*' for ssm:GetParameter"],
+     {"P": policy("ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/spot-training/t/main/*"),
+      "Role": ROLE}),
+    ("ST9", "P", {"P": policy("ec2:AttachVolume", "arn:aws:ec2:us-east-1:123456789012:volume/*"), "Role": ROLE},
+     ["Resource 'arn:aws:ec2:us-east-1:123456789012:volume/*' for ec2:AttachVolume"],
+     {"P": conditioned(policy("ec2:AttachVolume", "arn:aws:ec2:us-east-1:123456789012:volume/*")), "Role": ROLE}),
     ("ST9", "P", {"P": not_action_policy(), "Role": ROLE}, ["Allow with NotAction (everything not listed)"],
      {"P": policy("ec2:DescribeInstances", "*"), "Role": ROLE}),
     ("ST9", "Role", {"Role": {**ROLE, "Properties": {**ROLE["Properties"], "ManagedPolicyArns": [

@@ -306,21 +306,35 @@ def _instance_roles(template: Template) -> set[str]:
 
 # An ARN that names every resource of its kind: arn:aws:ssm:us-east-1:123456789012:* , arn:aws:s3:::*/* ...
 WILDCARD_ARN = re.compile(r"arn:[^:]*:[^:]*:[^:]*:[^:]*:\*(/\*)?|arn:[^:]*:s3:::\*(/\*)?")
+# An ARN that names every resource of one type in the account: parameter/*, volume/*, every Auto Scaling group.
+# Fine under a Condition (the warm pool's claim: instance/* and volume/* of its own tags); S3 ARNs have no type.
+TYPE_WILDCARD_ARN = re.compile(
+    r"arn:[^:]*:(?!s3:)[^:]*:[^:]*:[^:]*:([A-Za-z-]+/|autoScalingGroup:\*:autoScalingGroupName/)\*"
+)
+SUB_VARIABLE = re.compile(r"\$\{(!?)([^}]*)\}")
 
 
 def render(value: Any) -> str:
-    """An ARN as text, every intrinsic (Ref, GetAtt, ...) as ``<ref>``; only literal ``*`` stays a wildcard."""
+    """An ARN as text, every intrinsic (Ref, GetAtt, a ``Fn::Sub`` variable, ...) as ``<ref>``; only a literal
+    ``*`` stays a wildcard."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and set(value) == {"Fn::Join"}:
         separator, parts = value["Fn::Join"]
         return str(separator).join(render(p) for p in parts)
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"}:
+        text = value["Fn::Sub"][0] if isinstance(value["Fn::Sub"], list) else value["Fn::Sub"]
+        # ${!Literal} is the text ${Literal}; every other ${...} is a value known only at deploy
+        return SUB_VARIABLE.sub(lambda m: "${" + m[2] + "}" if m[1] else "<ref>", str(text))
     return "<ref>"
 
 
-def is_wildcard_resource(resource: Any) -> bool:
-    """``*``, or an ARN (written out or joined) that names every resource of a service's kind."""
+def is_wildcard_resource(resource: Any, conditioned: bool = False) -> bool:
+    """``*``, or an ARN (written out, joined or substituted) that names every resource of a service's kind, or
+    (``conditioned`` False: the statement has no Condition) every resource of one type."""
     text = render(resource)
+    if not conditioned and TYPE_WILDCARD_ARN.fullmatch(text):
+        return True
     return text == "*" or WILDCARD_ARN.fullmatch(text) is not None
 
 
@@ -330,7 +344,8 @@ def _wildcard_statements(document: Any) -> list[str]:
         if st.get("Effect") != "Allow":
             continue
         problems += [f"Allow with {key} (everything not listed)" for key in ("NotAction", "NotResource") if key in st]
-        wildcards = sorted({render(r) for r in as_list(st.get("Resource", [])) if is_wildcard_resource(r)})
+        resources = as_list(st.get("Resource", []))
+        wildcards = sorted({render(r) for r in resources if is_wildcard_resource(r, "Condition" in st)})
         risky = sorted(a for a in as_list(st.get("Action", [])) if isinstance(a, str) and _risky_action(a))
         if wildcards and risky:
             problems.append(f"Resource {', '.join(repr(w) for w in wildcards)} for {', '.join(risky)}")

@@ -12,7 +12,8 @@ from constructs import Construct
 from team_config.naming import POOL_TAG
 from training_constructs.nag import acknowledge, acknowledge_all
 
-# team_config's default volume_size_gib: a pool of that size keeps the volumes' logical ids of earlier releases
+# The size every pool had before volume_size_gib existed: a pool of this size keeps its volumes' logical ids of
+# those releases (no size in the id), whatever team_config's default (also 200) becomes; another size is in the id.
 DEFAULT_VOLUME_GIB = 200
 
 
