@@ -168,7 +168,18 @@ def bench_synth(work: Path, reps: int) -> list[str]:
     t = alternate(sides, reps)
     med = {k: statistics.median(v) for k, v in t.items()}
     templates = sorted((work / "out-10").glob("*.template.json"))
-    cpu = alternate({"default": lambda: worker_cpu(templates, ()), "flags": lambda: worker_cpu(templates)}, reps)
+    reports: dict[str, Any] = {}
+
+    def worker(side: str, v8_flags: tuple[str, ...]) -> Callable[[], float]:
+        def run() -> float:
+            seconds, reports[side] = worker_cpu(templates, v8_flags)
+            return seconds
+
+        return run
+
+    cpu = alternate({"default": worker("default", ()), "flags": worker("flags", cfn_validate.V8_FLAGS)}, reps)
+    if reports["default"] != reports["flags"]:
+        raise SystemExit(f"the validator worker's report differs with {cfn_validate.V8_FLAGS}: {reports}")
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     return [
         f"| synth: 10 teams x 2 clusters / trivial app (1 bucket) | {ratio(t['10 teams'], t['trivial'])} | "
@@ -202,28 +213,28 @@ def bench_synth(work: Path, reps: int) -> list[str]:
         "| CPU time of the validator worker (`cfn_validate/`) starting and checking the 10 teams' "
         f"{len(templates)} templates: node's default V8 flags / `{' '.join(cfn_validate.V8_FLAGS)}` (what the app "
         f"runs) | {ratio(cpu['default'], cpu['flags'])} | - | medians {cpu_med['default']:.1f} s / "
-        f"{cpu_med['flags']:.1f} s of CPU (user + system); the worker shares the 2 cores with the app and the "
-        "jsii kernel |",
+        f"{cpu_med['flags']:.1f} s of CPU (user + system), the same report on both sides; the worker shares the 2 "
+        "cores with the app and the jsii kernel |",
     ]
 
 
-def worker_cpu(templates: list[Path], v8_flags: tuple[str, ...] = cfn_validate.V8_FLAGS) -> float:
-    """CPU seconds (user + system) of a validator worker that starts and checks ``templates`` once, as a synth's."""
+def worker_cpu(templates: list[Path], v8_flags: tuple[str, ...]) -> tuple[float, Any]:
+    """CPU seconds (user + system) of a validator worker that starts and checks ``templates`` once, as a synth's,
+    and its report."""
     process = cfn_validate.start_engine(v8_flags=v8_flags)
     if process is None or process.stdin is None or process.stdout is None:
         raise SystemExit("the validator's engine is not in the venv: run `make run-deps`")
-    stacks = [
-        {"stackConstructPath": t.stem, "templatePath": str(t), "accountId": None, "region": None} for t in templates
-    ]
-    process.stdin.write(json.dumps({"stackTemplates": stacks}) + "\n")
+    stacks = [(t.name.removesuffix(".template.json"), str(t), None, None) for t in templates]
+    process.stdin.write(cfn_validate.request(stacks) + "\n")
     process.stdin.flush()
     answer = json.loads(process.stdout.readline() or "{}")
-    if "report" not in answer:
-        raise SystemExit(f"the validator worker failed: {answer.get('error', 'no answer')}")
     process.stdin.close()
+    process.stdout.close()
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_utime + usage.ru_stime
+    if "report" not in answer or process.returncode != 0:
+        raise SystemExit(f"the validator worker failed (exit {process.returncode}): {answer.get('error', answer)}")
+    return usage.ru_utime + usage.ru_stime, answer["report"]
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoints

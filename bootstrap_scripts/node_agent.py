@@ -1838,14 +1838,15 @@ class Agent:
             self.put_marker(job, f"nodes/{self.instance_id}/{READY_MARKER}", {})
         except AWS_ERRORS as exc:
             self.log(f"could not report that this node is ready ({one_line(exc)}); its peers wait at most their bound")
-        said, peers = "", self.peers
+        said, peers, past_max = "", self.peers, False
 
         def look() -> Optional[Peers]:
-            nonlocal said, peers
+            nonlocal said, peers, past_max
             found = discover_peers(self.asg, self.ec2, group, self.leaving_nodes(job))[: job.max_nodes]
             markers = self.node_markers(job)
-            if self.instance_id not in dict(found):  # past max_nodes now: wait for a place as before
-                return self.wait_for_peers(group, job)
+            if self.instance_id not in dict(found):  # past max_nodes now: wait for a place as before (below)
+                past_max = True
+                return []
             peers = found
             others = [i for i, _ in peers if i != self.instance_id]
             if any("training" in markers.get(i, {}) for i in others):  # a round runs: join it, waiting splits
@@ -1868,7 +1869,8 @@ class Agent:
             )
             return peers
 
-        return self.poll_peers(job, "the wait for peers", self.start_wait_s, look, at_deadline)
+        ready = self.poll_peers(job, "the wait for peers", self.start_wait_s, look, at_deadline)
+        return self.wait_for_peers(group, job) if past_max else ready
 
     def torchrun_command(self, job: Job, peers: Peers) -> Tuple[List[str], Dict[str, str]]:
         host_id, host_ip = peers[0]

@@ -19,10 +19,12 @@ Without that copy (a venv made by hand) the app runs aws-cdk-lib's own validator
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
@@ -85,6 +87,12 @@ def extract(target: Optional[Path] = None) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
+
+
+def request(stacks: Iterable[tuple[str, str, Optional[str], Optional[str]]]) -> str:
+    """One request line for the worker: per stack, its construct path, template path, account and region."""
+    keys = ("stackConstructPath", "templatePath", "accountId", "region")
+    return json.dumps({"stackTemplates": [dict(zip(keys, stack, strict=True)) for stack in stacks]})
 
 
 def start_engine(

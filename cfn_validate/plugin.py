@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import subprocess
 from typing import IO, Any, Optional
@@ -16,7 +17,11 @@ from aws_cdk import (
     PolicyViolation,
 )
 
+import cfn_validate
+from training_constructs.nag import failed_report
+
 PLUGIN_NAME = "CloudFormation Validate"  # aws-cdk-lib's CloudFormationValidatePlugin.PLUGIN_NAME
+UNCHECKED = "ValidatorWorkerFailed"  # the finding of a synth whose templates the worker did not check
 
 
 @jsii.implements(IPolicyValidationPlugin)
@@ -51,7 +56,16 @@ class CloudFormationValidateWorker:
                 self._answer()  # the worker answers what it was sent first
             self._send(request)
         self._sent = None
-        answer = self._answer()
+        try:
+            answer = self._answer()
+        except RuntimeError as exc:  # fails the synth: the templates were not checked
+            return failed_report(
+                context,
+                UNCHECKED,
+                f"{exc}; the templates were not checked, so the synth fails",
+                "run the synth again; if it fails the same way, the worker's own error is above (a venv without the "
+                "engine copy, .venv/share/spot-training, runs aws-cdk-lib's validator instead)",
+            )
         self._version = answer.get("version")
         report = answer["report"]
         violations = [
@@ -83,20 +97,14 @@ class CloudFormationValidateWorker:
 
     @staticmethod
     def _request(context: IPolicyValidationContext) -> str:
-        stacks = [
-            {
-                "stackConstructPath": s.stack_construct_path,
-                "templatePath": s.template_path,
-                "accountId": s.account_id,
-                "region": s.region,
-            }
-            for s in context.stack_templates
-        ]
-        return json.dumps({"stackTemplates": stacks})
+        return cfn_validate.request(
+            (s.stack_construct_path, s.template_path, s.account_id, s.region) for s in context.stack_templates
+        )
 
     def _send(self, request: str) -> None:
-        self._stdin.write(request + "\n")
-        self._stdin.flush()
+        with contextlib.suppress(BrokenPipeError):  # a dead worker: reading its answer says so, with its exit code
+            self._stdin.write(request + "\n")
+            self._stdin.flush()
         self._sent = request
 
     def _answer(self) -> dict[str, Any]:
@@ -110,7 +118,8 @@ class CloudFormationValidateWorker:
 
     def close(self) -> None:
         """End the worker: it exits when its input closes (not waited for: a synth need not wait for its exit)."""
-        self._stdin.close()
+        with contextlib.suppress(BrokenPipeError):  # it died: its answer's read said so, or nothing asked it
+            self._stdin.close()
 
 
 @jsii.implements(IPolicyValidationPlugin)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,12 +77,34 @@ def test_worker_reports_what_aws_cdk_lib_reports(tmp_path: Path, teams_dir: Path
     assert found["pluginVersion"] == copied["version"]
 
 
+UNCHECKED = "the validator worker ended (exit code 3); the templates were not checked, so the synth fails"
+
+
 def test_a_worker_that_died_fails_synth(tmp_path: Path, teams_dir: Path) -> None:
-    """No answer is no pass: a worker that ended (a crash, a kill) stops synth with the plugin's error."""
+    """No answer is no pass: a worker that ended (a crash, a kill) stops synth with an error on every stack."""
     dead = subprocess.Popen(["node", "-e", "process.exit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     dead.wait(timeout=30)
-    with pytest.raises(RuntimeError, match=r"Validation plugin 'CloudFormation Validate' failed: .*Broken pipe"):
+    with pytest.raises(RuntimeError, match=re.escape(UNCHECKED)):
         broken_app(tmp_path, teams_dir, CloudFormationValidateWorker(dead)).synth()
+    [violation] = report(tmp_path)["CloudFormation Validate"]["violations"]
+    assert violation["ruleName"] == "ValidatorWorkerFailed" and violation["severity"] == "error"
+    assert {c["constructPath"] for c in violation["violatingConstructs"]} >= {"Broken", "TrainingStack"}
+
+
+def test_npx_cdk_synth_fails_when_the_worker_dies(tmp_path: Path, repo: Path) -> None:
+    """Through the CDK CLI, as `npx cdk synth` runs the app. The CLI reports a validation plugin that throws in the
+    validation report and still calls the synth a success, so a worker that died while it checked the templates
+    passed synth unchecked; its error is now a finding, and the CLI fails the synth on it."""
+    node = tmp_path / "node"  # node as JSII_NODE, except for the worker: it reads the templates' request and dies
+    node.write_text('#!/bin/sh\ncase "$*" in *worker.js*) read -r request; exit 3;; esac\nexec node "$@"\n')
+    node.chmod(0o755)
+    env = dict(os.environ, JSII_NODE=str(node), CDK_DISABLE_VERSION_CHECK="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(repo / "node_modules" / ".bin"), env["PATH"]])
+    env.pop("CDK_VALIDATION", None)
+    command = ["npx", "--no", "cdk", "synth", "--quiet", "--no-notices", "-o", str(tmp_path / "out")]
+    result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert UNCHECKED in result.stderr and "Synthesis finished with errors" in result.stderr
 
 
 def test_app_synth_runs_the_worker_not_aws_cdk_libs_copy(tmp_path: Path, repo: Path) -> None:

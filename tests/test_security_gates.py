@@ -34,7 +34,7 @@ from aws_cdk.assertions import Template
 from stacks import TrainingStack
 from team_config import TeamConfig, load_teams
 from tests.synth import CONTEXT, EVERYTHING, team_config
-from training_constructs.spot_checks import is_wildcard_resource, render
+from training_constructs.spot_checks import is_wildcard_resource, render, scoped_by_tag
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
@@ -323,12 +323,16 @@ def policy_findings(name: str, template: dict[str, Any]) -> list[str]:
         for action in actions:
             if action == "*" or action.endswith(":*"):
                 findings.append(f"{name}: {where}: wildcard action {action!r}; name the actions")
-        conditioned = "Condition" in statement  # instance/* of the cluster's own tags is scoped
-        if any(is_wildcard_resource(r, conditioned) for r in as_list(statement.get("Resource", []))):
+        tagged = scoped_by_tag(statement)  # instance/* of the cluster's own tags
+        resources = as_list(statement.get("Resource", []))
+        wildcards = ", ".join(
+            repr(w) for w in sorted({render(r) for r in resources if is_wildcard_resource(r, tagged)})
+        )
+        if wildcards:
             for action in actions:
                 if action not in WILDCARD_RESOURCE_ACTIONS:
                     findings.append(
-                        f"{name}: {where}: {action} on Resource '*': scope it to the team's own resources "
+                        f"{name}: {where}: {action} on Resource {wildcards}: scope it to the team's own resources "
                         "(bucket prefix, log group, group, volumes, parameters); only read-only actions without "
                         "resource-level permissions may use '*' (WILDCARD_RESOURCE_ACTIONS)"
                     )
@@ -407,7 +411,9 @@ def test_walk_flags_a_widened_statement() -> None:
     assert findings[0].startswith(
         "t.json: Scale statement ScaleOwnGroup: autoscaling:SetDesiredCapacity on Resource '*'"
     )
-    assert findings[1].startswith("t.json: Logs/Write statement 0: logs:PutLogEvents on Resource '*'")
+    assert findings[1].startswith(
+        "t.json: Logs/Write statement 0: logs:PutLogEvents on Resource 'arn:<ref>:logs:*:*:*'"
+    )
 
 
 def test_walk_flags_policies_widened_in_a_real_stack() -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import pytest
 from aws_cdk import App
 
 import app as cdk_app
-from training_constructs.spot_checks import RULES, Rule
+from training_constructs.spot_checks import RULES, Rule, SpotTrainingChecks
 
 from .test_app import CONTEXT, assembly, team_config
 
@@ -106,10 +107,10 @@ SCOPED = "arn:aws:s3:::b/main/*"  # one cluster's prefix of one bucket
 SSM_ARN = "arn:aws:ssm:${AWS::Region}:${AWS::AccountId}"
 
 
-def conditioned(policy: dict[str, Any]) -> dict[str, Any]:
-    """``policy`` with its statement limited to resources tagged as the warm pool's."""
+def conditioned(policy: dict[str, Any], condition: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``policy`` with a Condition on its statement: by default, to resources tagged as the warm pool's."""
     [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
-    statement["Condition"] = {"StringEquals": {"aws:ResourceTag/spot-training:warm-pool": "t-main"}}
+    statement["Condition"] = condition or {"StringEquals": {"aws:ResourceTag/spot-training:warm-pool": "t-main"}}
     return policy
 
 
@@ -197,6 +198,8 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
     ("ST5", "G", {"G": group(MinSize="1", MaxSize="100000")}, ["MinSize '1'", "MaxSize '100000'"], {"G": group()}),
     # before, passed: the group launched 2 nodes at create, with no job to run
     ("ST5", "G", {"G": group(DesiredCapacity="2")}, ["DesiredCapacity '2'"], {"G": group(DesiredCapacity="0")}),
+    ("ST5", "G", {"G": group(DesiredCapacity={"Ref": "Nodes"})}, ["DesiredCapacity {'Ref': 'Nodes'}"],
+     {"G": group(DesiredCapacity=0)}),
     ("ST6", "Bucket", {"Bucket": bucket(VersioningConfiguration={"Status": "Suspended"}, LifecycleConfiguration={})},
      ["not versioned", "no lifecycle rule aborting incomplete multipart uploads in the whole bucket", NO_TLS],
      {"Bucket": bucket(), "Policy": TLS_POLICY}),
@@ -243,6 +246,24 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
     ("ST9", "P", {"P": policy("ec2:AttachVolume", "arn:aws:ec2:us-east-1:123456789012:volume/*"), "Role": ROLE},
      ["Resource 'arn:aws:ec2:us-east-1:123456789012:volume/*' for ec2:AttachVolume"],
      {"P": conditioned(policy("ec2:AttachVolume", "arn:aws:ec2:us-east-1:123456789012:volume/*")), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("autoscaling:SetDesiredCapacity", "arn:aws:autoscaling:us-east-1:1:autoScalingGroup:*"),
+                  "Role": ROLE},
+     ["Resource 'arn:aws:autoscaling:us-east-1:1:autoScalingGroup:*' for autoscaling:SetDesiredCapacity"],
+     {"P": policy("autoscaling:SetDesiredCapacity",
+                  "arn:aws:autoscaling:us-east-1:1:autoScalingGroup:*:autoScalingGroupName/t-main"), "Role": ROLE}),
+    ("ST9", "P", {"P": policy("ec2:AttachVolume", "arn:aws:ec2:us-east-1:1:volume/vol-*"), "Role": ROLE},
+     ["Resource 'arn:aws:ec2:us-east-1:1:volume/vol-*' for ec2:AttachVolume"],
+     {"P": policy("ec2:AttachVolume", "arn:aws:ec2:us-east-1:1:volume/vol-0123456789abcdef0"), "Role": ROLE}),
+    # a condition that does not limit the resources (TLS only) scopes nothing
+    ("ST9", "P", {"P": conditioned(policy("ssm:GetParameter", "arn:aws:ssm:us-east-1:1:parameter/*"),
+                                   {"Bool": {"aws:SecureTransport": "true"}}), "Role": ROLE},
+     ["Resource 'arn:aws:ssm:us-east-1:1:parameter/*' for ssm:GetParameter"],
+     {"P": conditioned(policy("ssm:GetParameter", "arn:aws:ssm:us-east-1:1:parameter/*")), "Role": ROLE}),
+    # a variable of Fn::Sub's map is its value
+    ("ST9", "P", {"P": policy("s3:GetObject", {"Fn::Sub": ["arn:aws:s3:::${B}/${K}", {"B": "*", "K": "*"}]}),
+                  "Role": ROLE},
+     ["Resource 'arn:aws:s3:::*/*' for s3:GetObject"],
+     {"P": policy("s3:GetObject", {"Fn::Sub": ["arn:aws:s3:::${B}/main/*", {"B": "b"}]}), "Role": ROLE}),
     ("ST9", "P", {"P": not_action_policy(), "Role": ROLE}, ["Allow with NotAction (everything not listed)"],
      {"P": policy("ec2:DescribeInstances", "*"), "Role": ROLE}),
     ("ST9", "Role", {"Role": {**ROLE, "Properties": {**ROLE["Properties"], "ManagedPolicyArns": [
@@ -265,13 +286,27 @@ def run(
 def test_ingress_from_a_parameter_that_can_be_open_fails() -> None:
     """Before, passed: the deployer chose the CIDR, 0.0.0.0/0 included."""
     resources = {"SG": sg({"Ref": "Cidr"})}
-    expected = ["ingress from parameter Cidr (can be 0.0.0.0/0 or ::/0 at deploy)"]
+    expected = ["ingress from parameter Cidr (can be 0.0.0.0/0 at deploy)"]
     assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String"}}) == expected
     assert (
         run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedValues": ["10.0.0.0/8", "0.0.0.0/0"]}})
         == expected
     )
     assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedValues": ["10.0.0.0/8"]}}) == []
+    # a pattern that admits only 10.x ranges (before: flagged like no pattern); one that admits anything
+    assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedPattern": r"10\..*"}}) == []
+    assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedPattern": r".+/\d+"}}) == expected
+    # the parameter read through Fn::Select (a list of CIDRs) or Fn::Sub: before, passed
+    listed = {"SG": sg({"Fn::Select": [0, {"Ref": "Cidrs"}]})}
+    assert run(RULE["ST10"], "SG", listed, {"Cidrs": {"Type": "CommaDelimitedList"}}) == [
+        "ingress from parameter Cidrs (can be 0.0.0.0/0 at deploy)"
+    ]
+    assert run(RULE["ST10"], "SG", {"SG": sg({"Fn::Sub": "${Cidr}"})}, {"Cidr": {"Type": "String"}}) == expected
+    ipv6 = {"SG": {"Type": "AWS::EC2::SecurityGroup",
+                   "Properties": {"SecurityGroupIngress": [{"CidrIpv6": {"Ref": "Cidr"}}]}}}  # fmt: skip
+    assert run(RULE["ST10"], "SG", ipv6, {"Cidr": {"Type": "String"}}) == [
+        "ingress from parameter Cidr (can be ::/0 at deploy)"
+    ]
     # a CIDR from another resource (the VPC's) is no deploy-time choice
     assert run(RULE["ST10"], "SG", {"SG": sg({"Fn::GetAtt": ["Vpc", "CidrBlock"]})}) == []
 
@@ -373,3 +408,14 @@ def test_shipped_teams_are_checked_and_pass(assembly: Path) -> None:
                     if result is not None:
                         applied.add(rule.id)
     assert applied == {r.id for r in RULES}
+
+
+def test_a_template_the_pack_cannot_read_fails_the_synth_instead_of_passing_it(tmp_path: Path) -> None:
+    """A plugin that throws is a success to the CDK CLI (it only notes the error in the validation report): the
+    pack returns an error on every stack instead."""
+    missing = SimpleNamespace(stack_construct_path="S", template_path=str(tmp_path / "S.template.json"))
+    found = SpotTrainingChecks().validate(SimpleNamespace(stack_templates=[missing], app_construct=None))
+    assert found.success is False
+    [violation] = found.violations
+    assert violation.rule_name == "SpotTraining-Error" and violation.severity == "error"
+    assert violation.description.startswith("SpotTrainingChecks could not check the templates: FileNotFoundError")

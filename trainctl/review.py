@@ -488,13 +488,15 @@ def summary(
     ]
     head_pools = {key: row for stack in head.values() for key, row in _pool_rows(stack)}
     base_pools = {key: row for stack in (base or {}).values() for key, row in _pool_rows(stack)}
-    if head_pools or base_pools:
+    pool_rows = _against_base(head_pools, base_pools, head, base is not None)
+    if pool_rows:
         out += ["", "### Warm pools (billed while idle)", ""]
-        out += _table(["team", "cluster", "volumes", "GiB each", "IOPS each", "MB/s each", "USD per month"],
-                      _against_base(head_pools, base_pools, head, base is not None))  # fmt: skip
+        out += _table(["team", "cluster", "volumes", "GiB each", "IOPS each", "MB/s each", "USD per month"], pool_rows)
         out += [
             "",
-            f"A pool's volumes are billed from the deploy to their deletion, nodes or not. Prices: {GP3_SOURCE}.",
+            "A pool's volumes are billed from the deploy to their deletion, nodes or not. Prices: "
+            f"{GP3_SOURCE}, whatever --prices gives the instances."
+            + (" (new) and (removed): the cluster's pool." if base is not None else ""),
         ]
     head_budgets, base_budgets = _budgets(head), _budgets(base or {})
     budgets = []

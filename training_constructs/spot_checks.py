@@ -36,6 +36,7 @@ from aws_cdk import (
 from constructs import IConstruct
 
 from team_config.naming import CLUSTER_TAG, POOL_TAG
+from training_constructs.nag import failed_report
 
 PACK = "SpotTraining"
 CHECKPOINT_ROLE_TAG = ("spot-training:role", "checkpoints")  # marks the checkpoint bucket
@@ -190,8 +191,13 @@ def check_scale_to_zero(_: str, resource: Resource, __: Template) -> list[str]:
     problems = []
     if str(p.get("MinSize")) != "0":
         problems.append(f"MinSize {p.get('MinSize')!r}")
-    if str(p.get("DesiredCapacity", "0")) != "0":  # launched at create, and set again by a deploy that changes it
-        problems.append(f"DesiredCapacity {p.get('DesiredCapacity')!r}")
+    desired = p.get("DesiredCapacity", 0)  # nodes launched at create, and again by a deploy that changes it
+    try:
+        launches = isinstance(desired, dict) or int(desired) > 0  # an intrinsic: whatever the deploy gives it
+    except (TypeError, ValueError):
+        launches = True
+    if launches:
+        problems.append(f"DesiredCapacity {desired!r}")
     try:
         finite = 0 < int(p.get("MaxSize")) <= MAX_FINITE_NODES  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -306,10 +312,11 @@ def _instance_roles(template: Template) -> set[str]:
 
 # An ARN that names every resource of its kind: arn:aws:ssm:us-east-1:123456789012:* , arn:aws:s3:::*/* ...
 WILDCARD_ARN = re.compile(r"arn:[^:]*:[^:]*:[^:]*:[^:]*:\*(/\*)?|arn:[^:]*:s3:::\*(/\*)?")
-# An ARN that names every resource of one type in the account: parameter/*, volume/*, every Auto Scaling group.
-# Fine under a Condition (the warm pool's claim: instance/* and volume/* of its own tags); S3 ARNs have no type.
+# An ARN that names every resource of one type in the account (parameter/*, volume/vol-*, secret:*, every Auto
+# Scaling group: IAM's * also matches : and /). Fine under a resource tag condition (the warm pool's claim and the
+# drill: instance/* of the cluster's own tags). S3 ARNs have no type.
 TYPE_WILDCARD_ARN = re.compile(
-    r"arn:[^:]*:(?!s3:)[^:]*:[^:]*:[^:]*:([A-Za-z-]+/|autoScalingGroup:\*:autoScalingGroupName/)\*"
+    r"arn:[^:]*:(?!s3:)[^:]*:[^:]*:[^:]*:(autoScalingGroup:\*(:autoScalingGroupName/\*)?|[A-Za-z-]+[/:]?[\w.-]*\*)"
 )
 SUB_VARIABLE = re.compile(r"\$\{(!?)([^}]*)\}")
 
@@ -323,17 +330,28 @@ def render(value: Any) -> str:
         separator, parts = value["Fn::Join"]
         return str(separator).join(render(p) for p in parts)
     if isinstance(value, dict) and set(value) == {"Fn::Sub"}:
-        text = value["Fn::Sub"][0] if isinstance(value["Fn::Sub"], list) else value["Fn::Sub"]
-        # ${!Literal} is the text ${Literal}; every other ${...} is a value known only at deploy
-        return SUB_VARIABLE.sub(lambda m: "${" + m[2] + "}" if m[1] else "<ref>", str(text))
+        text, variables = value["Fn::Sub"] if isinstance(value["Fn::Sub"], list) else (value["Fn::Sub"], {})
+        # ${!Literal} is the text ${Literal}; a variable of the map is its value; any other ${...} is known at deploy
+        return SUB_VARIABLE.sub(
+            lambda m: "${" + m[2] + "}" if m[1] else render(variables[m[2]]) if m[2] in variables else "<ref>",
+            str(text),
+        )
     return "<ref>"
 
 
-def is_wildcard_resource(resource: Any, conditioned: bool = False) -> bool:
+def scoped_by_tag(statement: dict[str, Any]) -> bool:
+    """Whether the statement's Condition limits it to resources carrying a tag (``aws:ResourceTag/...``,
+    ``ec2:ResourceTag/...``): an account-wide ARN pattern then reaches only the tagged ones."""
+    condition = statement.get("Condition")
+    keys = [key for block in condition.values() if isinstance(block, dict) for key in block] if condition else []
+    return any("resourcetag/" in str(key).lower() for key in keys)
+
+
+def is_wildcard_resource(resource: Any, tag_scoped: bool = False) -> bool:
     """``*``, or an ARN (written out, joined or substituted) that names every resource of a service's kind, or
-    (``conditioned`` False: the statement has no Condition) every resource of one type."""
+    (unless ``tag_scoped``: a resource tag condition) every resource of one type."""
     text = render(resource)
-    if not conditioned and TYPE_WILDCARD_ARN.fullmatch(text):
+    if not tag_scoped and TYPE_WILDCARD_ARN.fullmatch(text):
         return True
     return text == "*" or WILDCARD_ARN.fullmatch(text) is not None
 
@@ -345,7 +363,7 @@ def _wildcard_statements(document: Any) -> list[str]:
             continue
         problems += [f"Allow with {key} (everything not listed)" for key in ("NotAction", "NotResource") if key in st]
         resources = as_list(st.get("Resource", []))
-        wildcards = sorted({render(r) for r in resources if is_wildcard_resource(r, "Condition" in st)})
+        wildcards = sorted({render(r) for r in resources if is_wildcard_resource(r, scoped_by_tag(st))})
         risky = sorted(a for a in as_list(st.get("Action", [])) if isinstance(a, str) and _risky_action(a))
         if wildcards and risky:
             problems.append(f"Resource {', '.join(repr(w) for w in wildcards)} for {', '.join(risky)}")
@@ -375,19 +393,32 @@ def check_instance_role_policy(logical_id: str, resource: Resource, template: Te
     return _wildcard_statements(p.get("PolicyDocument"))
 
 
-OPEN_CIDRS = ("0.0.0.0/0", "::/0")
+OPEN_CIDR = {"CidrIp": "0.0.0.0/0", "CidrIpv6": "::/0"}
+
+
+def _can_be(parameter: dict[str, Any], value: str) -> bool:
+    """Whether a deployer can give the template parameter ``value`` (its AllowedValues, else its AllowedPattern)."""
+    if "AllowedValues" in parameter:
+        return value in parameter["AllowedValues"]
+    try:
+        return re.fullmatch(str(parameter.get("AllowedPattern", ".*")), value) is not None
+    except re.error:  # a Java pattern Python cannot read: assume it lets the value through
+        return True
 
 
 def _open_ingress(rule: dict[str, Any], template: Template) -> Optional[str]:
-    """What opens the rule to the internet: an open CIDR, or a template parameter that can be one at deploy (no
-    AllowedValues, or an open one among them)."""
-    for key in ("CidrIp", "CidrIpv6"):
+    """What opens the rule to the internet: an open CIDR, or template parameters it uses that can be one at
+    deploy (through Ref, Fn::Select, Fn::Sub ...)."""
+    for key, open_cidr in OPEN_CIDR.items():
         cidr = rule.get(key)
-        if cidr in OPEN_CIDRS:
-            return str(cidr)
-        parameter = template.get("Parameters", {}).get(ref_target(cidr) or "")
-        if parameter is not None and set(parameter.get("AllowedValues") or OPEN_CIDRS) & set(OPEN_CIDRS):
-            return f"parameter {ref_target(cidr)} (can be {' or '.join(OPEN_CIDRS)} at deploy)"
+        if cidr == open_cidr:
+            return open_cidr
+        if isinstance(cidr, dict):
+            parameters = template.get("Parameters", {})
+            found = sorted(name for name, parameter in parameters.items()
+                           if mentions(cidr, name) and _can_be(parameter, open_cidr))  # fmt: skip
+            if found:
+                return f"parameter {', '.join(found)} (can be {open_cidr} at deploy)"
     return None
 
 
@@ -532,6 +563,17 @@ class SpotTrainingChecks:
         return out
 
     def validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
+        try:
+            return self._validate(context)
+        except Exception as exc:  # a template it cannot read, a bug: fail the synth, never pass it unchecked
+            return failed_report(
+                context,
+                f"{PACK}-Error",
+                f"SpotTrainingChecks could not check the templates: {type(exc).__name__}: {exc}",
+                "a bug in training_constructs/spot_checks.py unless the error names a file the synth did not write",
+            )
+
+    def _validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
         described: dict[str, str] = {}  # rule id -> description of its first finding (cdk-nag groups by rule)
         violating: dict[str, list[PolicyViolatingResource]] = {}
         app: Optional[IConstruct] = None
