@@ -532,9 +532,11 @@ def machine() -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--reps", type=int, default=3, help="repetitions of each side (default 3)")
+    p.add_argument("--reps", type=int, default=3, help="runs of items 4-5 (default 3)")
     # item 1's goal sits near its bound on this machine: more repetitions for a steadier median (about 45 s each)
     p.add_argument("--synth-reps", type=int, default=5, help="repetitions of each synth side (default 5)")
+    # one 1 GiB download took 0.65-1.38 of single-stream boto3's time within one run: 3 repetitions did not settle it
+    p.add_argument("--transfer-reps", type=int, default=5, help="repetitions of each transfer side (default 5)")
     p.add_argument("--sizes-mib", type=int, nargs="+", default=[100, 1024], help="transfer sizes (MiB)")
     p.add_argument(
         "--notice-sizes-mib", type=int, nargs="+", default=[10, 100, 1024], help="checkpoint sizes of items 4-6"
@@ -561,7 +563,7 @@ def main() -> int:
         if part("overhead"):
             rows += bench_checkpoint_overhead(work, OVERHEAD_PAIRS)
         if part("transfer"):
-            rows += bench_transfer(work, args.reps, args.sizes_mib)
+            rows += bench_transfer(work, args.transfer_reps, args.sizes_mib)
         if part("notice"):
             lines, measured = bench_notice(work, args.reps, args.notice_sizes_mib)
             sections += lines + cost_section(measured, args.discount)
@@ -576,7 +578,8 @@ def main() -> int:
             "# Benchmark results",
             "",
             f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {machine()}.",
-            f"Each ratio is the median of {args.reps} alternated repetitions ({args.synth_reps} for synth; a row "
+            f"Each ratio is the median of {args.reps} alternated repetitions ({args.synth_reps} for synth, "
+            f"{args.transfer_reps} for transfers; a row "
             "may say otherwise), with "
             f"the range in brackets; the whole run took {time.monotonic() - started:.0f} s ({durations}). The "
             "machine is shared (other jobs run on the same cores), so absolute times are noisy; the ratios compare "
