@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from team_config.naming import CLUSTER_TAG, POOL_TAG, TEAM_TAG
-from trainctl.prices import BEFORE_CUT_NOTE, GP3_SOURCE, PriceTable, gp3_monthly
+from trainctl.prices import (
+    BEFORE_CUT_NOTE,
+    GP3_INCLUDED_IOPS,
+    GP3_INCLUDED_MBPS,
+    GP3_SOURCE,
+    PriceTable,
+    gp3_monthly,
+)
 
 ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 
@@ -407,9 +414,18 @@ def _pool_rows(stack: Stack) -> Iterator[tuple[tuple[str, str, str], list[str]]]
             return ", ".join(sorted({str(v.get(key, default)) for v in volumes}))
 
         gp3 = all(v.get("VolumeType") == "gp3" for v in volumes)
-        monthly = sum(gp3_monthly(int(v["Size"]), int(v.get("Iops", 3000)), int(v.get("Throughput", 125)))
-                      for v in volumes) if gp3 else None  # fmt: skip
-        cells = [str(len(volumes)), values("Size", "?"), values("Iops", 3000), values("Throughput", 125),
+        iops, mbps = values("Iops", GP3_INCLUDED_IOPS), values("Throughput", GP3_INCLUDED_MBPS)
+        monthly = (
+            sum(
+                gp3_monthly(
+                    int(v["Size"]), int(v.get("Iops", GP3_INCLUDED_IOPS)), int(v.get("Throughput", GP3_INCLUDED_MBPS))
+                )
+                for v in volumes
+            )
+            if gp3
+            else None
+        )
+        cells = [str(len(volumes)), values("Size", "?"), iops, mbps,
                  "-" if monthly is None else f"{monthly:.2f}"]  # fmt: skip
         yield (stack.name, team, cluster), cells
 
