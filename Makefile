@@ -11,7 +11,13 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: run-deps deps test lint unit synth demo bench clean
+.PHONY: run-deps deps test lint unit quick synth demo bench clean
+
+# pytest-xdist: the suite runs in PYTEST_WORKERS processes. Most tests wait on sockets, polls and subprocesses, so
+# more workers than cores pay off (docs: test strategy, with the measurements). A module whose tests share a
+# module-scoped fixture (a deployed emulated cloud, a synthesized app) runs whole on one worker (tests/parallel.py).
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 
 # cdk.json runs `python3 -O app.py` (README: "Synth speed"). pip writes only plain bytecode, and where
 # PYTHONDONTWRITEBYTECODE is set every -O synth would compile aws-cdk-lib's modules again. One import of the app
@@ -56,8 +62,13 @@ lint: deps
 	# On-node code on its own: it imports spot_training as the node sees it (bootstrap_scripts on sys.path).
 	cd bootstrap_scripts && ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache/bootstrap node_agent.py spot_training
 
+# The whole suite; the 25 slowest tests at the end, so that every CI log shows where the time goes.
 unit: deps
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_PARALLEL) --durations=25
+
+# The edit loop: unit and template tests, without the emulated cloud and without real nodes (marker "slow").
+quick: run-deps
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
 
 test: lint unit
 

@@ -64,6 +64,8 @@ Environment read by the agent:
                                       before downloading it, so an interruption can land while a node restores
   SPOT_TRAINING_TEST_STALL_TIMEOUT_S  tests only (default: the job's stall_timeout_s): end a trainer that made no
                                       progress for this long (seconds, below the job's 300 s minimum)
+  SPOT_TRAINING_TEST_RDZV_LAST_CALL_S tests only (default: torch's 30 s): how long a rendezvous round that has
+                                      min_nodes waits for more nodes before it starts (torchrun's last_call_timeout)
 
 Exit codes: 0 job done or instance interrupted cleanly; 1 job failed (FAILED written); 2 bad input, or no job
 spec, S3 or Auto Scaling answer at boot (the node left its group, one fewer); one line each.
@@ -1505,6 +1507,7 @@ class Agent:
         self.barrier_s = env_float("SPOT_TRAINING_DONE_BARRIER_S", 120.0)
         self.keep = int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2))
         self.test_stall_timeout_s = env_float("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", 0.0)
+        self.test_last_call_s = int(env_float("SPOT_TRAINING_TEST_RDZV_LAST_CALL_S", 0.0))
         self.node_root = os.environ.get("SPOT_TRAINING_NODE_ROOT", "").rstrip("/")
         self.work_dir = os.environ.get("SPOT_TRAINING_WORK_DIR") or self.node_root + "/opt/spot-training/work"
         load_address_map()  # a broken map is a bad input: say so before anything runs
@@ -1880,6 +1883,7 @@ class Agent:
         local = address_map.get(own_ip, own_ip)
         is_host = "true" if host_id == self.instance_id else "false"
         wait = int(self.join_timeout_s)
+        last_call = f",last_call_timeout={self.test_last_call_s}" if self.test_last_call_s else ""
         cmd = [
             job.python,
             "-m",
@@ -1891,7 +1895,7 @@ class Agent:
             f"--rdzv-id={job.job_id}",
             # read_timeout: how long a node tries to reach the host's store (torch: 60 s, whatever join_timeout
             # says); a host that restores a checkpoint its peers already hold comes up later than they do.
-            f"--rdzv-conf=is_host={is_host},join_timeout={wait},read_timeout={wait}",
+            f"--rdzv-conf=is_host={is_host},join_timeout={wait},read_timeout={wait}{last_call}",
             f"--local-addr={local}",
             "--max-restarts=0",
             *job.argv,

@@ -6,6 +6,7 @@ labels; ``Cluster.address_map`` maps each one to the node's loopback address (SP
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -18,7 +19,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,6 +33,7 @@ from team_config.naming import CLUSTER_TAG, TEAM_TAG
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "bootstrap_scripts"
 EXAMPLE = REPO / "examples" / "digits" / "train.py"
+EXAMPLE_FILES = {f.name: f.read_bytes() for f in EXAMPLE.parent.iterdir() if f.is_file()}  # train.py, digits.npz
 REGION = "us-east-1"
 TEAM = "team-a"
 FAKE_CREDENTIALS = {
@@ -52,6 +54,11 @@ class Clients:
         self.asg = session.client("autoscaling", endpoint_url=endpoint)
         self.ec2 = session.client("ec2", endpoint_url=endpoint)
         self.logs = session.client("logs", endpoint_url=endpoint)
+
+    @functools.cached_property
+    def image_id(self) -> str:
+        """An AMI of moto's: looked up once per session (moto lists its 1,300 AMIs in about 2 s)."""
+        return str(self.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
 
 
 @pytest.fixture(scope="session")
@@ -74,17 +81,25 @@ def aws() -> Iterator[Clients]:
                 os.environ[key] = value
 
 
+def loopback(last: int) -> str:
+    """A node's loopback address, 127.0.<worker>.<last>: each pytest-xdist worker (gw0, gw1, ...) has a /24 of its
+    own, so that nodes of tests running at the same time never share an address and port. The emulator's launchers
+    take /24s from 127.1.0.0 up (emulator/nodes.py)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return f"127.0.{int(worker.removeprefix('gw'))}.{last}"
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def code_archive(files: dict[str, str]) -> bytes:
+def code_archive(files: Mapping[str, str | bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in files.items():
-            data = text.encode()
+            data = text.encode() if isinstance(text, str) else text
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
@@ -129,9 +144,9 @@ class Cluster:
         }
         self.spec.update(spec)
         self.put_spec()
-        image = aws.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         aws.ec2.create_launch_template(
-            LaunchTemplateName=f"lt-{self.name}", LaunchTemplateData={"ImageId": image, "InstanceType": "t3.micro"}
+            LaunchTemplateName=f"lt-{self.name}",
+            LaunchTemplateData={"ImageId": aws.image_id, "InstanceType": "t3.micro"},
         )
         aws.asg.create_auto_scaling_group(
             AutoScalingGroupName=self.group,
@@ -146,7 +161,7 @@ class Cluster:
     def put_spec(self) -> None:
         self.aws.ssm.put_parameter(Name=self.spec_parameter, Value=json.dumps(self.spec), Type="String", Overwrite=True)
 
-    def submit(self, job_id: str, files: dict[str, str], command: str, **overrides: Any) -> dict[str, Any]:
+    def submit(self, job_id: str, files: Mapping[str, str | bytes], command: str, **overrides: Any) -> dict[str, Any]:
         """What a submit tool does: upload the code tarball, write the current-job parameter."""
         key = f"{self.name}/code/{job_id}.tar.gz"
         self.aws.s3.put_object(Bucket=self.bucket, Key=key, Body=code_archive(files))
@@ -311,12 +326,12 @@ def make_cluster(aws: Clients, tmp_path: Path) -> Any:
 
 @pytest.fixture
 def make_nodes() -> Iterator[Any]:
-    """Nodes for the cluster's current InService instances, on 127.0.0.<base>, <base + 1>, ..."""
+    """Nodes for the cluster's current InService instances, on ``loopback(20)``, ``loopback(21)``, ..."""
     started: list[Node] = []
     counter = iter(range(20, 250))
 
     def make(cluster: Cluster) -> list[Node]:
-        nodes = [Node(cluster, iid, ip, f"127.0.0.{next(counter)}") for iid, ip in cluster.instances()]
+        nodes = [Node(cluster, iid, ip, loopback(next(counter))) for iid, ip in cluster.instances()]
         started.extend(nodes)
         return nodes
 

@@ -201,8 +201,8 @@ def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_
 def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrains(make_cluster: Any) -> None:
     """Each training ends well, but S3 keeps refusing the final checkpoint (a bucket policy, a KMS grant): the
     node trains again, and a training that finished is no restart without progress. Before, it looped forever, the
-    instance billed, no FAILED."""
-    cluster: Cluster = make_cluster(nodes=1)
+    instance billed, no FAILED. Each retrain waits the grace (1 s here) for the pending checkpoint first."""
+    cluster: Cluster = make_cluster(nodes=1, interruption_grace_s=1)
     cluster.submit("refused-run", {"train.py": ""}, "python train.py")
     agent, job, _ = restarting(cluster, started=time.time())
     agent.syncer, agent.barrier_s = Pending(), 0.05

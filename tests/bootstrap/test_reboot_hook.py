@@ -19,7 +19,7 @@ from typing import Any
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
 from emulator.imds import ImdsMock
 
-from .conftest import BOOTSTRAP, REGION, TEAM, Cluster, address_map
+from .conftest import BOOTSTRAP, REGION, TEAM, Cluster, address_map, loopback
 
 HOOK = "spot-training-reboot.sh"
 
@@ -84,7 +84,7 @@ def test_the_hook_bakes_in_its_values_quoted_and_hands_back_without_decrement(tm
     group = f"g 'x\" $(touch {pwned}) `touch {pwned}` ${{HOME}}"
     instance_id = "i-0123456789abcdef0"
     imds = ImdsMock(
-        host="127.0.0.251",
+        host=loopback(251),
         instance_id=instance_id,
         tags={"spot-training:team": TEAM, "spot-training:cluster": "c1", "aws:autoscaling:groupName": group},
     ).start()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from emulator.imds import ImdsMock
 
-from .conftest import BOOTSTRAP, REGION, TEAM, free_port
+from .conftest import BOOTSTRAP, REGION, TEAM, free_port, loopback
 from .test_reboot_hook import FAKE_PYTHON
 
 
@@ -20,7 +20,7 @@ def test_metadata_that_refuses_connections_at_first_is_waited_for(tmp_path: Path
     fake = tmp_path / "python-fake"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    host = "127.0.0.250"
+    host = loopback(250)
     port = free_port(host)  # nothing listens there yet: connections are refused
     imds = ImdsMock(host=host, port=port, instance_id="i-0123456789abcdef0")
     env = {

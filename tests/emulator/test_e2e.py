@@ -7,7 +7,6 @@ final weights (the last checkpoint in S3) are compared bit for bit with an unint
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import inspect
 import io
@@ -16,14 +15,12 @@ import os
 import re
 import socket
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import yaml
 
 from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
@@ -160,78 +157,6 @@ def test_no_node_process_or_metadata_port_is_left(demo_run: Any) -> None:
         port = int(node.imds_url.rsplit(":", 1)[1])
         with socket.socket() as s:  # its metadata mock no longer listens
             assert s.connect_ex((node.host, port)) != 0
-
-
-def test_a_team_with_a_warm_pool_and_two_clusters_deploys(cloud: EmulatedCloud, tmp_path: Path) -> None:
-    ec2 = cloud.client("ec2")
-    volume = ec2.create_volume(AvailabilityZone=f"{cloud.region}a", Size=8)
-    snapshot = ec2.create_snapshot(VolumeId=volume["VolumeId"])["SnapshotId"]
-    team = {
-        "clusters": [
-            {
-                "name": "pooled",
-                "instance_types": ["g5.xlarge", "g5.2xlarge"],
-                "max_nodes": 2,
-                "warm_pool": {"size": 2, "snapshot_id": snapshot, "volume_size_gib": 8, "removal_policy": "destroy"},
-                "ami": {"image_id": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]},  # the snapshot's
-            },
-            {"name": "plain", "instance_types": ["c7i.xlarge", "c6i.xlarge"], "max_nodes": 3},
-        ]
-    }
-    (tmp_path / "pooled.yaml").write_text(yaml.safe_dump(team))
-    outputs = deploy(cloud, "TrainingStack-pooled", context={"teams_dir": str(tmp_path), "team": "pooled"})
-    assert {"GroupNamepooled", "GroupNameplain"} <= set(outputs)
-    volumes = ec2.describe_volumes(Filters=[{"Name": "tag:spot-training:warm-pool", "Values": ["pooled-pooled"]}])
-    assert len(volumes["Volumes"]) == 2
-    assert {v["SnapshotId"] for v in volumes["Volumes"]} == {snapshot}
-    assert all(v["Encrypted"] and v["VolumeType"] == "gp3" for v in volumes["Volumes"])
-    groups = cloud.client("autoscaling").describe_auto_scaling_groups(
-        AutoScalingGroupNames=[outputs["GroupNamepooled"], outputs["GroupNameplain"]]
-    )["AutoScalingGroups"]
-    assert sorted(g["MaxSize"] for g in groups) == [2, 3]
-
-
-def test_a_node_that_cannot_fetch_the_bootstrap_scripts_leaves_its_group(cloud: EmulatedCloud, tmp_path: Path) -> None:
-    """Before the scripts are on disk no agent runs to hand the instance back. Before, the user data stopped at the
-    failed download and the instance idled in the group, billed and counted as a peer."""
-    team = {"clusters": [{"name": "nofetch", "instance_types": ["c7i.xlarge", "c6i.xlarge"], "max_nodes": 1}]}
-    (tmp_path / "nofetch.yaml").write_text(yaml.safe_dump(team))
-    group = deploy(cloud, "TrainingStack-nofetch", context={"teams_dir": str(tmp_path), "team": "nofetch"})[
-        "GroupNamenofetch"
-    ]
-    ec2, s3, asg = cloud.client("ec2"), cloud.client("s3"), cloud.client("autoscaling")
-    user_data = [
-        base64.b64decode(v["LaunchTemplateData"].get("UserData", "")).decode()
-        for t in ec2.describe_launch_templates()["LaunchTemplates"]
-        for v in ec2.describe_launch_template_versions(LaunchTemplateId=t["LaunchTemplateId"])["LaunchTemplateVersions"]
-    ]
-    [(bucket, key)] = {
-        m.groups()
-        for text in user_data
-        if "--cluster nofetch" in text
-        for m in [re.search(r"s3://([^/]+)/([^']+)'", text)]
-        if m
-    }
-    asset = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    s3.delete_object(Bucket=bucket, Key=key)  # as if the asset were gone, or the role could not read it
-    try:
-        with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], node_env=NODE_ENV) as launcher:
-            asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=1)
-            deadline = time.monotonic() + 120  # bounded: 3 tries 10 s apart, then the hand-back
-            while time.monotonic() < deadline:
-                [found] = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
-                if launcher.nodes and found["DesiredCapacity"] == 0 and not found["Instances"]:
-                    break
-                time.sleep(0.5)
-            [node] = launcher.nodes.values()
-            console = node.console.read_text(errors="replace")
-        assert (found["DesiredCapacity"], found["Instances"]) == (0, []), console
-        assert (
-            f"user-data: error: could not fetch the bootstrap scripts (3 tries); instance {node.instance_id} leaves "
-            "its group (one fewer desired)"
-        ) in console
-    finally:
-        s3.put_object(Bucket=bucket, Key=key, Body=asset)
 
 
 # ---------------------------------------------------------------------------------------------------- trainctl
