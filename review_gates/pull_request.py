@@ -75,10 +75,10 @@ def synth_both(repo: Path, commit: str, work: Path) -> tuple[subprocess.Complete
         git(repo, "worktree", "remove", "--force", str(worktree))
 
 
-def failed_synth(side: str, run: subprocess.CompletedProcess[str]) -> list[str]:
+def failed_synth(side: str, run: subprocess.CompletedProcess[str]) -> str:
     tail = "\n".join(run.stderr.rstrip().splitlines()[-STDERR_LINES:])
-    return [f"- {side} synth failed (exit {run.returncode}): cdk-nag, SpotTraining or the app, last lines:",
-            "", "```", tail, "```"]  # fmt: skip
+    heading = f"- {side} synth failed (exit {run.returncode}): cdk-nag, SpotTraining or the app, last lines:"
+    return f"{heading}\n\n```\n{tail}\n```"
 
 
 def gate_findings(templates: Sequence[Path]) -> list[str]:
@@ -107,16 +107,18 @@ def review(repo: Path, ref: str) -> tuple[str, bool]:
         base_run, head_run = synth_both(repo, commit, work)
         findings: list[str] = []
         if head_run.returncode != 0:
-            findings += failed_synth("head", head_run)
+            out.append("## Spot training: this change does not synthesize (see Gates)")
+            findings.append(failed_synth("head", head_run))
         else:
             templates = sorted((work / "head.out").glob("*.template.json"))
             findings += [f"- {line}" for line in gate_findings(templates)]
         if base_run.returncode == 0 and head_run.returncode == 0:
             out.append(review_markdown(work / "head.out", work / "base.out").rstrip("\n"))
         elif base_run.returncode != 0:
-            out += failed_synth(f"base ({ref} {commit[:12]})", base_run)
+            out.append(failed_synth(f"base ({ref} {commit[:12]})", base_run))
     gates = "cdk-nag and SpotTraining (in synth), cfn-lint (less cfn-lint-allowed.yaml), checkov"
-    out += ["", "### Gates", "", f"{gates}: " + ("no findings." if not findings else f"{len(findings)} findings.")]
+    count = f"{len(findings)} finding{'' if len(findings) == 1 else 's'}." if findings else "no findings."
+    out += ["", "### Gates", "", f"{gates}: {count}"]
     out += findings
     return "\n".join(out) + "\n", not findings
 

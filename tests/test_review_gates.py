@@ -129,6 +129,25 @@ def test_the_review_of_two_commits_names_the_change_and_passes_the_gates(
     assert git(clone, "worktree", "list").count("\n") == 0  # the base's worktree is gone
 
 
+def test_a_head_that_fails_synth_fails_the_review_with_its_lines(
+    clone: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An uncommitted change of the working tree is the head: a team file synth refuses fails the check (exit 1),
+    and the Markdown carries synth's own line."""
+    team = clone / "teams" / "research.yaml"
+    text = team.read_text()
+    team.write_text(text.replace("    max_nodes: 3\n", "    max_nodes: 0\n"))
+    try:
+        code = pull_request.main(["--base", "HEAD", "--repo", str(clone)])
+    finally:
+        team.write_text(text)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "- head synth failed (exit 2): cdk-nag, SpotTraining or the app, last lines:" in out
+    assert f"error: {team}:" in out and "max_nodes" in out
+    assert out.count(": 1 finding.") == 1
+
+
 def test_an_unknown_base_is_one_line(clone: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert pull_request.main(["--base", "no-such-branch", "--repo", str(clone)]) == 2
     assert capsys.readouterr().err == (
