@@ -11,7 +11,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: run-deps deps test lint unit quick synth demo bench clean
+.PHONY: run-deps deps test lint unit quick synth review demo bench clean
 
 # pytest-xdist: the suite runs in PYTEST_WORKERS processes. Most tests wait on sockets, polls and subprocesses, so
 # more workers than cores pay off (docs: test strategy, with the measurements). A module whose tests share a
@@ -59,6 +59,7 @@ deps: run-deps $(CHECKOV_VENV)/.installed
 lint: deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/actionlint
 	# On-node code on its own: it imports spot_training as the node sees it (bootstrap_scripts on sys.path).
 	cd bootstrap_scripts && ../$(BIN)/mypy --config-file ../pyproject.toml --cache-dir ../.mypy_cache/bootstrap node_agent.py spot_training
 
@@ -74,6 +75,16 @@ test: lint unit
 
 synth: run-deps
 	cdk synth --quiet
+
+# The pull-request review (review_gates/pull_request.py, run by .github/workflows/review.yml): the BASE ref's
+# synth beside the working tree's, the gates, and trainctl review's Markdown (OUT=FILE writes it there as well).
+ifneq ($(filter review,$(MAKECMDGOALS)),)
+ifeq ($(BASE),)
+$(error make review needs BASE, the git ref to compare with: make review BASE=origin/main)
+endif
+endif
+review: deps
+	$(BIN)/python -m review_gates --base "$(BASE)" $(if $(OUT),--out "$(OUT)")
 
 # The local emulated cloud: deploy TrainingStack, train the example through a spot interruption, summarize.
 demo: run-deps

@@ -836,6 +836,20 @@ def test_budget_guard_runs_on_a_schedule_with_every_clusters_job_spec(budgeted: 
     assert rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
 
 
+def test_budget_guard_waits_for_its_two_policies_and_not_again_for_its_role(budgeted: Template) -> None:
+    """The role's GetAtt already creates it first; a DependsOn on it as well is cfn-lint W3005. Nothing references
+    the role's policies: only DependsOn creates them before the function, which would run without them."""
+    [function] = resources(budgeted, "AWS::Lambda::Function")
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    role_policies = [
+        policy_id
+        for policy_id, policy in budgeted.find_resources("AWS::IAM::Policy").items()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+    ]
+    assert len(role_policies) == 2  # its own statements, and the log group's grant
+    assert sorted(function["DependsOn"]) == sorted(role_policies)
+
+
 def test_the_budget_guard_knows_the_job_end_markers_the_agent_writes() -> None:
     """The guard's Lambda package cannot import the job spec module: its copy must stay the same."""
     assert FINISHED == END_MARKERS

@@ -91,6 +91,10 @@ class TeamBudget(Construct):
 
         log_group = logs.LogGroup(self, "GuardLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
         role = iam.Role(self, "GuardRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        # The function takes its role by ARN: the ARN's GetAtt already creates the role first, and a Function given
+        # the Role construct adds a DependsOn on it as well (cfn-lint W3005). It depends on the role's policies
+        # instead (below), which nothing else orders before it.
+        role_by_arn = iam.Role.from_role_arn(self, "GuardRoleByArn", role.role_arn, mutable=False)
         self.guard = lambda_.Function(
             self,
             "Guard",
@@ -99,7 +103,7 @@ class TeamBudget(Construct):
             code=lambda_.Code.from_asset(str(GUARD_DIR), exclude=["__pycache__"]),
             timeout=Duration.minutes(2),
             memory_size=256,
-            role=role,
+            role=role_by_arn,
             log_group=log_group,
             environment={
                 "BUDGET_NAME": name,
@@ -162,6 +166,7 @@ class TeamBudget(Construct):
             ],
         )
         log_group.grant_write(role)
+        self.guard.node.add_dependency(policy, role.node.find_child("DefaultPolicy"))
         findings: dict[str, str] = {}
         for cluster in clusters:
             findings.update(cluster.fleet.group_arn_finding())
