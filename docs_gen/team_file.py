@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from team_config.model import TeamConfig
+from team_config.model import PATTERN_EXAMPLES, TeamConfig
 
 HEADER = """# Team file reference
 
@@ -20,16 +20,12 @@ HEADER = """# Team file reference
 A team file is `teams/<team>.yaml`. `teams/default.yaml` builds stack `TrainingStack`, every other file builds
 `TrainingStack-<team>`. Unknown keys, keys written twice, a boolean where a number goes and a section written with
 nothing under it are refused with the file, the field and the fix. Bounds are inclusive unless written `>` or `<`.
+The checks between fields (such as `min_nodes <= desired_nodes <= max_nodes`) are in the model's validators;
+[Add a team](../how-to/add-team.md) describes the file as a whole.
 """
 
-BOUNDS = (
-    (annotated_types.Ge, "ge", ">= {}"),
-    (annotated_types.Gt, "gt", "> {}"),
-    (annotated_types.Le, "le", "<= {}"),
-    (annotated_types.Lt, "lt", "< {}"),
-    (annotated_types.MinLen, "min_length", "at least {} items"),
-    (annotated_types.MaxLen, "max_length", "at most {} items"),
-)
+LOW = {annotated_types.Ge: ("ge", ""), annotated_types.Gt: ("gt", "> ")}
+HIGH = {annotated_types.Le: ("le", ""), annotated_types.Lt: ("lt", "< ")}
 
 
 def nested_model(annotation: Any) -> type[BaseModel] | None:
@@ -61,26 +57,49 @@ def type_name(annotation: Any) -> str:
 
 
 def constraints(field: FieldInfo) -> list[Any]:
-    """The field's metadata and that of its Annotated item type (string patterns live there)."""
+    """The field's metadata and that of its Annotated item or optional type (string patterns live there)."""
     found = list(field.metadata)
     for arg in typing.get_args(field.annotation):
-        found.extend(typing.get_args(arg)[1:] if typing.get_origin(arg) is typing.Annotated else [])
-    if typing.get_origin(field.annotation) is list:
-        item = typing.get_args(field.annotation)[0]
-        found.extend(typing.get_args(item)[1:] if typing.get_origin(item) is typing.Annotated else [])
+        inner = typing.get_args(arg)[0] if typing.get_origin(arg) is list else arg
+        found.extend(typing.get_args(inner)[1:] if typing.get_origin(inner) is typing.Annotated else [])
     return found
 
 
+def number(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and value >= 10_000 else f"{value:g}"
+
+
 def bounds(field: FieldInfo) -> str:
+    """Ranges in words ('1 to 64', '> 0, < 120', '1 to 40 items') and what a pattern accepts."""
+    low = high = ""
     parts = []
+    min_len = max_len = None
     for item in constraints(field):
-        for kind, attr, text in BOUNDS:
+        for kind, (attr, sign) in LOW.items():
             if isinstance(item, kind):
-                parts.append(text.format(getattr(item, attr)))
+                low = sign + number(getattr(item, attr))
+        for kind, (attr, sign) in HIGH.items():
+            if isinstance(item, kind):
+                high = sign + number(getattr(item, attr))
+        if isinstance(item, annotated_types.MinLen):
+            min_len = item.min_length
+        if isinstance(item, annotated_types.MaxLen):
+            max_len = item.max_length
         pattern = getattr(item, "pattern", None)
         if pattern:
-            parts.append(f"matches `{pattern}`")
-    return ", ".join(parts)
+            parts.append(PATTERN_EXAMPLES.get(pattern, f"matches `{pattern}`"))
+    if low and high and not low.startswith(">") and not high.startswith("<"):
+        parts.insert(0, f"{low} to {high}")
+    else:
+        parts[:0] = [f">= {low}" if low and low[0].isdigit() else low, f"<= {high}" if high and high[0].isdigit() else high]
+    unit = "characters" if field.annotation is str else "items"
+    if min_len is not None and max_len is not None:
+        parts.insert(0, f"{min_len} to {max_len} {unit}")
+    elif min_len == 1:
+        parts.insert(0, "not empty")
+    elif min_len is not None:
+        parts.insert(0, f"at least {min_len} {unit}")
+    return ", ".join(p for p in parts if p)
 
 
 def default(field: FieldInfo) -> str:
@@ -98,7 +117,7 @@ def default(field: FieldInfo) -> str:
 
 
 def cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
 
 def sections(model: type[BaseModel], path: str) -> list[str]:

@@ -27,7 +27,7 @@ def option_rows(p: argparse.ArgumentParser) -> list[str]:
         if not action.option_strings:
             needed = "optional" if action.nargs == "?" else "required"
         shown = needed or ("" if action.default in (None, False) else f"`{action.default}`")
-        help_text = (action.help or "").replace("|", "\\|")
+        help_text = (action.help or "").replace("|", "\\|").replace("<", "&lt;")
         rows.append(f"| {name} | {help_text} | {shown} |")
     return rows
 
