@@ -24,5 +24,6 @@ def render() -> str:
     lines = [HEADER]
     for rule in spot_training_rules():
         types = ", ".join(f"`{t}`" for t in rule.types)
-        lines += [f"## SpotTraining-{rule.id}", "", f"**Resources:** {types}", "", rule.message, "", f"*Why:* {rule.why}", ""]
+        lines += [f"## SpotTraining-{rule.id}", "", f"**Resources:** {types}", "", rule.message, ""]
+        lines += [f"*Why:* {rule.why}", ""]
     return "\n".join(lines)

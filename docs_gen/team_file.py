@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from docs_gen.text import markdown_text
 from team_config.model import PATTERN_EXAMPLES, TeamConfig
 
 HEADER = """# Team file reference
@@ -24,8 +25,13 @@ The checks between fields (such as `min_nodes <= desired_nodes <= max_nodes`) ar
 [Add a team](../how-to/add-team.md) describes the file as a whole.
 """
 
-LOW = {annotated_types.Ge: ("ge", ""), annotated_types.Gt: ("gt", "> ")}
-HIGH = {annotated_types.Le: ("le", ""), annotated_types.Lt: ("lt", "< ")}
+# (constraint type, its attribute, the sign it reads with); >= and <= go without a sign when both ends are inclusive.
+LIMITS = (
+    (annotated_types.Ge, "ge", ">="),
+    (annotated_types.Gt, "gt", ">"),
+    (annotated_types.Le, "le", "<="),
+    (annotated_types.Lt, "lt", "<"),
+)
 
 
 def nested_model(annotation: Any) -> type[BaseModel] | None:
@@ -69,37 +75,34 @@ def number(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and value >= 10_000 else f"{value:g}"
 
 
-def bounds(field: FieldInfo) -> str:
-    """Ranges in words ('1 to 64', '> 0, < 120', '1 to 40 items') and what a pattern accepts."""
-    low = high = ""
-    parts = []
-    min_len = max_len = None
-    for item in constraints(field):
-        for kind, (attr, sign) in LOW.items():
-            if isinstance(item, kind):
-                low = sign + number(getattr(item, attr))
-        for kind, (attr, sign) in HIGH.items():
-            if isinstance(item, kind):
-                high = sign + number(getattr(item, attr))
-        if isinstance(item, annotated_types.MinLen):
-            min_len = item.min_length
-        if isinstance(item, annotated_types.MaxLen):
-            max_len = item.max_length
-        pattern = getattr(item, "pattern", None)
-        if pattern:
-            parts.append(PATTERN_EXAMPLES.get(pattern, f"matches `{pattern}`"))
-    if low and high and not low.startswith(">") and not high.startswith("<"):
-        parts.insert(0, f"{low} to {high}")
-    else:
-        parts[:0] = [f">= {low}" if low and low[0].isdigit() else low, f"<= {high}" if high and high[0].isdigit() else high]
+def value_range(limits: dict[str, Any]) -> str:
+    """'1 to 64' when both ends are inclusive, else each end with its sign ('> 0, < 120', '>= 1')."""
+    low = next(((s, v) for s, v in limits.items() if s in (">=", ">")), None)
+    high = next(((s, v) for s, v in limits.items() if s in ("<=", "<")), None)
+    if low and high and (low[0], high[0]) == (">=", "<="):
+        return f"{number(low[1])} to {number(high[1])}"
+    return ", ".join(f"{end[0]} {number(end[1])}" for end in (low, high) if end)
+
+
+def length_range(field: FieldInfo, items: list[Any]) -> str:
+    shortest = next((i.min_length for i in items if isinstance(i, annotated_types.MinLen)), None)
+    longest = next((i.max_length for i in items if isinstance(i, annotated_types.MaxLen)), None)
     unit = "characters" if field.annotation is str else "items"
-    if min_len is not None and max_len is not None:
-        parts.insert(0, f"{min_len} to {max_len} {unit}")
-    elif min_len == 1:
-        parts.insert(0, "not empty")
-    elif min_len is not None:
-        parts.insert(0, f"at least {min_len} {unit}")
-    return ", ".join(p for p in parts if p)
+    if shortest is not None and longest is not None:
+        return f"{shortest} to {longest} {unit}"
+    if shortest is not None:
+        return "not empty" if shortest == 1 else f"at least {shortest} {unit}"
+    return f"at most {longest} {unit}" if longest is not None else ""
+
+
+def bounds(field: FieldInfo) -> str:
+    """A field's ranges in words and what its pattern accepts (team_config's own examples, else the regex)."""
+    items = constraints(field)
+    limits = {sign: getattr(i, attr) for i in items for kind, attr, sign in LIMITS if isinstance(i, kind)}
+    patterns = [p for i in items if (p := getattr(i, "pattern", None))]
+    parts = [value_range(limits), length_range(field, items)]
+    parts += [PATTERN_EXAMPLES.get(p, f"matches `{p}`") for p in patterns]
+    return ", ".join(part for part in parts if part)
 
 
 def default(field: FieldInfo) -> str:
@@ -117,7 +120,7 @@ def default(field: FieldInfo) -> str:
 
 
 def cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+    return markdown_text(text).replace("\n", " ")
 
 
 def sections(model: type[BaseModel], path: str) -> list[str]:
