@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 HEADER = """# SpotTrainingChecks rules
@@ -15,6 +16,8 @@ that fails the synth unless the construct acknowledges it with a reason. A rule 
 
 def spot_training_rules() -> tuple[Any, ...]:
     """The rules list: the one place that knows where it lives."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # as the Makefile sets them
+    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
     from training_constructs.spot_checks import RULES
 
     return RULES
