@@ -11,7 +11,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: run-deps deps test lint unit quick synth review demo bench clean
+.PHONY: run-deps deps test lint unit quick synth review demo bench clean docs
 
 # pytest-xdist: the suite runs in PYTEST_WORKERS processes. Most tests wait on sockets, polls and subprocesses, so
 # more workers than cores pay off (docs: test strategy, with the measurements). A module whose tests share a
@@ -71,7 +71,7 @@ unit: deps
 quick: run-deps
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
 
-test: lint unit
+test: lint docs unit
 
 synth: run-deps
 	cdk synth --quiet
@@ -94,5 +94,12 @@ demo: run-deps
 bench: run-deps
 	$(BIN)/python -m benchmarks.bench
 
+# --- docs (issue 44): the site from docs/ and mkdocs.yml. --strict fails on a broken link or a missing page; not
+# --quiet, which hides the warnings --strict counts. docs_gen --check fails on a stale generated reference page.
+docs: run-deps
+	$(BIN)/python -m docs_gen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+# --- end docs
+
 clean:
-	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site cdk.out .pytest_cache .mypy_cache .ruff_cache

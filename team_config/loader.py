@@ -118,7 +118,7 @@ def _describe(error: Any) -> str:
         hint = f"did you mean {' or '.join(repr(g) for g in guesses)}? " if guesses else ""
         return f"unknown key '{unknown}': {hint}allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
-        return f'required key is missing; add {loc[-1]}: (see the README\'s "Team file reference")'
+        return f"required key is missing; add {loc[-1]}: (see docs/reference/team-file.md)"
     if kind == "string_pattern_mismatch":
         pattern = error["ctx"]["pattern"]
         if pattern == INSTANCE_TYPE_PATTERN:

@@ -218,13 +218,13 @@ def one_region(field: str, zones: list[str]) -> None:
 
 
 class SubnetConfig(Strict):
-    subnet_id: SubnetId
-    availability_zone: AzName
+    subnet_id: SubnetId = Field(description="The subnet (subnet-...).")
+    availability_zone: AzName = Field(description="The subnet's zone, such as us-east-1a.")
     route_table_id: Optional[RouteTableId] = Field(None, description="Route table for the S3 gateway endpoint.")
 
 
 class ExistingVpcConfig(Strict):
-    vpc_id: VpcId
+    vpc_id: VpcId = Field(description="The VPC (vpc-...).")
     subnets: list[SubnetConfig] = Field(min_length=1, description="Subnets the clusters launch into, one per AZ.")
     create_s3_endpoint: bool = Field(True, description="Add an S3 gateway endpoint on the subnets' route tables.")
 
@@ -253,11 +253,11 @@ class ExistingVpcConfig(Strict):
 class NetworkConfig(Strict):
     new_vpc: Annotated[
         Optional[NewVpcConfig], BeforeValidator(empty_section("write new_vpc: {} for the defaults, or remove the line"))
-    ] = None
+    ] = Field(None, description="A new VPC made by the stack (the default when neither key is set).")
     existing_vpc: Annotated[
         Optional[ExistingVpcConfig],
         BeforeValidator(empty_section("give its keys (vpc_id: ..., subnets: ...) or remove the line")),
-    ] = None
+    ] = Field(None, description="A VPC the team already has; not together with new_vpc.")
 
     @model_validator(mode="after")
     def _one(self) -> NetworkConfig:
@@ -281,7 +281,11 @@ class CheckpointBucketConfig(Strict):
         "the agent prunes stays this long.",
     )
     access_log_expiration_days: int = Field(365, ge=1, le=3650, description="Days S3 server access logs are kept.")
-    removal_policy: Literal["retain", "destroy"] = "retain"
+    removal_policy: Literal["retain", "destroy"] = Field(
+        "retain",
+        description="retain: both buckets outlive the stack; destroy: DeletionPolicy Delete (CloudFormation deletes "
+        "only an empty bucket).",
+    )
 
 
 class AmiConfig(Strict):
@@ -289,7 +293,9 @@ class AmiConfig(Strict):
     ssm_parameter: Optional[Annotated[str, StringConstraints(pattern=SSM_PARAMETER_PATTERN)]] = Field(
         None, description="An SSM parameter that holds the AMI id, resolved at deploy time."
     )
-    root_device_name: Annotated[str, StringConstraints(pattern=ROOT_DEVICE_PATTERN)] = "/dev/xvda"
+    root_device_name: Annotated[str, StringConstraints(pattern=ROOT_DEVICE_PATTERN)] = Field(
+        "/dev/xvda", description="Root device of the AMI (/dev/sda1 on Ubuntu AMIs)."
+    )
 
     @model_validator(mode="after")
     def _one(self) -> AmiConfig:
@@ -321,16 +327,24 @@ class WarmPoolConfig(Strict):
         le=64,
         description="Number of pre-warmed volumes; at least max_nodes (+10%, at least 1, for rebalancing).",
     )
-    snapshot_id: Optional[SnapshotId] = None
+    snapshot_id: Optional[SnapshotId] = Field(
+        None, description="Snapshot the volumes are created from; required unless ami_id is given and resolved."
+    )
     ami_id: Optional[AmiId] = Field(None, description="AMI whose root snapshot the volumes copy (resolve it first).")
-    volume_size_gib: int = Field(200, ge=1, le=16384)
-    iops: int = Field(3000, ge=3000, le=16000)
-    throughput_mibps: int = Field(125, ge=125, le=1000)
+    volume_size_gib: int = Field(200, ge=1, le=16384, description="gp3 volume size.")
+    iops: int = Field(3000, ge=3000, le=16000, description="gp3 IOPS, at most 500 per GiB.")
+    throughput_mibps: int = Field(125, ge=125, le=1000, description="gp3 throughput, at most iops / 4.")
     initialization_rate_mibps: Optional[int] = Field(
         None, ge=100, le=300, description="EBS provisioned initialization rate."
     )
-    device_name: Annotated[str, StringConstraints(pattern=POOL_DEVICE_PATTERN)] = "/dev/sdf"
-    removal_policy: Literal["retain", "destroy"] = "destroy"
+    device_name: Annotated[str, StringConstraints(pattern=POOL_DEVICE_PATTERN)] = Field(
+        "/dev/sdf", description="Where a node attaches its claimed volume."
+    )
+    removal_policy: Literal["retain", "destroy"] = Field(
+        "destroy",
+        description="destroy: a replaced pool's or deleted stack's volumes are deleted (copies of the snapshot); "
+        "retain: they stay, billed, until deleted by hand.",
+    )
 
     @model_validator(mode="after")
     def _snapshot(self) -> WarmPoolConfig:
@@ -440,7 +454,11 @@ class JobConfig(Strict):
         le=64,
         description="Processes (GPUs) per node; unset: one per GPU of the instance types (1 on types without GPUs).",
     )
-    checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
+    checkpoint_dir: AbsPath = Field(
+        "/opt/ml/checkpoints",
+        description="Directory the trainer writes checkpoints to; the agent uploads everything under it, so system "
+        "directories are refused.",
+    )
     checkpoint_interval_s: Optional[float] = Field(
         None,
         ge=CHECKPOINT_INTERVAL_MIN_S,
@@ -455,11 +473,13 @@ class JobConfig(Strict):
     mean_time_between_interruptions_s: int = Field(
         3600, gt=0, le=MTBI_MAX_S, description="Assumed MTBI for the Young/Daly interval."
     )
-    max_restarts: int = Field(3, ge=0, le=100)
+    max_restarts: int = Field(
+        3, ge=0, le=100, description="Restarts in a row without a new checkpoint before the job is marked FAILED."
+    )
     interruption_grace_s: int = Field(
         90, gt=0, lt=120, description="Seconds the trainer gets after SIGTERM; under the 120 s notice."
     )
-    rendezvous_port: int = Field(29400, ge=1024, le=65535)
+    rendezvous_port: int = Field(29400, ge=1024, le=65535, description="torchrun c10d rendezvous port.")
     # Off by default: the agent cannot tell a silent healthy phase (a data download, a long evaluation,
     # torch.compile) from a hang, so a default would end healthy jobs. A team opts in with the longest such phase
     # plus a margin.
@@ -536,39 +556,43 @@ class JobConfig(Strict):
 
 
 class ClusterConfig(Strict):
-    name: Name
+    name: Name = Field(description="Cluster name; S3 prefix <name>/ and tag spot-training:cluster.")
     instance_types: list[InstanceType] = Field(
         min_length=1, max_length=40, description="Candidate types, one CPU architecture (Auto Scaling takes 40)."
     )
     min_nodes: int = Field(1, ge=1, description="Fewest nodes training continues with (torchrun --nnodes MIN:MAX).")
     desired_nodes: int = Field(1, ge=1, description="Nodes a job asks for by default.")
     max_nodes: int = Field(ge=1, le=1000, description="Upper bound of the Auto Scaling group.")
-    on_demand_base_capacity: int = Field(0, ge=0)
-    on_demand_percentage_above_base: int = Field(0, ge=0, le=100)
-    spot_allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized"] = "price-capacity-optimized"
+    on_demand_base_capacity: int = Field(0, ge=0, description="On-demand nodes before any spot (at most max_nodes).")
+    on_demand_percentage_above_base: int = Field(
+        0, ge=0, le=100, description="Share of on-demand capacity above the base (100: no spot)."
+    )
+    spot_allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized"] = Field(
+        "price-capacity-optimized", description="How Auto Scaling picks spot pools."
+    )
     placement_group: bool = Field(True, description="Launch into a cluster placement group (one AZ).")
     cross_zone_training: bool = Field(
         False,
         description="Let a multi-node cluster span the network's AZs (more spot pools), its traffic between them "
         "billed as inter-AZ data transfer.",
     )
-    root_volume_size_gib: int = Field(200, ge=8, le=16384)
+    root_volume_size_gib: int = Field(200, ge=8, le=16384, description="Encrypted gp3 root volume size.")
     ami: Annotated[
         AmiConfig,
         BeforeValidator(
             empty_section("give its keys (image_id: ... or ssm_parameter: ...) or remove the line for the default AMI")
         ),
-    ] = AmiConfig()
+    ] = Field(AmiConfig(), description="The AMI the nodes boot; default: the PyTorch DLAMI of the architecture.")
     job: Annotated[
         JobConfig,
         BeforeValidator(
             empty_section("give its keys (command: ..., nproc_per_node: ...) or remove the line for the defaults")
         ),
-    ] = JobConfig()
+    ] = Field(JobConfig(), description="Defaults of the job spec; trainctl submit may override them.")
     warm_pool: Annotated[
         Optional[WarmPoolConfig],
         BeforeValidator(empty_section("give its keys (size: ..., snapshot_id: ...) or remove the line")),
-    ] = None
+    ] = Field(None, description="A pool of pre-warmed EBS volumes the nodes attach at boot.")
     interruption_drill: Annotated[
         Optional[InterruptionDrillConfig],
         BeforeValidator(empty_section("write interruption_drill: {} for the defaults, or remove the line")),
@@ -728,17 +752,17 @@ class ClusterConfig(Strict):
 class TeamConfig(Strict):
     clusters: Annotated[
         list[ClusterConfig], BeforeValidator(empty_section("give at least one cluster (- name: ...) under it"))
-    ] = Field(min_length=1)
+    ] = Field(min_length=1, description="The team's clusters; names unique, also without their '-'.")
     network: Annotated[
         NetworkConfig,
         BeforeValidator(
             empty_section("give new_vpc: or existing_vpc: under it, or remove the line for a new single-AZ VPC")
         ),
-    ] = NetworkConfig()
+    ] = Field(NetworkConfig(), description="new_vpc or existing_vpc; default: a new single-AZ VPC.")
     checkpoint_bucket: Annotated[
         CheckpointBucketConfig,
         BeforeValidator(empty_section("give its keys (removal_policy: ..., ...) or remove the line for the defaults")),
-    ] = CheckpointBucketConfig()
+    ] = Field(CheckpointBucketConfig(), description="Lifecycle and removal of the checkpoint bucket.")
     log_retention_days: int = Field(30, description="CloudWatch retention of training and flow logs.")
     budget: Annotated[
         Optional[BudgetConfig],

@@ -231,7 +231,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         ),
         pytest.param(
             {"clusters": [{"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"]}]},
-            'clusters[0].max_nodes: required key is missing; add max_nodes: (see the README\'s "Team file reference")',
+            "clusters[0].max_nodes: required key is missing; add max_nodes: (see docs/reference/team-file.md)",
             id="missing-key",
         ),
         pytest.param(  # the next five: before, pydantic's words without the fix

@@ -1,0 +1,1 @@
+"""Reference pages generated from the code: ``python -m docs_gen`` writes them into docs/reference/."""
