@@ -38,12 +38,16 @@ def test_c_hard_termination_without_notice(cloud: EmulatedCloud, reference: Any)
     def scenario(run: JobRun) -> None:
         first = run.wait_durable(0)
         facts["durable_at_kill"] = run.wait_durable(first + 1)
+        assert facts["durable_at_kill"] < run.planned_steps(), "the job reached its end before the power-off"
         victim = run.checkpoint_writer()
         run.wait_for_replacement(run.power_off(victim))
 
     # The kill comes after the agent's sync poll, the upload and the test's poll: at most one interval redone needs
-    # it within about 2.3 s of the save; polling every 0.25 s, not 1 s, leaves room on a loaded runner.
-    case = run_case(cloud, "c-power-off", scenario, node_env={"SPOT_TRAINING_POLL_INTERVAL_S": "0.25"})
+    # it within about 2.3 s of the save; polling every 0.25 s, not 1 s, leaves room on a loaded runner. Slower steps
+    # keep the kill mid-training when other tests share the cores (pytest-xdist).
+    case = run_case(
+        cloud, "c-power-off", scenario, step_sleep_s=0.3, node_env={"SPOT_TRAINING_POLL_INTERVAL_S": "0.25"}
+    )
     assert_done_and_clean(cloud, case, reference)
     (kill,) = case.summary.events
     assert kill.kind == "power-off"
