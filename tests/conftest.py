@@ -37,3 +37,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The modules that run whole on one worker first, the longest of them at the very start (tests/parallel.py):
     each is one long unit of work, and the single tests fill in around them."""
     items.sort(key=lambda item: parallel.run_order(item.nodeid))
+    for item in items:  # `make quick` leaves these out
+        if parallel.starts_nodes_or_cloud(item.nodeid, getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

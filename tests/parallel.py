@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,16 @@ def run_order(nodeid: str) -> tuple[int, int]:
     if module in LONGEST_FIRST:
         return 0, LONGEST_FIRST.index(module)
     return (1 if module in grouped_modules() else 2), 0
+
+
+# Modules whose fixtures start real nodes (user data, agent, torchrun) without the make_nodes fixture
+NODE_MODULES = ("tests/bootstrap/test_node_agent.py", "tests/bootstrap/test_node_rendezvous.py")
+
+
+def starts_nodes_or_cloud(nodeid: str, fixtures: Sequence[str]) -> bool:
+    """Whether a test starts the emulated cloud or real nodes: marked ``slow``, which ``make quick`` leaves out."""
+    module = nodeid.split("::", 1)[0]
+    return module.startswith("tests/emulator/") or module in NODE_MODULES or "make_nodes" in fixtures
 
 
 def unit_of(nodeid: str) -> str:
