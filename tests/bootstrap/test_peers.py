@@ -18,6 +18,19 @@ from .conftest import Cluster
 from .test_agent_notice import agent_for
 
 
+def survivor_sorting_late(cluster: Cluster) -> str:
+    """The group's one instance, launched again until its id sorts in the upper half (ids are random: each launch
+    does so with odds of 1/2, so that a later id sorting before it is as likely; bounded)."""
+    for _ in range(30):
+        ((survivor, _),) = cluster.instances()
+        if survivor[len("i-") :] >= "8":
+            return survivor
+        asg = cluster.aws.asg
+        asg.terminate_instance_in_auto_scaling_group(InstanceId=survivor, ShouldDecrementDesiredCapacity=True)
+        asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=1)
+    raise AssertionError("30 launches, none with an id in the upper half")
+
+
 def replacement_sorting_first(cluster: Cluster, survivor: str) -> str:
     """Launch a second instance, later than ``survivor``, whose id sorts before it (ids are random: retry, bounded)."""
     time.sleep(1.1)  # EC2 launch times have whole seconds
@@ -33,7 +46,7 @@ def replacement_sorting_first(cluster: Cluster, survivor: str) -> str:
 def test_a_replacement_joins_the_survivors_rendezvous_even_when_its_id_sorts_first(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster(nodes=1, min_nodes=1, max_nodes=2)
     cluster.submit("elastic", {"train.py": ""}, "python train.py")
-    ((survivor, _),) = cluster.instances()
+    survivor = survivor_sorting_late(cluster)
     replacement = replacement_sorting_first(cluster, survivor)
 
     peers = node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
