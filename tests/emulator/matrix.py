@@ -35,6 +35,8 @@ import torch
 
 from bootstrap_scripts.spot_training.checkpoint import CHECK_S
 from emulator import EmulatedCloud
+from emulator.demo import _DURABLE as _DURABLE  # the demo's log patterns, for the cases too
+from emulator.demo import _INTERRUPTED as _INTERRUPTED
 from emulator.demo import JobEvent, JobRun, Scenario, Summary, run_job
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import Node
@@ -50,8 +52,6 @@ MANIFEST = "spot-training-manifest.json"
 TRAIN_ARGS = "--log-every 1"
 _RANK_STEP = re.compile(r"\bstep (\d+) epoch \d+ loss \S+ rank (\d+)")
 _RANK0_STEP = re.compile(r"\bstep \d+ epoch \d+ loss \S+ rank 0$")
-_DURABLE = re.compile(r"checkpoint (\d+) durable in s3://")
-_INTERRUPTED = re.compile(r"interrupted: checkpoint (\d+) saved")
 _RESTORING = re.compile(r"restoring checkpoint (\d+) from s3://")
 _PEERS = re.compile(r"peers: (.*); rendezvous host")
 # The most steps one checkpoint interval can hold, from the configuration (not from the checkpoints the job wrote:
