@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Optional
 
-from emulator import billing, cfn_compat, ebs_strict, lifecycle
+from emulator import billing, cfn_compat, ebs_strict, http_serving, lifecycle
 from emulator.settings import ACCOUNT_ID, REGION
 
 
@@ -68,25 +68,13 @@ def serve(
         iam_resources.install()
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
 
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
-    app = DomainDispatcherApplication(create_backend_app)
+    app = http_serving.moto_app()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(tls_cert, tls_key)
     servers = [
-        make_server(
-            host,
-            port,
-            _with_transport(app, True),
-            threaded=True,
-            request_handler=MotoRequestHandler,
-            ssl_context=context,
-        ),
-        make_server(
-            host, insecure_port, _with_transport(app, False), threaded=True, request_handler=MotoRequestHandler
-        ),
+        http_serving.make_server(host, port, _with_transport(app, True), ssl_context=context),
+        http_serving.make_server(host, insecure_port, _with_transport(app, False)),
     ]
     stopping = threading.Event()
 

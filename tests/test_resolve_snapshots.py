@@ -10,8 +10,8 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
+from emulator import http_serving
 from team_config import ConfigError, load_team
 from team_config.resolve_snapshots import main, resolve_text, stale_snapshot_ids
 
@@ -33,23 +33,22 @@ clusters:
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
     saved = dict(os.environ)
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-    )
-    os.environ.pop("AWS_PROFILE", None)
-    yield f"http://{host}:{port}"
-    os.environ.clear()
-    os.environ.update(saved)
-    server.stop()
+    with http_serving.moto_in_thread() as endpoint:
+        os.environ.update(
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }
+        )
+        os.environ.pop("AWS_PROFILE", None)
+        try:
+            yield endpoint
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 def test_unresolved_ami_is_a_config_error_that_names_the_helper(tmp_path: Path) -> None:

@@ -19,9 +19,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto.ec2.models.elastic_block_store import EBSBackend
-from moto.server import ThreadedMotoServer
 
-from emulator import ebs_strict
+from emulator import ebs_strict, http_serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bootstrap_scripts"))
 from spot_training import warm_volume
@@ -41,13 +40,8 @@ def endpoint() -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(EBSBackend, "attach_volume", EBSBackend.attach_volume)  # what undo puts back
         ebs_strict.install()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            yield f"http://{host}:{port}"
-        finally:
-            server.stop()
+        with http_serving.moto_in_thread() as url:
+            yield url
 
 
 def client(endpoint: str) -> Any:

@@ -25,8 +25,8 @@ from typing import Any, Optional
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
+from emulator import http_serving
 from emulator.imds import ImdsMock
 from team_config.naming import CLUSTER_TAG, TEAM_TAG
 
@@ -66,19 +66,16 @@ def aws() -> Iterator[Clients]:
     """moto server on 127.0.0.1 (free port) with fake credentials in the environment for the whole session."""
     saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
     os.environ.update(FAKE_CREDENTIALS)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
-    try:
-        yield Clients(f"http://{host}:{port}")
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with http_serving.moto_in_thread() as endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+        try:
+            yield Clients(endpoint)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def loopback(last: int) -> str:
