@@ -1,12 +1,16 @@
-"""Shared fixtures. jsii starts once per pytest process, so template tests share one runtime."""
+"""Shared fixtures. jsii starts once per pytest process, so template tests share one runtime; botocore reads its
+service models once per pytest process, so every boto3 session of the tests shares them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+import botocore.loaders
+import botocore.session
 import pytest
 
 from tests import parallel
@@ -15,6 +19,28 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+class _SearchPaths(list):
+    """A loader's search paths, each once: boto3 appends its own data path for every session it makes."""
+
+    def append(self, path: Any) -> None:
+        if path not in self:
+            super().append(path)
+
+
+@functools.cache
+def _shared_loader(search_paths: Optional[str] = None) -> botocore.loaders.Loader:
+    """One botocore loader per search path setting for the whole process. Every new boto3 session (moto's mock_aws
+    resets the default one; trainctl and the emulator make their own) otherwise parses botocore's service models
+    again: the JSON of EC2's alone is about 1 MB, and a profile of test_trainctl_cli showed half its time there.
+    The models are read-only files, so sharing what was read from them changes no answer."""
+    loader = botocore.loaders.create_loader(search_paths)
+    loader._search_paths = _SearchPaths(loader.search_paths)
+    return loader
+
+
+botocore.session.create_loader = _shared_loader
 
 
 @pytest.fixture(scope="session")
