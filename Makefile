@@ -54,7 +54,11 @@ node_modules/.installed: package.json package-lock.json
 # What the app, the demo and the benchmarks need; make test also needs checkov's venv.
 run-deps: $(BIN)/.installed $(VENV)/.cfn-validate node_modules/.installed
 
-deps: run-deps $(CHECKOV_VENV)/.installed
+# The two virtual environments install side by side: each is mostly pip's CPU work (unpacking, compiling bytecode),
+# and the machine has 2 cores.
+deps:
+	$(MAKE) --no-print-directory -j3 $(BIN)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed
+	$(MAKE) --no-print-directory run-deps
 
 lint: deps
 	$(BIN)/ruff check .
