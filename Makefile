@@ -21,9 +21,9 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 
 # cdk.json runs `python3 -O app.py` (README: "Synth speed"). pip writes only plain bytecode, and where
 # PYTHONDONTWRITEBYTECODE is set every -O synth would compile aws-cdk-lib's modules again. One import of the app
-# and every construct module under -O, bytecode writing on, writes the optimized bytecode of all they use
-# (tests/test_app.py checks the venv for it).
-SYNTH_IMPORTS := import app, pkgutil, training_constructs as c; [__import__(m.name) for m in pkgutil.walk_packages(c.__path__, "training_constructs.")]
+# and every module of training_app, compliance and training_constructs under -O, bytecode writing on, writes the
+# optimized bytecode of all they use (tests/test_app.py checks the venv for it).
+SYNTH_IMPORTS := import app, importlib, pkgutil; [importlib.import_module(m.name) for p in ("training_app", "compliance", "training_constructs") for m in pkgutil.walk_packages(importlib.import_module(p).__path__, p + ".")]
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)

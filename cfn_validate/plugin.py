@@ -18,7 +18,7 @@ from aws_cdk import (
 )
 
 import cfn_validate
-from training_constructs.nag import failed_report
+from compliance.nag import failed_report
 
 PLUGIN_NAME = "CloudFormation Validate"  # aws-cdk-lib's CloudFormationValidatePlugin.PLUGIN_NAME
 UNCHECKED = "ValidatorWorkerFailed"  # the finding of a synth whose templates the worker did not check

@@ -18,7 +18,7 @@ def spot_training_rules() -> tuple[Any, ...]:
     """The rules list: the one place that knows where it lives."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # as the Makefile sets them
     os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
-    from training_constructs.spot_checks import RULES
+    from compliance.spot_training import RULES
 
     return RULES
 

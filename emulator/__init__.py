@@ -2,7 +2,7 @@
 
 - :mod:`emulator.cloud`: :class:`EmulatedCloud` starts and always stops the AWS endpoint.
 - :mod:`emulator.server`: the endpoint process (moto's server app with :mod:`emulator.cfn_compat`).
-- :mod:`emulator.cfn_compat`: what moto lacks for our templates, each item documented.
+- :mod:`emulator.cfn_compat`: what moto lacks for our templates, a module per AWS service, each item documented.
 - :mod:`emulator.deploy`: ``cdk bootstrap`` and ``cdk deploy`` with the real CDK CLI into the endpoint.
 - ``python -m emulator up``: all of the above, then wait for Ctrl-C.
 """

@@ -137,7 +137,7 @@ def _check_log(cloud: EmulatedCloud, offset: int) -> None:
     if skipped:
         raise EmulatorError(
             f"moto dropped parts of the template it does not support: {', '.join(sorted(skipped))}; "
-            "add them to emulator/cfn_compat.py"
+            "add them to emulator/cfn_compat/"
         )
 
 

@@ -708,7 +708,7 @@ class ClusterConfig(Strict):
                     f"instance_types: {name} is not sold as spot; remove it, or set on_demand_percentage_above_base: "
                     "100 (all on-demand)"
                 )
-        # SpotTraining-ST2's condition (training_constructs/spot_checks.py): unless all capacity above the base is
+        # SpotTraining-ST2's condition (compliance/spot_training/): unless all capacity above the base is
         # on-demand, the group's MixedInstancesPolicy needs at least 2 instance types.
         if spot and len(set(self.instance_types)) < 2:
             only = self.instance_types[0]

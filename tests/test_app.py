@@ -14,11 +14,11 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
 
-import app as cdk_app
 from review_gates import cfn_lint
 from team_config import load_teams
 from team_config.naming import budget_name
 from tests.synth import CONTEXT, EVERYTHING, OVERSIZED, oversized_team, team_config, write_app_teams
+from training_app import wiring as cdk_app
 
 # Physical-name properties: a literal value here would collide when two teams deploy to one account.
 NAME_PROPERTIES = {
@@ -116,12 +116,14 @@ def test_two_teams_side_by_side_have_no_colliding_physical_names(assembly: Path,
     }
 
 
-# Every venv module that `python -O` loads for the app and the construct modules, without optimized bytecode.
+# Every venv module that `python -O` loads for the app and every module of its packages (the Makefile's
+# SYNTH_IMPORTS), without optimized bytecode.
 MISSING_OPTIMIZED_BYTECODE = """
-import importlib.util, os, pkgutil, sys, sysconfig
-import app, training_constructs
-for m in pkgutil.walk_packages(training_constructs.__path__, "training_constructs."):
-    __import__(m.name)
+import importlib, importlib.util, os, pkgutil, sys, sysconfig
+import app
+for p in ("training_app", "compliance", "training_constructs"):
+    for m in pkgutil.walk_packages(importlib.import_module(p).__path__, p + "."):
+        importlib.import_module(m.name)
 site = sysconfig.get_paths()["purelib"]
 files = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}
 for f in sorted(f for f in files if f.startswith(site) and f.endswith(".py")):

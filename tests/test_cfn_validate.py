@@ -17,13 +17,14 @@ import pytest
 from aws_cdk import App, CfnResource, Stack
 from aws_cdk import aws_ec2 as ec2
 
-import app as cdk_app
 import cfn_validate
 from benchmarks.synth_phases import SLOW_SYNTH_THRESHOLD
 from cfn_validate.plugin import CloudFormationValidateWorker
+from compliance.nag import acknowledge
 from team_config import load_teams
 from tests.synth import CONTEXT, write_app_teams
-from training_constructs.nag import acknowledge
+from training_app import wiring as cdk_app
+from training_app.validator import start_cfn_validate
 
 
 def broken_app(outdir: Path, teams_dir: Path, validator: Optional[CloudFormationValidateWorker]) -> App:
@@ -133,7 +134,7 @@ def test_validation_off_starts_no_worker(monkeypatch: pytest.MonkeyPatch) -> Non
     """``CDK_VALIDATION=false`` (what ``cdk synth --no-validation`` sets) turns the worker off, as it turns off
     aws-cdk-lib's validator."""
     monkeypatch.setenv("CDK_VALIDATION", "false")
-    assert cdk_app.start_cfn_validate() is None
+    assert start_cfn_validate() is None
 
 
 def test_without_the_engine_copy_or_node_no_worker_starts(tmp_path: Path) -> None:

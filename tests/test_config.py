@@ -794,7 +794,7 @@ def test_instance_types_ec2_allows_load(tmp_path: Path, fields: dict) -> None:
 @pytest.mark.parametrize("types", [["g5.xlarge"], ["g5.xlarge", "g5.2xlarge"]])
 def test_the_model_refuses_exactly_what_spot_training_st2_flags(tmp_path: Path, percent: int, types: list[str]) -> None:
     """The rule reads the group as the construct renders it (training_constructs/spot_fleet.py)."""
-    from training_constructs.spot_checks import check_mixed_instances
+    from compliance.spot_training.auto_scaling import check_mixed_instances
 
     group = {
         "Properties": {

@@ -491,7 +491,7 @@ def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
     ``<temporary folder>/validation-report.json``, a folder review had removed before the line was printed."""
     from aws_cdk import aws_s3
 
-    import app as cdk_app
+    from training_app import wiring as cdk_app
 
     add_teams = cdk_app.add_teams
 

@@ -5,7 +5,7 @@ warm pool, interruption drill, an arm cluster without placement group). One in-p
 
 checkov runs as review_gates.checkov_scan runs it (its own venv, no update check, a guard that refuses any lookup
 or connection off loopback), as ``make review`` does. A failed check fails the test; a check may only be skipped in the
-construct, with ``training_constructs.checkov.skip_checkov`` (CloudFormation ``Metadata: checkov: skip``) and a
+construct, with ``compliance.checkov.skip_checkov`` (CloudFormation ``Metadata: checkov: skip``) and a
 reason, and only if it is listed in ``REVIEWED_SKIPS`` below, so a new skip shows up in review here too.
 
 The policy walk reads every identity policy statement (AWS::IAM::Policy, ManagedPolicy, Role/User/Group inline
@@ -28,11 +28,11 @@ from aws_cdk import App
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
+from compliance.spot_training.arns import is_wildcard_resource, render, scoped_by_tag
 from review_gates.checkov_scan import CHECKOV, checkov, checkov_env, checks, describe, network_log, run_checkov
 from stacks import TrainingStack
 from team_config import TeamConfig, load_teams
 from tests.synth import CONTEXT, EVERYTHING, team_config
-from training_constructs.spot_checks import is_wildcard_resource, render, scoped_by_tag
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from typing import Any, Optional
 import pytest
 from aws_cdk import App
 
-import app as cdk_app
-from training_constructs.spot_checks import RULES, Rule, SpotTrainingChecks
+from compliance.spot_training import RULES, Rule, SpotTrainingChecks
+from training_app import wiring as cdk_app
 
 from .test_app import CONTEXT, assembly, team_config
 

@@ -55,8 +55,8 @@ def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
     """Synthesize every team (cdk-nag and the SpotTraining checks run, as in ``cdk synth``) into ``outdir``."""
     from aws_cdk import App
 
-    import app as cdk_app
     from team_config import ConfigError, load_teams
+    from training_app import wiring as cdk_app
 
     try:
         teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)

@@ -11,9 +11,9 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER, CODE_FOLDER, END_MARKERS
-from training_constructs.checkov import skip_checkov
-from training_constructs.nag import acknowledge, acknowledge_all
-from training_constructs.spot_checks import CHECKPOINT_ROLE_TAG
+from compliance.checkov import skip_checkov
+from compliance.nag import acknowledge, acknowledge_all
+from compliance.spot_training import CHECKPOINT_ROLE_TAG
 
 # How long a replaced or deleted access-log object stays recoverable in the (versioned) access-log bucket.
 ACCESS_LOG_NONCURRENT_DAYS = 30

@@ -10,7 +10,7 @@ from aws_cdk import aws_fis as fis
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from training_constructs.nag import acknowledge_all
+from compliance.nag import acknowledge_all
 
 ACTION = "aws:ec2:send-spot-instance-interruptions"
 

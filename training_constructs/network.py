@@ -11,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from training_constructs.checkov import skip_checkov
+from compliance.checkov import skip_checkov
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
 

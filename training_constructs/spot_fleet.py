@@ -14,8 +14,8 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HEARTBEAT_S, DRAIN_HOOK
-from training_constructs.checkov import skip_checkov
-from training_constructs.nag import acknowledge, acknowledge_all
+from compliance.checkov import skip_checkov
+from compliance.nag import acknowledge, acknowledge_all
 
 ALLOCATION_STRATEGIES = {
     "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
@@ -239,7 +239,7 @@ class SpotFleet(Construct):
 
     def group_arn_finding(self) -> dict[str, str]:
         """cdk-nag's IAM5 on :attr:`group_arn` in a policy, and why: the wildcard is the UUID, the ARN names one
-        group (for :func:`training_constructs.nag.acknowledge_all`)."""
+        group (for :func:`compliance.nag.acknowledge_all`)."""
         asg_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.asg.node.default_child))
         return {
             "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"

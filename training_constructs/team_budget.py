@@ -22,11 +22,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from compliance.checkov import skip_checkov
+from compliance.nag import acknowledge_all
 from team_config.model import BudgetConfig
 from team_config.naming import TEAM_TAG, budget_name, parameter_path
-from training_constructs.checkov import skip_checkov
 from training_constructs.checkpoint_store import CheckpointStore
-from training_constructs.nag import acknowledge_all
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 

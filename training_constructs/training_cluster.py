@@ -13,10 +13,10 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HOOK
+from compliance.nag import acknowledge
 from team_config.model import DEFAULT_AMI_PARAMETER, ClusterConfig
 from team_config.naming import CLUSTER_TAG, POOL_TAG, TEAM_TAG, parameter_path
 from training_constructs.checkpoint_store import CheckpointStore
-from training_constructs.nag import acknowledge
 from training_constructs.spot_fleet import FixedImage, SpotFleet
 from training_constructs.training_logs import TrainingLogs
 from training_constructs.warm_volume_pool import WarmVolumePool

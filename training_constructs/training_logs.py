@@ -7,7 +7,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from training_constructs.checkov import skip_checkov
+from compliance.checkov import skip_checkov
 
 # checkov CKV_AWS_158 (log group not encrypted with a customer-managed KMS key), on every log group of the app.
 LOG_GROUP_KMS_SKIP = (

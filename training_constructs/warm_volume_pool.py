@@ -9,8 +9,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from compliance.nag import acknowledge, acknowledge_all
 from team_config.naming import POOL_TAG
-from training_constructs.nag import acknowledge, acknowledge_all
 
 # The size every pool had before volume_size_gib existed: a pool of this size keeps its volumes' logical ids of
 # those releases (no size in the id), whatever team_config's default (also 200) becomes; another size is in the id.

@@ -1,4 +1,4 @@
-"""The compatibility layer (emulator/cfn_compat.py), item by item, against a running emulator (no CDK involved)."""
+"""The compatibility layer (emulator/cfn_compat/), item by item, against a running emulator (no CDK involved)."""
 
 from __future__ import annotations
 

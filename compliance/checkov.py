@@ -1,8 +1,8 @@
 """Skipping a checkov check: on the narrowest CloudFormation resource, exact check id, checkable reason.
 
 checkov reads ``Metadata: checkov: skip: [{id, comment}]`` on a resource of a CloudFormation template and reports
-the check as skipped with that comment; ``tests/test_security_gates.py`` runs checkov on every template and fails
-on any failed check and on any skip without a reason.
+the check as skipped with that comment. :mod:`review_gates.checkov_scan` runs checkov on the templates
+(``make review``, ``tests/test_security_gates.py``, which fails on any failed check and on any skip without a reason).
 """
 
 from __future__ import annotations
