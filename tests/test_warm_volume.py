@@ -129,11 +129,16 @@ def test_emulator_refuses_a_second_attachment_like_ec2(endpoint: str, cloud: dic
 def test_eight_nodes_racing_for_eight_volumes_never_share_one(endpoint: str, cloud: dict[str, list[str]]) -> None:
     nodes, volume_ids = cloud["instances"][:NODES], cloud["pool"] + cloud["decoys"]
     ec2 = client(endpoint)
+    node_clients = {node: client(endpoint) for node in nodes}  # each node its own, for all the rounds
+
+    def node_claims(node: str, seed: int) -> str | None:
+        return claim(endpoint, volume_ids, node, seed, ec2=node_clients[node])
+
     for round_ in range(ROUNDS):
         # Every node starts from the same shuffled order in odd rounds: the worst case, all collide.
         seeds = [round_] * NODES if round_ % 2 else list(range(round_ * NODES, (round_ + 1) * NODES))
         with ThreadPoolExecutor(max_workers=NODES) as pool:
-            results = list(pool.map(lambda args: claim(endpoint, volume_ids, *args), zip(nodes, seeds, strict=True)))
+            results = list(pool.map(node_claims, nodes, seeds))
         assert None not in results, f"round {round_}: a node found no volume although the pool had one per node"
         claimed = [v for v in results if v is not None]
         assert sorted(claimed) == sorted(cloud["pool"]), f"round {round_}: volumes shared or taken from outside"
