@@ -74,71 +74,63 @@ spec, S3 or Auto Scaling answer at boot (the node left its group, one fewer); on
 from __future__ import annotations
 
 import argparse
-import codecs
-import datetime
-import email.utils
 import hashlib
-import http.client
 import ipaddress
 import json
 import logging
 import math
 import os
-import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import boto3
-from boto3.exceptions import S3UploadFailedError
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
 from spot_training import warm_volume
+from spot_training.agent.aws_config import RETRIES, TRANSFER
+from spot_training.agent.code_fetch import download_code, inside
+from spot_training.agent.drain import DrainHold
+from spot_training.agent.errors import (
+    AWS_ERRORS,
+    IMDS_ERRORS,
+    AgentError,
+    JobFailed,
+    JobRefused,
+    LeavingBeforeTraining,
+    LocalDiskError,
+    S3Unanswered,
+    StopBeforeTraining,
+    env_float,
+    one_line,
+)
+from spot_training.agent.instance_signals import Imds, lifecycle_of
+from spot_training.agent.job import Job, load_job
+from spot_training.agent.log_shipping import Log, LogShipper, Timed, output_lines
+from spot_training.agent.peers import Peers, discover_peers, load_address_map
+from spot_training.agent.s3_objects import answered_at, key_listed, object_gone
+from spot_training.agent.settings import AgentSettings
 from spot_training.job_spec import (
     CHECKPOINT_FOLDER,
     DRAIN_HEARTBEAT_S,
     DRAIN_HOOK,
     END_MARKERS,
-    JOB_ID_RE,
     SPOT_NOTICE,
-    JobSpecError,
-    check_job,
 )
-from spot_training.peers import launch_order
 from spot_training.proctree import kill_all, process_tree
 from spot_training.sync_state import COMPLETE, STATE_DIR, SYNC_STATE, read_sync_state, step_number, write_sync_state
 from urllib3.exceptions import HTTPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# What an AWS call can raise when the service or the network misbehaves (a garbled answer is not a BotoCoreError).
-AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError, S3UploadFailedError)  # upload_file's wrapper too
-# What a metadata read can raise: no answer (URLError is an OSError) or a malformed one (BadStatusLine,
-# IncompleteRead), which http.client does not wrap, or one that is not UTF-8.
-IMDS_ERRORS = (OSError, http.client.HTTPException, UnicodeDecodeError)
 MANIFEST = "spot-training-manifest.json"
 WARM_MOUNT = "/mnt/spot-training-warm"
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-Peers = List[Tuple[str, str]]  # (instance id, private address), in launch order
-
-# 16 MiB parts, 8 in flight: S3 serves ~85-90 MB/s per connection (AWS: 8-16 MB requests, one per 85-90 MB/s),
-# so a 100 MiB checkpoint goes out over 7 connections instead of 2 (benchmarks/RESULTS.md, items 3 and 4).
-# botocore's standard retry mode (S3 SlowDown, 5xx, throttling, connection errors; back-off capped at 20 s) with
-# 8 attempts instead of its default 3: a brownout of half a minute or so is ridden out instead of raising out of
-# the agent, which would leave an idle instance behind.
-RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 8})
-TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20, max_concurrency=8)
 
 
 PART_MIN, PARTS_MAX = 16 * 2**20, 8
@@ -158,10 +150,6 @@ DRAIN_WAIT_S = 60.0
 # An instance the agent cannot hand back to its group (Auto Scaling refuses, after botocore's retries) idles billed:
 # it tries again, the pause doubling from the first value to the second, for at most HAND_BACK_RETRY_S.
 HAND_BACK_PAUSE_S, HAND_BACK_RETRY_S = (30.0, 600.0), 6 * 3600.0
-# The drain hold (DrainHold) looks every DRAIN_LOOK_S whether checkpoint bytes went to S3 and records the drain hook's
-# heartbeat at most every DRAIN_BEAT_S: a fifth of the heartbeat, so that a failed one is tried again at the next look
-# with bytes sent, several times before the hook's heartbeat runs out.
-DRAIN_LOOK_S, DRAIN_BEAT_S = 10.0, DRAIN_HEARTBEAT_S / 5
 
 
 def part_size(size: int) -> int:
@@ -173,392 +161,6 @@ def part_size(size: int) -> int:
 
 PARALLEL_FILES = 8
 PEER_LOST_WAIT_S = 10.0  # a trainer whose peer vanished gets this long to exit on SIGTERM before it is killed
-
-
-class LeavingBeforeTraining(Exception):
-    """A spot notice (or the agent's own SIGTERM) before this attempt's trainer started, or no place for this node
-    within the join timeout while its peers have enough: leave, do not join."""
-
-
-class StopBeforeTraining(LeavingBeforeTraining):
-    """The job was asked to stop (``STOP``: trainctl stop, the budget guard) before this node's trainer started:
-    leave the group for good (one node fewer), no replacement."""
-
-
-class AgentError(Exception):
-    """A one-line reason the agent stops (bad job spec, missing code, unreadable checkpoint)."""
-
-
-class JobFailed(AgentError):
-    """The job is marked ``FAILED`` with this reason (exit code 1)."""
-
-
-class S3Unanswered(AgentError):
-    """S3 refused or failed a read of a checkpoint after botocore's retries (throttling, access, outage): the
-    checkpoint itself may be good, so the restore stops here instead of skipping it for an older one."""
-
-
-class LocalDiskError(AgentError):
-    """Writing a restored checkpoint to this node's disk failed (full, read-only): the checkpoint is not at fault, so
-    the restore stops instead of skipping it for an older one (which a full disk might still hold)."""
-
-
-# What S3 answers when an object is not there (deleted since the listing) or shorter than the range asked for.
-GONE_CODES = ("NoSuchKey", "404", "NotFound", "InvalidRange")
-
-
-class JobRefused(AgentError):
-    """No node of the group can run the job: it is wrong, or none was submitted. Not for a failed read.
-
-    ``failed_at``: (bucket, key) of the job's FAILED marker, when the job spec and job id say where it goes."""
-
-    def __init__(self, reason: str, failed_at: Optional[Tuple[str, str]] = None) -> None:
-        super().__init__(reason)
-        self.failed_at = failed_at
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (a log line, a FAILED reason)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name, "")
-    try:
-        return float(value) if value else default
-    except ValueError:
-        raise AgentError(f"{name}={value!r} is not a number") from None
-
-
-# ----------------------------------------------------------------------------------------------- logging
-LINE_BREAK = re.compile(r"[\r\n]")  # PutLogEvents takes one line per event; a CR ends a line too
-
-
-class LogShipper:
-    """Sends lines to a CloudWatch Logs stream in batches from a background thread; never fails the agent.
-
-    PutLogEvents counts UTF-8 bytes, each event's message plus 26: at most 262,144 per event and 1,048,576 per
-    batch; one event too large rejects the whole batch. So a line is split at LF and at CR (a progress bar redraws
-    its line with a CR alone: a tqdm run would be one line of megabytes), empty pieces are dropped, and a piece
-    longer than one event holds goes in several (split on character boundaries, nothing dropped). A call that fails
-    is counted; stderr (the console) says so at the first, then at most every ``WARN_EVERY_S`` with the counts so
-    far, and once more at ``close`` if any failed. The lines themselves are on stderr already."""
-
-    MAX_EVENTS, MAX_BATCH_BYTES, MAX_EVENT_BYTES, EVENT_OVERHEAD = 5000, 1_048_576, 262_144, 26
-    MAX_MESSAGE_BYTES = MAX_EVENT_BYTES - EVENT_OVERHEAD
-    WARN_EVERY_S = 300.0
-
-    def __init__(self, client: Any, group: str, stream: str, flush_s: float = 2.0) -> None:
-        self.client, self.group, self.stream, self.flush_s = client, group, stream, flush_s
-        self.pending: List[Tuple[int, str, int]] = []  # (timestamp ms, message, its UTF-8 bytes)
-        self.lock = threading.Lock()
-        # one flush at a time: a caller's flush (before the instance may go) returns only once a batch the
-        # background thread is sending has been sent too, and the stream gets its batches in order
-        self.sending = threading.Lock()
-        self.stopped = threading.Event()
-        self.failures = self.lost = 0  # failed calls, and lines they did not ship
-        self.warned_at = 0.0
-        try:
-            client.create_log_stream(logGroupName=group, logStreamName=stream)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceAlreadyExistsException":
-                self._failed(0, exc)
-        except AWS_ERRORS as exc:  # no answer at all (no route to CloudWatch Logs): lines still reach stderr
-            self._failed(0, exc)
-        self.thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def messages(cls, piece: str) -> List[Tuple[str, int]]:
-        """``piece`` as events' messages with their sizes in bytes: one, or, above ``MAX_MESSAGE_BYTES`` of UTF-8,
-        several, split on character boundaries (nothing is dropped). Characters UTF-8 cannot encode (lone
-        surrogates) become "?"."""
-        data, found = piece.encode("utf-8", "replace"), []
-        while data:
-            end = min(len(data), cls.MAX_MESSAGE_BYTES)
-            while end < len(data) and data[end] & 0xC0 == 0x80:  # never half a character: back to its first byte
-                end -= 1
-            found.append((data[:end].decode("utf-8"), end))
-            data = data[end:]
-        return found
-
-    def emit(self, line: str) -> None:
-        now = int(time.time() * 1000)
-        events = [(now, *message) for piece in LINE_BREAK.split(line) if piece for message in self.messages(piece)]
-        with self.lock:
-            self.pending.extend(events)
-
-    def _failed(self, lines: int, why: object) -> None:
-        """A call that failed (or an answer that rejected some events): counted, and said on stderr at the first and
-        then at most every ``WARN_EVERY_S``."""
-        with self.lock:
-            self.failures += 1
-            self.lost += lines
-            now = time.monotonic()
-            say = self.failures == 1 or now - self.warned_at >= self.WARN_EVERY_S
-            if say:
-                self.warned_at = now
-            failures, lost = self.failures, self.lost
-        if say:
-            print(
-                f"node-agent: warning: cannot ship logs to {self.group}/{self.stream} "
-                f"({failures} failed call(s), {lost} line(s) not shipped so far): {why}",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def _run(self) -> None:
-        while not self.stopped.wait(self.flush_s):
-            self.flush()
-
-    def flush(self) -> None:
-        with self.sending:
-            self._send()
-
-    def _send(self) -> None:
-        with self.lock:
-            events, self.pending = sorted(self.pending, key=lambda e: e[0]), []
-        start = 0
-        while start < len(events):
-            end, size = start, 0
-            while end < len(events) and end - start < self.MAX_EVENTS:
-                size += events[end][2] + self.EVENT_OVERHEAD
-                if size > self.MAX_BATCH_BYTES and end > start:
-                    break
-                end += 1
-            batch = [{"timestamp": t, "message": m} for t, m, _ in events[start:end]]
-            start = end
-            try:
-                answer = self.client.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=batch)
-            except Exception as exc:
-                self._failed(len(batch), exc)
-                continue
-            rejected = answer.get("rejectedLogEventsInfo") if isinstance(answer, dict) else None
-            if rejected:  # too old or too new for CloudWatch: the rest of the batch is in
-                self._failed(0, f"some of {len(batch)} event(s) rejected: {rejected}")
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=10)
-        self.flush()
-        if self.failures:
-            print(
-                f"node-agent: warning: {self.failures} call(s) to ship logs to {self.group}/{self.stream} failed; "
-                f"{self.lost} line(s) not shipped (they are on this console)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
-def output_lines(stream: Any, longest: int = LogShipper.MAX_MESSAGE_BYTES, chunk: int = 65536) -> Iterator[str]:
-    """The lines a process writes to ``stream`` (a binary pipe) as they come: split at LF and at CR (a progress bar
-    redraws its line with a CR alone), trailing blanks stripped, empty ones left out, decoded as UTF-8 (a
-    character split between two reads stays whole; invalid bytes become U+FFFD). A line still without a break after
-    ``longest`` characters is passed on in pieces of that many, so memory stays bounded."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    rest = ""
-    while True:
-        data = stream.read1(chunk)
-        *lines, rest = LINE_BREAK.split(rest + decoder.decode(data, final=not data))
-        if not data:
-            lines.append(rest)
-            rest = ""
-        while len(rest) > longest:
-            lines.append(rest[:longest])
-            rest = rest[longest:]
-        for line in lines:
-            line = line.rstrip()
-            if line:
-                yield line
-        if not data:
-            return
-
-
-class Log:
-    def __init__(self, instance_id: str) -> None:
-        self.instance_id = instance_id
-        self.shipper: Optional[LogShipper] = None
-
-    def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} node-agent {self.instance_id} {message}"
-        print(line, file=sys.stderr, flush=True)
-        if self.shipper is not None:
-            self.shipper.emit(line)
-
-    def raw(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-        if self.shipper is not None:
-            self.shipper.emit(line)
-
-
-class Timed:
-    """``with Timed(log, "restore"):`` logs how long a step took."""
-
-    def __init__(self, log: Callable[[str], None], what: str) -> None:
-        self.log, self.what = log, what
-
-    def __enter__(self) -> "Timed":
-        self.start = time.monotonic()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.seconds = time.monotonic() - self.start
-        self.log(f"step '{self.what}' took {self.seconds:.2f} s{' (failed)' if exc[0] else ''}")
-
-
-# ----------------------------------------------------------------------------------------------- job spec
-class Job:
-    """The validated job: the stack's spec merged with the submitted job's overrides."""
-
-    def __init__(self, spec: Dict[str, Any]) -> None:
-        self.spec = spec
-        self.job_id: str = spec["job_id"]
-        self.bucket: str = spec["bucket"]
-        self.prefix: str = spec["prefix"]
-        self.code_key: str = spec["code_key"]
-        self.argv: List[str] = spec["argv"]
-        self.python: str = spec["python"]
-        self.nproc_per_node: int = spec["nproc_per_node"]
-        self.min_nodes: int = spec["min_nodes"]
-        self.max_nodes: int = spec["max_nodes"]
-        self.checkpoint_dir: str = spec["checkpoint_dir"]
-        self.checkpoint_interval_s: Optional[float] = spec["checkpoint_interval_s"]
-        self.checkpoint_wait_for_upload: bool = spec["checkpoint_wait_for_upload"]
-        self.mtbi_s: float = spec["mean_time_between_interruptions_s"]
-        self.max_restarts: int = spec["max_restarts"]
-        self.grace_s: float = spec["interruption_grace_s"]
-        self.rendezvous_port: int = spec["rendezvous_port"]
-        self.log_group: str = spec["log_group"]
-        self.stall_timeout_s: Optional[int] = spec["stall_timeout_s"]  # None: the stall watchdog is off
-        self.warm_pool: Optional[Dict[str, Any]] = spec["warm_pool"]
-
-    @property
-    def job_prefix(self) -> str:
-        return f"{self.prefix}{self.job_id}/"
-
-
-def validate_job(spec: Any, current: Any, current_name: str) -> Job:
-    try:
-        return Job(check_job(spec, current, current_name))
-    except JobSpecError as exc:
-        raise JobRefused(str(exc), failed_marker(spec, current)) from None
-
-
-def failed_marker(spec: Any, current: Any) -> Optional[Tuple[str, str]]:
-    """(bucket, key) of the FAILED marker of a job the agent refuses, if its spec and job id can say where."""
-    if not (isinstance(spec, dict) and isinstance(current, dict) and JOB_ID_RE.match(str(current.get("job_id")))):
-        return None
-    bucket, cluster = spec.get("bucket"), spec.get("cluster")
-    if not (isinstance(bucket, str) and bucket and isinstance(cluster, str) and cluster):
-        return None
-    return bucket, f"{cluster}/{current['job_id']}/FAILED"
-
-
-def load_job(ssm: Any, spec_parameter: str) -> Job:
-    spec = _read_parameter(ssm, spec_parameter, required=True)
-    current_name = spec.get("current_job_parameter") if isinstance(spec, dict) else None
-    if not isinstance(current_name, str) or not current_name.startswith("/"):
-        raise JobRefused(f"current_job_parameter must be an SSM parameter name, got {current_name!r}")
-    current = _read_parameter(ssm, current_name, required=False)
-    if current is None:
-        raise JobRefused(f"no job submitted: SSM parameter {current_name} does not exist (submit a job first)")
-    return validate_job(spec, current, current_name)
-
-
-def _read_parameter(ssm: Any, name: str, required: bool) -> Any:
-    try:
-        value = ssm.get_parameter(Name=name)["Parameter"]["Value"]
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound" and not required:
-            return None
-        raise AgentError(f"cannot read SSM parameter {name}: {exc.response.get('Error', {}).get('Code')}") from None
-    try:
-        return json.loads(value)
-    except ValueError as exc:
-        raise JobRefused(f"SSM parameter {name} is not valid JSON: {exc}") from None
-
-
-# ----------------------------------------------------------------------------------------------- code
-def safe_extract(archive: str, dest: str) -> None:
-    """Unpack a tar archive, refusing absolute paths, '..', links and device files."""
-    try:
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            for m in members:
-                parts = m.name.replace("\\", "/").split("/")
-                if m.name.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", m.name):
-                    raise AgentError(f"code archive member {m.name!r} escapes the code directory")
-                if not (m.isfile() or m.isdir()):
-                    raise AgentError(f"code archive member {m.name!r} is a link or special file; only files and dirs")
-            for m in members:
-                target = os.path.join(dest, m.name)
-                if m.isdir():
-                    os.makedirs(target, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(target) or dest, exist_ok=True)
-                src = tar.extractfile(m)
-                assert src is not None
-                with src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                os.chmod(target, 0o755 if m.mode & 0o111 else 0o644)
-    except tarfile.TarError as exc:
-        raise AgentError(f"code archive is not a readable tar file: {exc}") from None
-
-
-def inside(path: str, root: str) -> bool:
-    """``path`` is ``root`` or under it (links resolved)."""
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    return path == root or path.startswith(root + os.sep)
-
-
-def key_listed(s3: Any, bucket: str, key: str) -> bool:
-    """``key`` exists, by listing it: S3 answers a GetObject or HeadObject of a missing key with 403, not 404, to a
-    caller whose ListBucket is limited by an ``s3:prefix`` condition (the node role's)."""
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-    return bool(listed) and listed[0]["Key"] == key  # a key sorts before every longer key it prefixes
-
-
-def answered_at(response: Dict[str, Any]) -> datetime.datetime:
-    """When S3 answered, by S3's own clock (the answer's Date header), to be compared with the LastModified times it
-    lists; this node's clock when the header is missing or unreadable."""
-    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    try:
-        when = email.utils.parsedate_to_datetime(date)
-    except (TypeError, ValueError, IndexError):  # None, or not an HTTP date (Python 3.8 raises TypeError for both)
-        return datetime.datetime.now(datetime.timezone.utc)
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
-
-
-def object_gone(s3: Any, bucket: str, key: str, exc: Exception) -> bool:
-    """Whether the failed read ``exc`` of ``key`` means the object is not there: S3 says so, or a listing no longer
-    has it (a 403 may be a missing key, see ``key_listed``). A listing that fails too says nothing: not gone."""
-    code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
-    if code in GONE_CODES:
-        return True
-    try:
-        return not key_listed(s3, bucket, key)
-    except AWS_ERRORS:
-        return False
-
-
-def download_code(s3: Any, job: Job, work_dir: str) -> str:
-    code_dir = os.path.join(work_dir, job.job_id, "code")
-    shutil.rmtree(code_dir, ignore_errors=True)
-    os.makedirs(code_dir)
-    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        archive = os.path.join(tmp, "code.tar")
-        try:
-            s3.download_file(job.bucket, job.code_key, archive, Config=TRANSFER)
-        except ClientError as exc:
-            if object_gone(s3, job.bucket, job.code_key, exc):
-                raise AgentError(f"code object s3://{job.bucket}/{job.code_key} does not exist") from None
-            code = exc.response.get("Error", {}).get("Code")
-            raise AgentError(f"cannot download s3://{job.bucket}/{job.code_key}: {code}") from None
-        safe_extract(archive, code_dir)
-    target = job.argv[0] if job.argv[0] != "-m" else None
-    if target is not None and not os.path.isfile(os.path.join(code_dir, target)):
-        raise AgentError(f"command script {target!r} is not in the code archive s3://{job.bucket}/{job.code_key}")
-    return code_dir
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
@@ -1311,183 +913,7 @@ class StallWatch:
         return f"trainer made no progress (no output, no checkpoint write) for {self.stall_s:g} s"
 
 
-# ----------------------------------------------------------------------------------------------- IMDS
-class Imds:
-    """IMDSv2 client; the endpoint comes from AWS_EC2_METADATA_SERVICE_ENDPOINT like botocore's."""
-
-    def __init__(self, endpoint: Optional[str] = None, timeout_s: float = 2.0) -> None:
-        default = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or "http://169.254.169.254"
-        self.endpoint = (endpoint or default).rstrip("/")
-        if not self.endpoint.startswith(("http://", "https://")):
-            raise AgentError(f"IMDS endpoint must be http(s)://, got {self.endpoint!r}")
-        self.timeout_s = timeout_s
-        self.token: Optional[str] = None
-
-    def _token(self) -> str:
-        request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
-            f"{self.endpoint}/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "21600"}
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310 - fixed http(s) URL
-            return resp.read().decode()
-
-    def get(self, path: str) -> Optional[str]:
-        """``latest/meta-data/<path>``; None when IMDS answers 404 (e.g. no interruption notice)."""
-        token = self.token  # one read: another thread may drop the shared one meanwhile
-        for attempt in range(2):
-            if token is None:
-                token = self.token = self._token()
-            request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
-                f"{self.endpoint}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310
-                    return resp.read().decode()
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    return None
-                if exc.code == 401 and attempt == 0:
-                    token = self.token = None
-                    continue
-                raise
-        return None
-
-
-# ----------------------------------------------------------------------------------------------- peers
-def load_address_map() -> Dict[str, str]:
-    path = os.environ.get("SPOT_TRAINING_PEER_ADDRESS_MAP")
-    if not path:
-        return {}
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        assert isinstance(data, dict)
-        for key, value in data.items():
-            ipaddress.ip_address(key)
-            ipaddress.ip_address(value)
-    except (OSError, ValueError, AssertionError) as exc:
-        raise AgentError(f"SPOT_TRAINING_PEER_ADDRESS_MAP {path}: not a JSON object of IP -> IP ({exc})") from None
-    return {str(k): str(v) for k, v in data.items()}
-
-
-def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] = None) -> Peers:
-    """(instance id, private IP) of the group's InService instances in launch order (``spot_training.peers``):
-    element 0 hosts the rendezvous.
-
-    Instances in ``leaving`` (they announced an interruption notice) are left out: they are still InService
-    until the group replaces them, but will not join another rendezvous.
-    """
-    groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
-    if not groups:
-        raise AgentError(f"Auto Scaling group {group} does not exist")
-    ids = sorted(
-        i["InstanceId"]
-        for i in groups[0]["Instances"]
-        if i.get("LifecycleState") == "InService" and i["InstanceId"] not in (leaving or set())
-    )
-    if not ids:
-        return []
-    found: List[Dict[str, Any]] = []
-    for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
-        for reservation in page["Reservations"]:
-            # Running only: a node EC2 took hard (no notice seen) stays InService until the group's next health
-            # check, and as the oldest launch it would be elected host again, every peer's torchrun failing on it.
-            found.extend(
-                inst
-                for inst in reservation["Instances"]
-                if inst.get("PrivateIpAddress") and inst.get("State", {}).get("Name") == "running"
-            )
-    ips = {inst["InstanceId"]: inst["PrivateIpAddress"] for inst in found}
-    return [(i, ips[i]) for i in launch_order(found)]
-
-
 # ----------------------------------------------------------------------------------------------- agent
-def lifecycle_of(asg: Any, instance_id: str) -> Tuple[Optional[str], str]:
-    """(the instance's lifecycle state in its group, the group's name); (None, "") once it is in no group."""
-    found = asg.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
-    return (found[0]["LifecycleState"], found[0]["AutoScalingGroupName"]) if found else (None, "")
-
-
-class DrainHold:
-    """Keeps the group's drain hook from ending the instance under a checkpoint upload. The hook holds an instance
-    its group ends for ``DRAIN_HEARTBEAT_S``: enough for the trainer's save (the grace, under 120 s) and a usual final
-    upload, not for a very large checkpoint or a slow S3. For the whole job the hold looks every ``look_s``. When
-    checkpoint bytes went to S3 (``sent``) since its last look, at most every ``beat_s``, and only while ``ending``
-    (no trainer runs and the group ends the instance: ``target-lifecycle-state`` ``Terminated`` in the metadata) and
-    the group holds it in ``Terminating:Wait``, it records the hook's heartbeat (``RecordLifecycleActionHeartbeat``:
-    the hook's ``DRAIN_HEARTBEAT_S`` start again). That covers the final upload after the group's own notice, and one
-    the group interrupts (after a stop, a peer's agent sets the group to 0 while rank 0's node may still upload). No
-    bytes, no heartbeat: a finished, failed or hung upload keeps the instance at most ``DRAIN_HEARTBEAT_S`` after the
-    last one. Nor while a trainer runs: an agent that missed the group's notice would otherwise renew the hook with
-    every periodic checkpoint. AWS ends a wait after 100 heartbeat timeouts (or 48 h) whatever the agent does."""
-
-    def __init__(
-        self,
-        asg: Any,
-        instance_id: str,
-        log: Callable[[str], None],
-        sent: Callable[[], int],
-        ending: Callable[[], bool],
-        look_s: float = DRAIN_LOOK_S,
-        beat_s: float = DRAIN_BEAT_S,
-    ) -> None:
-        self.asg, self.instance_id, self.log, self.sent, self.ending = asg, instance_id, log, sent, ending
-        self.look_s, self.beat_s = look_s, beat_s
-        self.done = threading.Event()
-        self.thread: Optional[threading.Thread] = None
-        self.lock = threading.Lock()  # start() and stop() may come from different threads
-        self.beat_at = -math.inf  # time.monotonic() of the last heartbeat
-        self.seen = 0  # ``sent()`` at the last look
-
-    def start(self) -> None:
-        """Idempotent: the first call starts the hold's thread (bytes sent before it are not counted)."""
-        with self.lock:
-            if self.thread is None and not self.done.is_set():
-                self.seen = self.sent()
-                self.thread = threading.Thread(target=self._run, name="drain-hold", daemon=True)
-                self.thread.start()
-
-    def stop(self) -> None:
-        """Before the hook is completed: no heartbeat after it (a short wait for one in flight)."""
-        self.done.set()
-        with self.lock:
-            thread = self.thread
-        if thread is not None:
-            thread.join(timeout=1)  # a heartbeat after the completion is refused by AWS; no need to wait long
-
-    def _run(self) -> None:
-        while not self.done.wait(self.look_s):
-            try:
-                self.look()
-            except Exception as exc:  # an odd answer must not end the hold for the rest of the job
-                if not self.done.is_set():
-                    self.log(f"drain hold: {type(exc).__name__}: {one_line(exc)}; it looks again in {self.look_s:g} s")
-
-    def look(self) -> None:
-        sent = self.sent()
-        moved, self.seen = sent - self.seen, sent
-        if not moved or time.monotonic() - self.beat_at < self.beat_s or not self.ending():
-            return  # nothing under way, a heartbeat not yet due, or the group keeps the instance
-        state, group = lifecycle_of(self.asg, self.instance_id)
-        if state != "Terminating:Wait" or self.done.is_set():
-            return
-        try:
-            self.asg.record_lifecycle_action_heartbeat(
-                AutoScalingGroupName=group, LifecycleHookName=DRAIN_HOOK, InstanceId=self.instance_id
-            )
-        except AWS_ERRORS as exc:
-            if not self.done.is_set():
-                self.log(
-                    f"could not record {DRAIN_HOOK}'s heartbeat ({one_line(exc)}); the next look with bytes sent "
-                    "tries again"
-                )
-            return
-        self.beat_at = time.monotonic()
-        self.log(
-            f"checkpoint upload under way ({moved / 2**20:.1f} MiB in the last {self.look_s:g} s): recorded "
-            f"{DRAIN_HOOK}'s heartbeat, {group} holds this instance up to {DRAIN_HEARTBEAT_S} s more"
-        )
-
-
 class Agent:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -1500,16 +926,12 @@ class Agent:
             for name in ("ssm", "s3", "autoscaling", "ec2", "logs")
         )
         self.imds = Imds()
-        self.poll_s = env_float("SPOT_TRAINING_POLL_INTERVAL_S", 5.0)
-        self.join_timeout_s = env_float("SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S", 600.0)
+        settings = AgentSettings.from_env()
+        self.poll_s, self.join_timeout_s = settings.poll_s, settings.join_timeout_s
         # How long a ready node waits for its InService peers at an elastic job's first attempt (wait_for_ready_peers)
-        self.start_wait_s = env_float("SPOT_TRAINING_START_WAIT_S", 300.0)
-        self.barrier_s = env_float("SPOT_TRAINING_DONE_BARRIER_S", 120.0)
-        self.keep = int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2))
-        self.test_stall_timeout_s = env_float("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", 0.0)
-        self.test_last_call_s = int(env_float("SPOT_TRAINING_TEST_RDZV_LAST_CALL_S", 0.0))
-        self.node_root = os.environ.get("SPOT_TRAINING_NODE_ROOT", "").rstrip("/")
-        self.work_dir = os.environ.get("SPOT_TRAINING_WORK_DIR") or self.node_root + "/opt/spot-training/work"
+        self.start_wait_s, self.barrier_s, self.keep = settings.start_wait_s, settings.barrier_s, settings.keep
+        self.test_stall_timeout_s, self.test_last_call_s = settings.test_stall_timeout_s, settings.test_last_call_s
+        self.node_root, self.work_dir = settings.node_root, settings.work_dir
         load_address_map()  # a broken map is a bad input: say so before anything runs
         self.stop_signal = threading.Event()
         self.peers: Peers = []

@@ -24,6 +24,9 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
+from spot_training.agent.drain import DrainHold
+from spot_training.agent.instance_signals import Imds as InstanceMetadata
+from spot_training.agent.job import load_job
 from spot_training.job_spec import DRAIN_HOOK
 
 from emulator.imds import ImdsMock
@@ -102,7 +105,7 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
     agent.imds = Imds()  # no notice; never the real metadata address
     agent.poll_s = 0.05
     agent.group = cluster.group
-    return agent, node_agent.load_job(agent.ssm, cluster.spec_parameter), lines
+    return agent, load_job(agent.ssm, cluster.spec_parameter), lines
 
 
 def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: float) -> tuple[Any, Any, list[str]]:
@@ -265,7 +268,7 @@ def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_toke
     with ImdsMock(instance_id=agent.instance_id) as mock:
         mock.terminating()
         mock.values["spot/instance-action"] = b"\xff\xfe{"
-        agent.imds = node_agent.Imds(mock.url)
+        agent.imds = InstanceMetadata(mock.url)
         assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
         mock.tokens.clear()  # the agent's token no longer counts: 401, a new token, the answer
         assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
@@ -819,7 +822,7 @@ def test_a_failed_heartbeat_is_logged_and_tried_again_at_the_next_look_with_byte
 
     lines: list[str] = []
     sent = [0]
-    hold = node_agent.DrainHold(Asg(), "i-1", lines.append, lambda: sent[0], lambda: True, look_s=10.0, beat_s=0.0)
+    hold = DrainHold(Asg(), "i-1", lines.append, lambda: sent[0], lambda: True, look_s=10.0, beat_s=0.0)
     sent[0] = 2**20
     hold.look()
     hold.look()  # no bytes since: no try

@@ -16,7 +16,8 @@ from typing import Any
 import node_agent
 import pytest
 from botocore.exceptions import ClientError
-from node_agent import MANIFEST, AgentError, CheckpointStore, safe_extract
+from node_agent import MANIFEST, AgentError, CheckpointStore
+from spot_training.agent.code_fetch import safe_extract
 from urllib3.exceptions import ProtocolError
 
 from .conftest import Clients

@@ -1,0 +1,39 @@
+"""The node agent's duties, one module each; ``node_agent.py`` is the entry point and the supervisor over them.
+
+Stdlib + boto3 only, Python 3.8+, as everything on the node. Dependencies point one way: ``node_agent`` imports these
+modules; they import ``errors`` (and the few leaves named below) and ``spot_training``'s shared modules, never
+``node_agent`` nor each other in circles.
+
+Modules of this package (leaf duties):
+  ``errors``            the AWS and metadata errors the agent rides out (``AWS_ERRORS``, ``IMDS_ERRORS``), its
+                        one-line reasons (``AgentError``, ``JobFailed``, ``JobRefused``, ``S3Unanswered``,
+                        ``LocalDiskError``, ``LeavingBeforeTraining``, ``StopBeforeTraining``), ``one_line``,
+                        ``env_float``
+  ``settings``          the environment knobs (``SPOT_TRAINING_POLL_INTERVAL_S``, ..._WORK_DIR, ...) as a frozen
+                        ``AgentSettings`` read once at start
+  ``aws_config``        botocore's retries (``RETRIES``) and S3 transfers' parts and concurrency (``TRANSFER``)
+  ``s3_objects``        S3 probes: a key exists by listing (``key_listed``), a failed read means the object is gone
+                        (``object_gone``), S3's clock of an answer (``answered_at``)
+  ``job``               the job spec: the SSM job-spec parameter merged with the submitted job, validated (``Job``,
+                        ``load_job``; the schema itself is ``spot_training.job_spec``)
+  ``code_fetch``        the code archive: download from S3 and safe unpacking (``download_code``, ``safe_extract``)
+  ``log_shipping``      the agent's log (``Log``), CloudWatch Logs batches (``LogShipper``), the trainer's output as
+                        lines (``output_lines``), step timing (``Timed``)
+  ``instance_signals``  IMDSv2 (``Imds``: spot notice, rebalance recommendation, target lifecycle state) and the
+                        instance's lifecycle state in its group (``lifecycle_of``)
+  ``peers``             the group's InService, running instances in launch order (``discover_peers``; element 0
+                        hosts the rendezvous) and the private-address map (``load_address_map``)
+  ``drain``             the drain hook's hold (``DrainHold``): heartbeats while a final checkpoint upload is under way
+
+Duties that ``node_agent.py`` still holds (each the next to move here):
+  checkpoint store      ``CheckpointStore``: the manifest protocol, parallel upload, verified ranged download, restore
+                        of the newest complete checkpoint, prune (``MANIFEST``, ``TRANSFER`` parts)
+  checkpoint-dir sync   ``Syncer``: snapshots of the trainer's checkpoint directory (step and flat layouts) uploaded
+                        with the manifest rule; ``local_steps``, ``step_files``, ``remove_partial_writes``
+  stall watchdog        ``StallWatch``: job-wide progress (output, checkpoint writes, peers' ``progress`` markers)
+  S3 markers            ``Agent.put_marker``, ``marker``, ``node_markers``: the job's ``DONE``/``FAILED``/``STOPPED``/
+                        ``STOP`` markers and each node's ``nodes/<id>/{done,leaving,synced,save-request,progress,
+                        ready,training}`` markers (JSON with the writer's ``time``)
+  supervisor            ``Agent``: boot, warm volume, restore, wait for peers, run torchrun, watch notices, drain,
+                        finish (DONE / FAILED / STOPPED / leave the group)
+"""
