@@ -113,9 +113,11 @@ from spot_training.agent.errors import (
 from spot_training.agent.instance_signals import Imds, lifecycle_of
 from spot_training.agent.job import Job, load_job
 from spot_training.agent.log_shipping import Log, LogShipper, Timed, output_lines
+from spot_training.agent.markers import END_OF_TRAINING, PROGRESS_MARKER, READY_MARKER, stamp
 from spot_training.agent.peers import Peers, discover_peers, load_address_map
 from spot_training.agent.s3_objects import answered_at, key_listed, object_gone
 from spot_training.agent.settings import AgentSettings
+from spot_training.agent.stall import StallWatch
 from spot_training.job_spec import (
     CHECKPOINT_FOLDER,
     DRAIN_HEARTBEAT_S,
@@ -139,11 +141,6 @@ RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3tr
 # before the restore gives up with S3's answer: never skipped for an older one, which would lose progress.
 UNANSWERED_TRIES, UNANSWERED_PAUSE_S = 3, 30.0
 RESTORE_LISTINGS = 3  # a restore that finds nothing readable lists again: newer checkpoints may have replaced them
-# a node's markers written when its trainer stopped, or it leaves: after them, its ``training`` marker is stale
-END_OF_TRAINING = ("synced", "leaving", "done")
-PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
-READY_MARKER = "ready"  # nodes/<id>/ready: at an elastic job's first attempt, restored and about to start torchrun
-STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
 # After the agent let the instance go (left its group, scaled it to 0), how long it waits for the group to start
 # ending it before it exits without completing the drain hook (the hook's heartbeat then bounds the wait).
 DRAIN_WAIT_S = 60.0
@@ -550,11 +547,6 @@ def remove_partial_writes(checkpoint_dir: str) -> None:
             shutil.rmtree(os.path.join(checkpoint_dir, name), ignore_errors=True)
 
 
-def stamp(marker: Dict[str, Any]) -> float:
-    """When a marker was written (``put_marker``'s ``time``, the writer's clock); 0 if it says not."""
-    return float(marker.get("time", 0))
-
-
 def local_steps(checkpoint_dir: str) -> List[int]:
     """The step directories (``<dir>/<step>/``) in a checkpoint directory that hold a file, oldest first. An empty
     one (a script that made it and crashed) is no checkpoint: not the newest, not a resume step."""
@@ -803,114 +795,6 @@ class Syncer:
             self.flat_uploaded = fingerprint
             interval = self.job.checkpoint_interval_s or young_daly_s(self.last_upload_s, self.job.mtbi_s)
             self.flat_due = time.monotonic() + interval
-
-
-class StallWatch:
-    """The stall watchdog of one trainer run (``job.stall_timeout_s``). Progress is job-wide: an output line or a
-    checkpoint write of this node's trainer, a peer's ``nodes/<id>/progress`` marker (which a peer writes when its
-    trainer shows either), or a checkpoint of the job newly durable in S3. None for ``stall_s`` ends the trainer.
-
-    The clock starts with the trainer (not with the restore or the wait for peers before it). S3 is listed only
-    when the watchdog would otherwise fire (the agent's polls list ``nodes/`` anyway, and feed :meth:`peers_seen`).
-    """
-
-    def __init__(self, agent: "Agent", job: Job, syncer: Syncer, stall_s: float) -> None:
-        self.agent, self.job, self.syncer, self.stall_s = agent, job, syncer, stall_s
-        now = time.monotonic()
-        self.last_output = now  # when (monotonic) the trainer last printed a line (the pump thread sets it)
-        # The job's newest durable checkpoint as the trainer started, and when the watchdog last found a newer one.
-        self.durable_seen, self.durable_at = agent.newest_before, 0.0
-        self.peer_at = 0.0  # when (monotonic, from S3's times) a peer last wrote its progress marker, as listed
-        self.marked = now  # the local progress this node's last progress marker stands for (none yet)
-        self.marked_at = -math.inf  # when this node last wrote it
-        self.failing_since: Optional[float] = None  # when the watchdog's listing began to fail (None: it answers)
-        self.logged_at: Dict[str, float] = {}  # what -> when a repeated failure was last logged
-
-    def output(self) -> None:
-        self.last_output = time.monotonic()
-
-    def shown(self) -> float:
-        """When (monotonic) this node's trainer last showed progress: an output line or a checkpoint write a sync
-        round saw."""
-        return max(self.last_output, self.syncer.changed_at)
-
-    def local(self) -> float:
-        """``shown``, or now while a sync round runs (an upload can take minutes, and nothing scans meanwhile)."""
-        return max(self.shown(), self.syncer.last_write())
-
-    def progress_at(self) -> float:
-        return max(self.local(), self.durable_at, self.peer_at)
-
-    def log_sometimes(self, what: str, message: str) -> None:
-        """Log ``message`` unless a line about ``what`` was logged in the last minute: a failure that lasts is not
-        a line every poll."""
-        now = time.monotonic()
-        if now - self.logged_at.get(what, -math.inf) >= STALL_LOG_EVERY_S:
-            self.logged_at[what] = now
-            self.agent.log(message)
-
-    def mark(self) -> None:
-        """Tell the other nodes this one makes progress (``nodes/<id>/progress``; their trainers may show none: a
-        script that prints and saves on rank 0 only), when its trainer showed some since the last marker, at most
-        every ``stall_s`` / 4. Only progress the trainer showed: neither a peer's passed on nor a sync round that
-        merely runs, either of which would keep a hung job alive."""
-        local, now = self.shown(), time.monotonic()
-        if local <= self.marked or now - self.marked_at < self.stall_s / 4:
-            return
-        try:
-            self.agent.put_marker(self.job, f"nodes/{self.agent.instance_id}/{PROGRESS_MARKER}", {})
-        except AWS_ERRORS as exc:  # tried again next poll
-            self.log_sometimes("mark", f"stall watchdog: could not write this node's progress marker ({exc})")
-            return
-        self.marked, self.marked_at = local, now
-
-    def peers_seen(self, ages: Dict[str, float], listed_at: float) -> None:
-        """A listing of ``nodes/`` answered at ``listed_at`` (monotonic): {instance id: seconds since its progress
-        marker was written}. This node's own marker is left out (its own progress is known here exactly)."""
-        for instance_id, age in ages.items():
-            if instance_id != self.agent.instance_id:
-                self.peer_at = max(self.peer_at, listed_at - age)
-
-    def stalled(self) -> Optional[str]:
-        """Why to end the trainer (no progress anywhere in the job for ``stall_s``), or None. Before it says so, one
-        listing of the peers' progress markers and, if they show none, one of the job's checkpoints. A listing that
-        keeps failing counts as no progress once it has failed for a further ``stall_s``: an S3 outage must not
-        keep the watchdog from ever firing."""
-        if time.monotonic() - self.progress_at() < self.stall_s:
-            return None
-        failed: List[str] = []
-        try:
-            ages: Dict[str, float] = {}
-            self.agent.node_markers(self.job, ages)
-            self.peers_seen(ages, time.monotonic())
-        except AWS_ERRORS as exc:
-            failed.append(f"the nodes' progress markers ({exc})")
-        if time.monotonic() - self.progress_at() >= self.stall_s:
-            try:
-                newest = self.syncer.store.newest_complete()
-            except AWS_ERRORS as exc:
-                failed.append(f"the job's checkpoints ({exc})")
-            else:
-                if newest is not None and (self.durable_seen is None or newest > self.durable_seen):
-                    self.durable_seen, self.durable_at = newest, time.monotonic()
-        now = time.monotonic()
-        if now - self.progress_at() < self.stall_s:
-            self.failing_since = None
-            return None
-        if failed:
-            if self.failing_since is None:
-                self.failing_since = now
-            if now - self.failing_since < self.stall_s:
-                self.log_sometimes(
-                    "list",
-                    f"stall watchdog: could not list {' or '.join(failed)}; asking again (after {self.stall_s:g} s "
-                    "more of failures: counted as no progress)",
-                )
-                return None
-            self.agent.log(
-                f"stall watchdog: no answer listing the job's progress for {self.stall_s:g} s: counted as no progress"
-            )
-        return f"trainer made no progress (no output, no checkpoint write) for {self.stall_s:g} s"
 
 
 # ----------------------------------------------------------------------------------------------- agent
