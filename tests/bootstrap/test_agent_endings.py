@@ -20,6 +20,8 @@ import node_agent
 import pytest
 from botocore.exceptions import ClientError
 from moto.autoscaling.models import FakeAutoScalingGroup
+from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.local_checkpoints import local_steps
 from spot_training.sync_state import read_sync_state
 
 from trainctl import jobs
@@ -446,9 +448,7 @@ def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     no new checkpoint, and the job was FAILED one restart early."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
     log: list[str] = []
-    store = node_agent.CheckpointStore(
-        cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append
-    )
+    store = CheckpointStore(cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append)
     for step in (1, 2):
         (tmp_path / "model.bin").write_text(f"state {step}")
         store.upload(step, {"model.bin": str(tmp_path / "model.bin")}, "flat")
@@ -475,7 +475,7 @@ def flat_syncer(aws: Any, tmp_path: Path, interval_s: Optional[float]) -> tuple[
     bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
     aws.s3.create_bucket(Bucket=bucket)
     log: list[str] = []
-    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    store = CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
     job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": interval_s, "mtbi_s": 3600.0})
     return store, node_agent.Syncer(store, job, log.append, 2), log
 
@@ -620,7 +620,7 @@ def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tm
     assert syncer.sync(final=True) == 1
     assert syncer.pending() is None
     assert not [line for line in log if "sync failed" in line], log
-    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/1/{node_agent.MANIFEST}")["Body"].read()
+    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/1/{MANIFEST}")["Body"].read()
     assert json.loads(manifest)["files"].keys() == {"model-20.bin"}
 
 
@@ -631,7 +631,7 @@ def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, t
     (ckpt / "000500").mkdir(parents=True)
     (ckpt / "000500" / "model.pt").write_text("state at step 500")
     store, syncer, _ = flat_syncer(aws, ckpt, 0.01)
-    assert node_agent.local_steps(str(ckpt)) == []
+    assert local_steps(str(ckpt)) == []
     syncer.sync()  # seen once
     assert syncer.sync() == 1  # unchanged since: uploaded whole, as flat step 1
     out = tmp_path / "restored"
@@ -653,7 +653,7 @@ def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_uncha
     assert syncer.sync() is None
     assert syncer.pending() == "checkpoint 100"
     assert syncer.sync() == 100  # unchanged since the round before
-    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/100/{node_agent.MANIFEST}")["Body"].read()
+    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/100/{MANIFEST}")["Body"].read()
     assert json.loads(manifest)["files"].keys() == {"a.pt", "b.pt"}
     # The trainer is killed while it writes 200: never uploaded, and deleted, so no restart here resumes from it.
     (tmp_path / "200").mkdir()
@@ -675,7 +675,7 @@ def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_fr
         (tmp_path / step).mkdir()
     (tmp_path / "800" / "model.pt").write_text("state at step 800")
     (tmp_path / "800" / node_agent.COMPLETE).touch()
-    assert node_agent.local_steps(str(tmp_path)) == [800]
+    assert local_steps(str(tmp_path)) == [800]
     assert syncer.sync() == 800
     (tmp_path / "850").mkdir()
     (tmp_path / "850" / "model.pt").write_text("state at step 850")

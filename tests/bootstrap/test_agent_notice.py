@@ -24,6 +24,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
+from spot_training.agent import checkpoint_store
 from spot_training.agent.drain import DrainHold
 from spot_training.agent.instance_signals import Imds as InstanceMetadata
 from spot_training.agent.job import load_job
@@ -135,7 +136,7 @@ def raising(operation: str) -> Any:
 
 
 def store_of(agent: Any, job: Any) -> Any:
-    return node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
+    return checkpoint_store.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
 
 
 def run(agent: Any, job: Any, tmp_path: Path, seconds: float) -> tuple[int, bool, Path]:
@@ -602,8 +603,8 @@ def test_a_notice_during_a_restore_stops_it_at_the_next_part(
     """A restore of many GB can outlast the two-minute notice: it stops between parts, leaving nothing behind."""
     agent, job, _ = agent_for(cluster)
     store = store_of(agent, job)
-    monkeypatch.setattr(node_agent, "PART_MIN", 4)  # 32 bytes: 8 ranged GETs
-    monkeypatch.setattr(node_agent.TRANSFER, "max_concurrency", 2)  # fewer in flight than parts
+    monkeypatch.setattr(checkpoint_store, "PART_MIN", 4)  # 32 bytes: 8 ranged GETs
+    monkeypatch.setattr(checkpoint_store.TRANSFER, "max_concurrency", 2)  # fewer in flight than parts
     src = tmp_path / "state.pt"
     src.write_bytes(bytes(range(32)))
     store.upload(7, {"state.pt": str(src)}, "step")

@@ -24,6 +24,12 @@ Modules of this package (leaf duties):
   ``peers``             the group's InService, running instances in launch order (``discover_peers``; element 0
                         hosts the rendezvous) and the private-address map (``load_address_map``)
   ``drain``             the drain hook's hold (``DrainHold``): heartbeats while a final checkpoint upload is under way
+  ``checkpoint_store``  the checkpoint store (``CheckpointStore``): checkpoints in S3 under ``<job>/ckpt/<step>/`` with
+                        the manifest (``MANIFEST``) written last; parallel multipart upload, verified ranged download,
+                        restore of the newest complete checkpoint, prune
+  ``local_checkpoints`` the node's checkpoint directory: step folders with files (``local_steps``, ``step_files``),
+                        the agent's and helper's own entries (``agent_entry``), half-written leftovers
+                        (``remove_partial_writes``)
   ``markers``           the names of the node markers the duties share (``progress``, ``ready``, the end-of-training
                         ones) and a marker's writer time (``stamp``)
   ``stall``             the stall watchdog (``StallWatch``): job-wide progress from the trainer's output and checkpoint
@@ -31,10 +37,8 @@ Modules of this package (leaf duties):
                         the sync through small protocols (``StallHost``, ``WatchedSync``)
 
 Duties that ``node_agent.py`` still holds (each the next to move here):
-  checkpoint store      ``CheckpointStore``: the manifest protocol, parallel upload, verified ranged download, restore
-                        of the newest complete checkpoint, prune (``MANIFEST``, ``TRANSFER`` parts)
   checkpoint-dir sync   ``Syncer``: snapshots of the trainer's checkpoint directory (step and flat layouts) uploaded
-                        with the manifest rule; ``local_steps``, ``step_files``, ``remove_partial_writes``
+                        with the manifest rule, and the Young/Daly interval (``young_daly_s``)
   S3 markers            ``Agent.put_marker``, ``marker``, ``node_markers``: the job's ``DONE``/``FAILED``/``STOPPED``/
                         ``STOP`` markers and each node's ``nodes/<id>/{done,leaving,synced,save-request,progress,
                         ready,training}`` markers (JSON with the writer's ``time``)
