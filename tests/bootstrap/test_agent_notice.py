@@ -25,10 +25,12 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
 from spot_training.agent import checkpoint_store
+from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.drain import DrainHold
 from spot_training.agent.instance_signals import Imds as InstanceMetadata
 from spot_training.agent.job import load_job
 from spot_training.job_spec import DRAIN_HOOK
+from spot_training.sync_state import COMPLETE
 
 from emulator.imds import ImdsMock
 
@@ -552,7 +554,7 @@ def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluste
     (survivor, _), (leaver, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)  # an earlier attempt's
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)  # an earlier attempt's
     agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
     agent.imds = Imds(NOTICE)
     with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart") as e:
@@ -572,7 +574,7 @@ def test_leaving_before_training_makes_the_nodes_own_unsynced_checkpoint_durable
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_bytes(b"weights")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)
     assert cluster.manifests(job.job_id) == []
     assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
     assert cluster.manifests(job.job_id) == [7]
@@ -588,7 +590,7 @@ def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_text("not in S3 yet")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)
     monkeypatch.setattr(agent.syncer.store, "listing", raising("ListObjectsV2"))
     monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
     assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
@@ -640,7 +642,7 @@ def test_a_failed_upload_is_retried_next_round_not_the_end_of_the_job(
         raise S3UploadFailedError("Failed to upload state.pt: An error occurred (SlowDown) when calling PutObject")
 
     monkeypatch.setattr(store.s3, "upload_file", failed)
-    syncer = node_agent.Syncer(store, job, agent.log, keep=1)
+    syncer = Syncer(store, job, agent.log, keep=1)
     syncer.sync(final=True)
     assert any(line.startswith("checkpoint sync failed (S3UploadFailedError") for line in lines), lines
     assert syncer.pending() is not None  # still to upload: the next round tries again
@@ -847,8 +849,8 @@ def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_i
     peer_job.checkpoint_dir = str(tmp_path / "b")
     (tmp_path / "b" / "7").mkdir(parents=True)
     (tmp_path / "b" / "7" / "state.pt").write_text("emergency checkpoint 7")
-    (tmp_path / "b" / "7" / node_agent.COMPLETE).touch()
-    peer.syncer = node_agent.Syncer(store_of(peer, peer_job), peer_job, peer.log, keep=2)
+    (tmp_path / "b" / "7" / COMPLETE).touch()
+    peer.syncer = Syncer(store_of(peer, peer_job), peer_job, peer.log, keep=2)
     report = {"attempt": 0, "pending": peer.syncer.pending(), "rc": 143, "interrupted": True}
     assert report["pending"] == "checkpoint 7"
     peer.synced_report = peer_job, report
@@ -875,7 +877,7 @@ def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, t
     def attempt(job: Any, group: str, code_dir: str, store: Any, attempt: int) -> tuple[int, bool]:
         if attempt == 0:  # trained on, saved, crashed; its final sync did not get the file to S3
             agent.newest_before = 1
-            syncer = node_agent.Syncer(store, job, agent.log, keep=2)
+            syncer = Syncer(store, job, agent.log, keep=2)
             syncer.restored_flat()
             (tmp_path / "ckpt" / "model.bin").write_text("state at step 20")
             agent.syncer = syncer
@@ -899,7 +901,7 @@ def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
     waited the whole grace, and the done barrier counted this node as lost."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)  # nothing pending (any more)
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)  # nothing pending (any more)
     agent.synced_report = job, {"attempt": 0, "pending": "checkpoint 7", "rc": 143, "interrupted": True}
     put_marker, calls = agent.put_marker, []
 
@@ -939,7 +941,7 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
     ckpt.mkdir()
     store = store_of(agent, job)
 
-    class FinalOnly(node_agent.Syncer):
+    class FinalOnly(Syncer):
         """No periodic round sees the folder while the trainer lives (one could, on a slow machine, see it twice)."""
 
         def sync(self, final: bool = False) -> Optional[int]:
@@ -968,7 +970,7 @@ def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_ne
     (tmp_path / "ckpt").mkdir()
     store = store_of(agent, job)
     (tmp_path / "ckpt" / "model.bin").write_text("state of the last attempt")
-    agent.syncer = node_agent.Syncer(store, job, agent.log, keep=2)  # the last attempt's
+    agent.syncer = Syncer(store, job, agent.log, keep=2)  # the last attempt's
     assert agent.syncer.sync(final=True) == 1
     restored = threading.Event()
     restore_newest = store.restore_newest

@@ -13,13 +13,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import node_agent
 import pytest
 from botocore.exceptions import ClientError
 from spot_training.agent import checkpoint_store, errors
 from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import safe_extract
 from spot_training.agent.errors import AgentError
+from spot_training.sync_state import COMPLETE
 from urllib3.exceptions import ProtocolError
 
 from .conftest import Clients
@@ -341,12 +342,12 @@ def test_a_checkpoint_the_restore_found_bad_is_neither_durable_nor_kept_in_place
     state.write_text(json.dumps({"last_uploaded_step": 20, "last_upload_s": 1.5}))
     assert store.restore_newest(str(ckpt)) == (10, "step")
     job = SimpleNamespace(checkpoint_dir=str(ckpt), checkpoint_interval_s=None, mtbi_s=3600.0)
-    syncer = node_agent.Syncer(store, job, store.lines.append, 1)
+    syncer = Syncer(store, job, store.lines.append, 1)
     assert json.loads(state.read_text()) == {"last_uploaded_step": 10, "last_upload_s": 1.5}
     for step, payload in ((15, b"fifteen"), (20, b"twenty, trained again")):
         (ckpt / str(step)).mkdir()
         (ckpt / str(step) / "state.pt").write_bytes(payload)
-        (ckpt / str(step) / node_agent.COMPLETE).touch()  # as the checkpoint helper renames it into place
+        (ckpt / str(step) / COMPLETE).touch()  # as the checkpoint helper renames it into place
         assert syncer.sync() == step
         assert json.loads(state.read_text())["last_uploaded_step"] == step
         again = tmp_path / f"restored-{step}"

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import node_agent
 import pytest
 import torch
 from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.checkpoint import CHECK_S, STATE_DIR, STATE_FILE, Checkpointer
 from spot_training.sync_state import COMPLETE
 
@@ -90,7 +90,7 @@ def test_the_agent_uploads_a_helper_checkpoint_in_its_first_round_without_the_he
     aws.s3.create_bucket(Bucket="ckpt-helper")
     store = CheckpointStore(aws.s3, "ckpt-helper", "c/j/ckpt/", "j", lambda line: None)
     job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
-    assert node_agent.Syncer(store, job, lambda line: None, 2).sync() == 4
+    assert Syncer(store, job, lambda line: None, 2).sync() == 4
     assert sorted(store.listing()[4]) == [MANIFEST, STATE_FILE]
 
 

@@ -30,6 +30,9 @@ Modules of this package (leaf duties):
   ``local_checkpoints`` the node's checkpoint directory: step folders with files (``local_steps``, ``step_files``),
                         the agent's and helper's own entries (``agent_entry``), half-written leftovers
                         (``remove_partial_writes``)
+  ``checkpoint_sync``   the checkpoint-directory sync (``Syncer``): snapshots of the trainer's checkpoint directory
+                        (step and flat layouts) uploaded with the manifest rule, at the Young/Daly interval
+                        (``young_daly_s``) or the job's own
   ``markers``           the names of the node markers the duties share (``progress``, ``ready``, the end-of-training
                         ones) and a marker's writer time (``stamp``)
   ``stall``             the stall watchdog (``StallWatch``): job-wide progress from the trainer's output and checkpoint
@@ -37,11 +40,16 @@ Modules of this package (leaf duties):
                         the sync through small protocols (``StallHost``, ``WatchedSync``)
 
 Duties that ``node_agent.py`` still holds (each the next to move here):
-  checkpoint-dir sync   ``Syncer``: snapshots of the trainer's checkpoint directory (step and flat layouts) uploaded
-                        with the manifest rule, and the Young/Daly interval (``young_daly_s``)
   S3 markers            ``Agent.put_marker``, ``marker``, ``node_markers``: the job's ``DONE``/``FAILED``/``STOPPED``/
                         ``STOP`` markers and each node's ``nodes/<id>/{done,leaving,synced,save-request,progress,
                         ready,training}`` markers (JSON with the writer's ``time``)
-  supervisor            ``Agent``: boot, warm volume, restore, wait for peers, run torchrun, watch notices, drain,
-                        finish (DONE / FAILED / STOPPED / leave the group)
+  warm volume           ``Agent.claim_warm_volume``, ``release_warm_volume`` (over ``spot_training.warm_volume``)
+  rendezvous            ``Agent.wait_for_peers``, ``wait_for_ready_peers``, ``add_joined_peers``, ``lost_peer``: the
+                        peers of each attempt and the host they meet at
+  trainer               ``Agent.torchrun_command``, ``run_trainer``: torchrun's command line and environment, its
+                        output pumped to the log, SIGTERM with the grace on a notice or a stop
+  leaving               ``Agent.notice``, ``leave_group``, ``hand_back``, ``complete_drain``, ``scale_to_zero``: the
+                        spot notice and rebalance handling, handing the instance back, the drain hook's completion
+  supervisor            ``Agent.run``, ``attempts``, ``attempt``, ``finish``: boot, restore, the attempts loop, the
+                        end (DONE / FAILED / STOPPED / leave the group)
 """
