@@ -302,10 +302,10 @@ def bench_checkpoint_overhead(work: Path, pairs: int) -> list[str]:
 
 def bench_transfer(work: Path, reps: int, sizes_mib: list[int]) -> list[str]:
     sys.path.insert(0, str(BOOTSTRAP))
-    import node_agent
-    from node_agent import CheckpointStore
+    from spot_training.agent import checkpoint_store
+    from spot_training.agent.checkpoint_store import CheckpointStore
 
-    parallel = node_agent.TRANSFER
+    parallel = checkpoint_store.TRANSFER
     serial = TransferConfig(
         multipart_threshold=parallel.multipart_threshold, multipart_chunksize=parallel.multipart_chunksize,
         max_concurrency=1,
@@ -338,11 +338,11 @@ def bench_transfer(work: Path, reps: int, sizes_mib: list[int]) -> list[str]:
                 return time.monotonic() - started
 
             def agent_serial_up(agent_up: Callable[[], float] = agent_up) -> float:
-                node_agent.TRANSFER = serial  # the agent's upload with one connection, everything else the same
+                checkpoint_store.TRANSFER = serial  # the agent's upload with one connection, everything else the same
                 try:
                     return agent_up()
                 finally:
-                    node_agent.TRANSFER = parallel
+                    checkpoint_store.TRANSFER = parallel
 
             sides: dict[str, Callable[[], float]] = {"agent": agent_up, "boto3": plain_up}
             if size == max(sizes_mib):
@@ -399,9 +399,9 @@ def spread(values: list[float], fmt: str = "{:.1f}") -> str:
 def bench_notice(work: Path, reps: int, sizes_mib: list[int]) -> tuple[list[str], dict[str, float]]:
     """Items 4 and 5: markdown sections, and this run's medians for the cost model (largest size)."""
     sys.path.insert(0, str(BOOTSTRAP))
-    import node_agent
+    from spot_training.agent.aws_config import TRANSFER
 
-    transfer = node_agent.TRANSFER
+    transfer = TRANSFER
     notices: dict[int, list[notice.NoticeTimes]] = {s: [] for s in sizes_mib}
     boots: dict[int, list[notice.BootPhases]] = {s: [] for s in sizes_mib}
     with fast_ranges.moto_server() as (_, port):

@@ -89,7 +89,7 @@ def test_flat_checkpoints_give_no_step_and_no_time_left(
     end, with 10,000 steps planned and two snapshots 600 s apart)."""
     ref = started(capsys, tmp_path)
     ship("i-a", (now_ms() - 60_000, "plan: 10000 steps"))
-    for snapshot in (1, 2):  # as the agent writes them (node_agent.CheckpointStore.upload)
+    for snapshot in (1, 2):  # as the agent writes them (spot_training.agent.checkpoint_store.CheckpointStore.upload)
         manifest = {"version": 1, "step": snapshot, "layout": "flat", "files": {"model.pt": {"size": 1}}}
         key = f"{ref.job_prefix('run-1')}{jobs.CHECKPOINT_FOLDER}/{snapshot}/{jobs.MANIFEST}"
         boto3.client("s3").put_object(Bucket=ref.bucket, Key=key, Body=json.dumps(manifest))

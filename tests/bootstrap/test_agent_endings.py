@@ -20,7 +20,10 @@ import node_agent
 import pytest
 from botocore.exceptions import ClientError
 from moto.autoscaling.models import FakeAutoScalingGroup
-from spot_training.sync_state import read_sync_state
+from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_sync import Syncer
+from spot_training.agent.local_checkpoints import local_steps
+from spot_training.sync_state import COMPLETE, read_sync_state
 
 from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory
@@ -446,9 +449,7 @@ def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     no new checkpoint, and the job was FAILED one restart early."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
     log: list[str] = []
-    store = node_agent.CheckpointStore(
-        cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append
-    )
+    store = CheckpointStore(cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append)
     for step in (1, 2):
         (tmp_path / "model.bin").write_text(f"state {step}")
         store.upload(step, {"model.bin": str(tmp_path / "model.bin")}, "flat")
@@ -475,9 +476,9 @@ def flat_syncer(aws: Any, tmp_path: Path, interval_s: Optional[float]) -> tuple[
     bucket = f"ckpt-{uuid.uuid4().hex[:10]}"
     aws.s3.create_bucket(Bucket=bucket)
     log: list[str] = []
-    store = node_agent.CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
+    store = CheckpointStore(aws.s3, bucket, "c/j/ckpt/", "j", log.append)
     job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": interval_s, "mtbi_s": 3600.0})
-    return store, node_agent.Syncer(store, job, log.append, 2), log
+    return store, Syncer(store, job, log.append, 2), log
 
 
 def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
@@ -492,7 +493,7 @@ def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any
         directory.mkdir()
         assert store.restore_newest(str(directory)) == (4, "flat")
         job = type("Job", (), {"checkpoint_dir": str(directory), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
-        syncers[node] = node_agent.Syncer(store, job, log.append, 2)
+        syncers[node] = Syncer(store, job, log.append, 2)
         syncers[node].restored_flat()
     (tmp_path / "A" / "model.bin").write_text("emergency state at step 9")
     assert syncers["A"].sync(final=True) == 5
@@ -561,7 +562,7 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
     step = tmp_path / "7"
     step.mkdir()
     (step / "state.pt").write_text("periodic save of step 7")
-    (step / node_agent.COMPLETE).touch()
+    (step / COMPLETE).touch()
     upload_file = aws.s3.upload_file
     saves = ["final save of step 7, a longer one"]
 
@@ -571,7 +572,7 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
             tmp = tmp_path / ".tmp-7"
             tmp.mkdir()
             (tmp / "state.pt").write_text(saves.pop())
-            (tmp / node_agent.COMPLETE).touch()
+            (tmp / COMPLETE).touch()
             shutil.rmtree(step)
             tmp.replace(step)
 
@@ -593,13 +594,13 @@ def test_a_step_saved_again_after_its_upload_is_uploaded_again(aws: Any, tmp_pat
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "state.pt").write_text("periodic save of step 7")
-    (tmp_path / "7" / node_agent.COMPLETE).touch()
+    (tmp_path / "7" / COMPLETE).touch()
     assert syncer.sync() == 7
     assert syncer.sync() == 7 and sum("uploading checkpoint 7" in line for line in log) == 1  # nothing new
     tmp = tmp_path / ".tmp-7"
     tmp.mkdir()
     (tmp / "state.pt").write_text("final save of step 7, a longer one")
-    (tmp / node_agent.COMPLETE).touch()
+    (tmp / COMPLETE).touch()
     shutil.rmtree(tmp_path / "7")
     tmp.replace(tmp_path / "7")
     assert syncer.sync(final=True) == 7
@@ -620,7 +621,7 @@ def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tm
     assert syncer.sync(final=True) == 1
     assert syncer.pending() is None
     assert not [line for line in log if "sync failed" in line], log
-    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/1/{node_agent.MANIFEST}")["Body"].read()
+    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/1/{MANIFEST}")["Body"].read()
     assert json.loads(manifest)["files"].keys() == {"model-20.bin"}
 
 
@@ -631,7 +632,7 @@ def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, t
     (ckpt / "000500").mkdir(parents=True)
     (ckpt / "000500" / "model.pt").write_text("state at step 500")
     store, syncer, _ = flat_syncer(aws, ckpt, 0.01)
-    assert node_agent.local_steps(str(ckpt)) == []
+    assert local_steps(str(ckpt)) == []
     syncer.sync()  # seen once
     assert syncer.sync() == 1  # unchanged since: uploaded whole, as flat step 1
     out = tmp_path / "restored"
@@ -653,7 +654,7 @@ def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_uncha
     assert syncer.sync() is None
     assert syncer.pending() == "checkpoint 100"
     assert syncer.sync() == 100  # unchanged since the round before
-    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/100/{node_agent.MANIFEST}")["Body"].read()
+    manifest = aws.s3.get_object(Bucket=store.bucket, Key=f"c/j/ckpt/100/{MANIFEST}")["Body"].read()
     assert json.loads(manifest)["files"].keys() == {"a.pt", "b.pt"}
     # The trainer is killed while it writes 200: never uploaded, and deleted, so no restart here resumes from it.
     (tmp_path / "200").mkdir()
@@ -674,8 +675,8 @@ def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_fr
     for step in ("800", "900"):
         (tmp_path / step).mkdir()
     (tmp_path / "800" / "model.pt").write_text("state at step 800")
-    (tmp_path / "800" / node_agent.COMPLETE).touch()
-    assert node_agent.local_steps(str(tmp_path)) == [800]
+    (tmp_path / "800" / COMPLETE).touch()
+    assert local_steps(str(tmp_path)) == [800]
     assert syncer.sync() == 800
     (tmp_path / "850").mkdir()
     (tmp_path / "850" / "model.pt").write_text("state at step 850")
@@ -692,7 +693,7 @@ def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path
     store, syncer_a, _ = flat_syncer(aws, tmp_path / "A", None)
     (tmp_path / "B").mkdir()
     job_b = type("Job", (), {"checkpoint_dir": str(tmp_path / "B"), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
-    syncer_b = node_agent.Syncer(store, job_b, lambda line: None, 2)
+    syncer_b = Syncer(store, job_b, lambda line: None, 2)
     for step in (1, 2):
         (tmp_path / "A" / "model.bin").write_text(f"A's state {step}")
         assert syncer_a.sync(final=True) == step

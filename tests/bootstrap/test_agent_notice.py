@@ -24,7 +24,13 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
+from spot_training.agent import checkpoint_store
+from spot_training.agent.checkpoint_sync import Syncer
+from spot_training.agent.drain import DrainHold
+from spot_training.agent.instance_signals import Imds as InstanceMetadata
+from spot_training.agent.job import load_job
 from spot_training.job_spec import DRAIN_HOOK
+from spot_training.sync_state import COMPLETE
 
 from emulator.imds import ImdsMock
 
@@ -102,7 +108,7 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
     agent.imds = Imds()  # no notice; never the real metadata address
     agent.poll_s = 0.05
     agent.group = cluster.group
-    return agent, node_agent.load_job(agent.ssm, cluster.spec_parameter), lines
+    return agent, load_job(agent.ssm, cluster.spec_parameter), lines
 
 
 def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: float) -> tuple[Any, Any, list[str]]:
@@ -132,7 +138,7 @@ def raising(operation: str) -> Any:
 
 
 def store_of(agent: Any, job: Any) -> Any:
-    return node_agent.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
+    return checkpoint_store.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
 
 
 def run(agent: Any, job: Any, tmp_path: Path, seconds: float) -> tuple[int, bool, Path]:
@@ -265,7 +271,7 @@ def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_toke
     with ImdsMock(instance_id=agent.instance_id) as mock:
         mock.terminating()
         mock.values["spot/instance-action"] = b"\xff\xfe{"
-        agent.imds = node_agent.Imds(mock.url)
+        agent.imds = InstanceMetadata(mock.url)
         assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
         mock.tokens.clear()  # the agent's token no longer counts: 401, a new token, the answer
         assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
@@ -548,7 +554,7 @@ def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluste
     (survivor, _), (leaver, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)  # an earlier attempt's
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)  # an earlier attempt's
     agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
     agent.imds = Imds(NOTICE)
     with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart") as e:
@@ -568,7 +574,7 @@ def test_leaving_before_training_makes_the_nodes_own_unsynced_checkpoint_durable
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_bytes(b"weights")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)
     assert cluster.manifests(job.job_id) == []
     assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
     assert cluster.manifests(job.job_id) == [7]
@@ -584,7 +590,7 @@ def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_text("not in S3 yet")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)
     monkeypatch.setattr(agent.syncer.store, "listing", raising("ListObjectsV2"))
     monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
     assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
@@ -599,8 +605,8 @@ def test_a_notice_during_a_restore_stops_it_at_the_next_part(
     """A restore of many GB can outlast the two-minute notice: it stops between parts, leaving nothing behind."""
     agent, job, _ = agent_for(cluster)
     store = store_of(agent, job)
-    monkeypatch.setattr(node_agent, "PART_MIN", 4)  # 32 bytes: 8 ranged GETs
-    monkeypatch.setattr(node_agent.TRANSFER, "max_concurrency", 2)  # fewer in flight than parts
+    monkeypatch.setattr(checkpoint_store, "PART_MIN", 4)  # 32 bytes: 8 ranged GETs
+    monkeypatch.setattr(checkpoint_store.TRANSFER, "max_concurrency", 2)  # fewer in flight than parts
     src = tmp_path / "state.pt"
     src.write_bytes(bytes(range(32)))
     store.upload(7, {"state.pt": str(src)}, "step")
@@ -636,7 +642,7 @@ def test_a_failed_upload_is_retried_next_round_not_the_end_of_the_job(
         raise S3UploadFailedError("Failed to upload state.pt: An error occurred (SlowDown) when calling PutObject")
 
     monkeypatch.setattr(store.s3, "upload_file", failed)
-    syncer = node_agent.Syncer(store, job, agent.log, keep=1)
+    syncer = Syncer(store, job, agent.log, keep=1)
     syncer.sync(final=True)
     assert any(line.startswith("checkpoint sync failed (S3UploadFailedError") for line in lines), lines
     assert syncer.pending() is not None  # still to upload: the next round tries again
@@ -819,7 +825,7 @@ def test_a_failed_heartbeat_is_logged_and_tried_again_at_the_next_look_with_byte
 
     lines: list[str] = []
     sent = [0]
-    hold = node_agent.DrainHold(Asg(), "i-1", lines.append, lambda: sent[0], lambda: True, look_s=10.0, beat_s=0.0)
+    hold = DrainHold(Asg(), "i-1", lines.append, lambda: sent[0], lambda: True, look_s=10.0, beat_s=0.0)
     sent[0] = 2**20
     hold.look()
     hold.look()  # no bytes since: no try
@@ -843,8 +849,8 @@ def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_i
     peer_job.checkpoint_dir = str(tmp_path / "b")
     (tmp_path / "b" / "7").mkdir(parents=True)
     (tmp_path / "b" / "7" / "state.pt").write_text("emergency checkpoint 7")
-    (tmp_path / "b" / "7" / node_agent.COMPLETE).touch()
-    peer.syncer = node_agent.Syncer(store_of(peer, peer_job), peer_job, peer.log, keep=2)
+    (tmp_path / "b" / "7" / COMPLETE).touch()
+    peer.syncer = Syncer(store_of(peer, peer_job), peer_job, peer.log, keep=2)
     report = {"attempt": 0, "pending": peer.syncer.pending(), "rc": 143, "interrupted": True}
     assert report["pending"] == "checkpoint 7"
     peer.synced_report = peer_job, report
@@ -871,7 +877,7 @@ def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, t
     def attempt(job: Any, group: str, code_dir: str, store: Any, attempt: int) -> tuple[int, bool]:
         if attempt == 0:  # trained on, saved, crashed; its final sync did not get the file to S3
             agent.newest_before = 1
-            syncer = node_agent.Syncer(store, job, agent.log, keep=2)
+            syncer = Syncer(store, job, agent.log, keep=2)
             syncer.restored_flat()
             (tmp_path / "ckpt" / "model.bin").write_text("state at step 20")
             agent.syncer = syncer
@@ -895,7 +901,7 @@ def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
     waited the whole grace, and the done barrier counted this node as lost."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.syncer = node_agent.Syncer(store_of(agent, job), job, agent.log, keep=2)  # nothing pending (any more)
+    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)  # nothing pending (any more)
     agent.synced_report = job, {"attempt": 0, "pending": "checkpoint 7", "rc": 143, "interrupted": True}
     put_marker, calls = agent.put_marker, []
 
@@ -935,7 +941,7 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
     ckpt.mkdir()
     store = store_of(agent, job)
 
-    class FinalOnly(node_agent.Syncer):
+    class FinalOnly(Syncer):
         """No periodic round sees the folder while the trainer lives (one could, on a slow machine, see it twice)."""
 
         def sync(self, final: bool = False) -> Optional[int]:
@@ -964,7 +970,7 @@ def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_ne
     (tmp_path / "ckpt").mkdir()
     store = store_of(agent, job)
     (tmp_path / "ckpt" / "model.bin").write_text("state of the last attempt")
-    agent.syncer = node_agent.Syncer(store, job, agent.log, keep=2)  # the last attempt's
+    agent.syncer = Syncer(store, job, agent.log, keep=2)  # the last attempt's
     assert agent.syncer.sync(final=True) == 1
     restored = threading.Event()
     restore_newest = store.restore_newest

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import node_agent
 import pytest
+from spot_training.agent.checkpoint_store import CheckpointStore
 
 from .conftest import Cluster, address_map
 from .test_agent_notice import agent_for, raising, store_of
@@ -212,9 +212,7 @@ def run_silent_beside(
         cluster, tmp_path, [sys.executable, "-c", SILENT, str(seconds), str(report)], monkeypatch, attempts=1
     )
     peer_log: list[str] = []
-    store = node_agent.CheckpointStore(
-        cluster.aws.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, peer_log.append
-    )
+    store = CheckpointStore(cluster.aws.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, peer_log.append)
     state = tmp_path / "state.pt"
     state.write_text("rank 0's state")
     done = threading.Event()

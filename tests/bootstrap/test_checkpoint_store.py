@@ -13,10 +13,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import node_agent
 import pytest
 from botocore.exceptions import ClientError
-from node_agent import MANIFEST, AgentError, CheckpointStore, safe_extract
+from spot_training.agent import checkpoint_store, errors
+from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_sync import Syncer
+from spot_training.agent.code_fetch import safe_extract
+from spot_training.agent.errors import AgentError
+from spot_training.sync_state import COMPLETE
 from urllib3.exceptions import ProtocolError
 
 from .conftest import Clients
@@ -96,7 +100,7 @@ def manifest(store: Any, step: int) -> Any:
 @pytest.fixture
 def four_byte_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parts of 4 bytes (16 MiB in production), so a few bytes make a file of several ranged GETs."""
-    monkeypatch.setattr(node_agent, "PART_MIN", 4)
+    monkeypatch.setattr(checkpoint_store, "PART_MIN", 4)
 
 
 @pytest.mark.parametrize(
@@ -166,8 +170,8 @@ def test_a_part_that_keeps_breaking_stops_the_restore_with_one_line_never_skippi
     """A stream that breaks is the network's fault, not the checkpoint's: before, 20 was skipped for 10."""
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
-    monkeypatch.setattr(node_agent, "UNANSWERED_PAUSE_S", 0.0)
-    tries = node_agent.RANGE_ATTEMPTS * node_agent.UNANSWERED_TRIES
+    monkeypatch.setattr(checkpoint_store, "UNANSWERED_PAUSE_S", 0.0)
+    tries = checkpoint_store.RANGE_ATTEMPTS * checkpoint_store.UNANSWERED_TRIES
     ranges = flaky_streams(store, monkeypatch, failures=tries)  # every attempt at 20's one part
     assert restore_stopped_at_20(store, tmp_path) == (
         f"s3://{store.bucket}/{store.prefix}20/state.pt bytes 0-5: Connection broken: IncompleteRead; "
@@ -181,7 +185,7 @@ def restore_stopped_at_20(store: Any, tmp_path: Path) -> str:
     nothing of 20 (half-downloaded) or of 10 (skipped to) is on disk."""
     dest = tmp_path / "ckpt"
     dest.mkdir()
-    with pytest.raises(node_agent.S3Unanswered) as err:
+    with pytest.raises(errors.S3Unanswered) as err:
         store.restore_newest(str(dest))
     assert 20 not in store.unreadable and list(dest.iterdir()) == []
     return str(err.value)
@@ -204,8 +208,8 @@ def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older
             raise OSError(28, "No space left on device")
         return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(node_agent, "open", full, raising=False)
-    with pytest.raises(node_agent.LocalDiskError) as err:
+    monkeypatch.setattr(checkpoint_store, "open", full, raising=False)
+    with pytest.raises(errors.LocalDiskError) as err:
         store.restore_newest(str(dest))
     assert str(err.value) == (
         f"this node's disk: s3://{store.bucket}/{store.prefix}20/state.pt bytes 0-5: [Errno 28] No space left on "
@@ -225,8 +229,8 @@ def test_a_restore_that_cannot_make_its_folder_stops_in_one_line(
     def full(**_: Any) -> str:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(node_agent.tempfile, "mkdtemp", full)
-    with pytest.raises(node_agent.LocalDiskError) as err:
+    monkeypatch.setattr(checkpoint_store.tempfile, "mkdtemp", full)
+    with pytest.raises(errors.LocalDiskError) as err:
         store.restore_newest(str(dest))
     assert str(err.value) == (
         f"this node's disk: restoring checkpoint 20 into {dest}: [Errno 28] No space left on device; not skipped for "
@@ -239,10 +243,12 @@ def test_a_file_that_shrinks_while_it_is_hashed_is_an_os_error(tmp_path: Path, m
     """OSError is what the sync loop logs and retries next round (the upload then never writes a manifest)."""
     path = tmp_path / "state.pt"
     path.write_bytes(b"ten")
-    getsize = node_agent.os.path.getsize
-    monkeypatch.setattr(node_agent.os.path, "getsize", lambda p: getsize(p) + 4)  # it had 4 more bytes a moment ago
+    getsize = checkpoint_store.os.path.getsize
+    monkeypatch.setattr(
+        checkpoint_store.os.path, "getsize", lambda p: getsize(p) + 4
+    )  # it had 4 more bytes a moment ago
     with pytest.raises(OSError, match=f"^{path} shrank while it was being uploaded$"):
-        node_agent.file_digests(str(path))
+        checkpoint_store.file_digests(str(path))
 
 
 @pytest.mark.parametrize(
@@ -336,12 +342,12 @@ def test_a_checkpoint_the_restore_found_bad_is_neither_durable_nor_kept_in_place
     state.write_text(json.dumps({"last_uploaded_step": 20, "last_upload_s": 1.5}))
     assert store.restore_newest(str(ckpt)) == (10, "step")
     job = SimpleNamespace(checkpoint_dir=str(ckpt), checkpoint_interval_s=None, mtbi_s=3600.0)
-    syncer = node_agent.Syncer(store, job, store.lines.append, 1)
+    syncer = Syncer(store, job, store.lines.append, 1)
     assert json.loads(state.read_text()) == {"last_uploaded_step": 10, "last_upload_s": 1.5}
     for step, payload in ((15, b"fifteen"), (20, b"twenty, trained again")):
         (ckpt / str(step)).mkdir()
         (ckpt / str(step) / "state.pt").write_bytes(payload)
-        (ckpt / str(step) / node_agent.COMPLETE).touch()  # as the checkpoint helper renames it into place
+        (ckpt / str(step) / COMPLETE).touch()  # as the checkpoint helper renames it into place
         assert syncer.sync() == step
         assert json.loads(state.read_text())["last_uploaded_step"] == step
         again = tmp_path / f"restored-{step}"
@@ -423,7 +429,7 @@ def refusing(store: Any, monkeypatch: pytest.MonkeyPatch, step: int, times: int)
         return get(**kwargs)
 
     monkeypatch.setattr(store.s3, "get_object", get_object)
-    monkeypatch.setattr(node_agent, "UNANSWERED_PAUSE_S", 0.0)
+    monkeypatch.setattr(checkpoint_store, "UNANSWERED_PAUSE_S", 0.0)
     return refused
 
 
@@ -437,7 +443,7 @@ def test_a_checkpoint_s3_does_not_serve_is_never_skipped_for_an_older_one(
     assert restore_stopped_at_20(store, tmp_path) == (
         f"checkpoint 20: S3 did not serve {MANIFEST} (SlowDown); not skipped for an older checkpoint: it may be good"
     )
-    assert len(refused) == node_agent.UNANSWERED_TRIES
+    assert len(refused) == checkpoint_store.UNANSWERED_TRIES
 
 
 def test_a_checkpoint_s3_serves_again_after_a_pause_is_restored(
@@ -445,12 +451,12 @@ def test_a_checkpoint_s3_serves_again_after_a_pause_is_restored(
 ) -> None:
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
-    refusing(store, monkeypatch, 20, times=node_agent.UNANSWERED_TRIES - 1)
+    refusing(store, monkeypatch, 20, times=checkpoint_store.UNANSWERED_TRIES - 1)
     dest = tmp_path / "ckpt"
     dest.mkdir()
     assert store.restore_newest(str(dest)) == (20, "step")
     assert (dest / "20" / "state.pt").read_bytes() == b"twenty"
-    assert any(line.endswith(f"trying again in 0 s (1/{node_agent.UNANSWERED_TRIES})") for line in store.lines)
+    assert any(line.endswith(f"trying again in 0 s (1/{checkpoint_store.UNANSWERED_TRIES})") for line in store.lines)
 
 
 def test_a_403_for_an_object_no_longer_listed_counts_as_gone(

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import node_agent
 import pytest
 import torch
+from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.checkpoint import CHECK_S, STATE_DIR, STATE_FILE, Checkpointer
 from spot_training.sync_state import COMPLETE
 
@@ -87,10 +88,10 @@ def test_the_agent_uploads_a_helper_checkpoint_in_its_first_round_without_the_he
     ckpt.close()
     assert sorted(p.name for p in (tmp_path / "4").iterdir()) == [COMPLETE, STATE_FILE]
     aws.s3.create_bucket(Bucket="ckpt-helper")
-    store = node_agent.CheckpointStore(aws.s3, "ckpt-helper", "c/j/ckpt/", "j", lambda line: None)
+    store = CheckpointStore(aws.s3, "ckpt-helper", "c/j/ckpt/", "j", lambda line: None)
     job = type("Job", (), {"checkpoint_dir": str(tmp_path), "checkpoint_interval_s": None, "mtbi_s": 3600.0})
-    assert node_agent.Syncer(store, job, lambda line: None, 2).sync() == 4
-    assert sorted(store.listing()[4]) == [node_agent.MANIFEST, STATE_FILE]
+    assert Syncer(store, job, lambda line: None, 2).sync() == 4
+    assert sorted(store.listing()[4]) == [MANIFEST, STATE_FILE]
 
 
 def test_wait_for_upload_without_an_agent_gives_up_with_one_line_and_a_notice_cuts_the_wait_short(
@@ -383,13 +384,13 @@ def test_a_failed_checkpoint_write_leaves_no_half_written_directory(
 def test_the_agent_removes_what_killed_writers_and_restores_left_before_an_attempt(tmp_path: Path) -> None:
     """A trainer SIGKILLed mid-write (after the grace, or on a lost peer) leaves ``.tmp-<step>-<pid>``, a new pid
     each attempt: across restarts they filled the disk. Checkpoints and the trainer's own files stay."""
-    import node_agent
+    from spot_training.agent.local_checkpoints import remove_partial_writes
 
     for name in (".tmp-7-4242", ".tmp-8-4343", ".restore-6-x1y2", "6", ".spot-training"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "state.pt").write_bytes(b"x")
     (tmp_path / "model.bin").write_bytes(b"flat")
-    node_agent.remove_partial_writes(str(tmp_path))
+    remove_partial_writes(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".spot-training", "6", "model.bin"]
 
 

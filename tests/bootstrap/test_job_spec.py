@@ -9,6 +9,8 @@ from typing import Any
 
 import node_agent
 import pytest
+from spot_training.agent.errors import AgentError
+from spot_training.agent.job import load_job
 from spot_training.job_spec import JOB_KEYS
 
 from .conftest import BOOTSTRAP, Cluster, address_map
@@ -25,8 +27,8 @@ def job_error(cluster: Cluster, current: Any) -> str:
         Type="String",
         Overwrite=True,
     )
-    with pytest.raises(node_agent.AgentError) as info:
-        node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
+    with pytest.raises(AgentError) as info:
+        load_job(cluster.aws.ssm, cluster.spec_parameter)
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -100,8 +102,8 @@ def test_code_key_outside_the_cluster_prefix_is_rejected(make_cluster: Any) -> N
 
 def test_spec_version_and_missing_or_broken_current_job(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
-    with pytest.raises(node_agent.AgentError, match=r"^no job submitted: SSM parameter .*/current-job does not exist"):
-        node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
+    with pytest.raises(AgentError, match=r"^no job submitted: SSM parameter .*/current-job does not exist"):
+        load_job(cluster.aws.ssm, cluster.spec_parameter)
     assert job_error(cluster, "{not json").startswith(f"SSM parameter {cluster.current_parameter} is not valid JSON:")
     cluster.spec["version"] = 2
     cluster.put_spec()
@@ -112,12 +114,12 @@ def test_valid_job_merges_overrides(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
     assert "checkpoint_wait_for_upload" not in cluster.spec  # a job spec written before the option: off
     cluster.submit("job-6", {"train.py": ""}, "python train.py")
-    assert node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter).checkpoint_wait_for_upload is False
+    assert load_job(cluster.aws.ssm, cluster.spec_parameter).checkpoint_wait_for_upload is False
     cluster.submit(
         "job-7", {"train.py": ""}, "python -m pkg.train --lr '0.1 0.2'", nproc_per_node=2,
         checkpoint_wait_for_upload=True,
     )  # fmt: skip
-    job = node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter)
+    job = load_job(cluster.aws.ssm, cluster.spec_parameter)
     assert (job.job_id, job.nproc_per_node, job.argv) == ("job-7", 2, ["-m", "pkg.train", "--lr", "0.1 0.2"])
     assert job.checkpoint_wait_for_upload is True
     assert job.job_prefix == f"{cluster.name}/job-7/"
@@ -129,7 +131,7 @@ def test_the_stall_timeout_is_off_when_missing_null_or_0(make_cluster: Any) -> N
     found = []
     for submitted in ({}, {"stall_timeout_s": None}, {"stall_timeout_s": 300}):
         cluster.submit("job-1", {"train.py": ""}, "python train.py", **submitted)
-        found.append(node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter).stall_timeout_s)
+        found.append(load_job(cluster.aws.ssm, cluster.spec_parameter).stall_timeout_s)
     assert found == [None, None, 300]
     found = []
     for spec_value in (0, 86400):  # 0: the stack's job spec for a team file's null (CDK leaves null out)
@@ -137,7 +139,7 @@ def test_the_stall_timeout_is_off_when_missing_null_or_0(make_cluster: Any) -> N
         cluster.put_spec()
         for submitted in ({}, {"stall_timeout_s": 600}):  # a submitted job overrides it
             cluster.submit("job-1", {"train.py": ""}, "python train.py", **submitted)
-            found.append(node_agent.load_job(cluster.aws.ssm, cluster.spec_parameter).stall_timeout_s)
+            found.append(load_job(cluster.aws.ssm, cluster.spec_parameter).stall_timeout_s)
     assert found == [None, 600, 86400, 600]
 
 

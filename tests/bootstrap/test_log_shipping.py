@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import boto3
-import node_agent
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
+from spot_training.agent.log_shipping import LogShipper, output_lines
 
 from .conftest import REGION, Clients, Cluster
 from .test_agent_notice import NoSync, agent_for, store_of
@@ -84,7 +84,7 @@ def test_a_long_progress_bar_line_and_the_lines_around_it_all_arrive(
 ) -> None:
     cluster: Cluster = make_cluster(nodes=1)
     client, sizes, refused = strict_logs(aws)
-    shipper = node_agent.LogShipper(client, cluster.log_group, "job/i-1", flush_s=3600)  # flushed at close only
+    shipper = LogShipper(client, cluster.log_group, "job/i-1", flush_s=3600)  # flushed at close only
     bar = "\u2588" * 200_000  # 600,000 bytes of UTF-8, 200,000 characters
     wide = "\u00e9" * 125_000  # 250,000 bytes: each fits an event, five do not fit one batch (five fit by characters)
     shipper.emit("before")
@@ -114,7 +114,7 @@ def test_batches_are_sized_in_bytes(aws: Clients, make_cluster: Any) -> None:
     *characters* to the bytes so far and sent all five in one batch."""
     cluster: Cluster = make_cluster(nodes=1)
     client, sizes, refused = strict_logs(aws)
-    shipper = node_agent.LogShipper(client, cluster.log_group, "job/i-2", flush_s=3600)
+    shipper = LogShipper(client, cluster.log_group, "job/i-2", flush_s=3600)
     lines = ["a" * 200_000] * 4 + ["\U0001f600" * 64_000]
     for line in lines:
         shipper.emit(line)
@@ -142,7 +142,7 @@ def test_repeated_shipping_failures_are_counted_and_reported_periodically(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     client = FailingLogs()
-    shipper = node_agent.LogShipper(client, "g", "s", flush_s=3600)
+    shipper = LogShipper(client, "g", "s", flush_s=3600)
     shipper.WARN_EVERY_S = 3600.0
     for round_ in range(5):
         shipper.emit(f"line {round_}a\nline {round_}b")
@@ -182,10 +182,10 @@ class Chunks:
 def test_trainer_output_is_split_at_carriage_returns_and_decoded_across_reads() -> None:
     block = "\u2588".encode()  # 3 bytes
     stream = Chunks(b"epoch 1\r", b"\n 10%|" + block[:1], block[1:] + b"|\r 20%|", block + block + b"|  \r", b"")
-    assert list(node_agent.output_lines(stream)) == ["epoch 1", " 10%|\u2588|", " 20%|\u2588\u2588|"]
+    assert list(output_lines(stream)) == ["epoch 1", " 10%|\u2588|", " 20%|\u2588\u2588|"]
     # a line still unbroken after 10 characters goes on in pieces of 10 (bounded memory); the rest ends at the CR
     long = Chunks(b"a" * 25, b"aaa\rb")
-    assert list(node_agent.output_lines(long, longest=10)) == ["a" * 10, "a" * 10, "a" * 8, "b"]
+    assert list(output_lines(long, longest=10)) == ["a" * 10, "a" * 10, "a" * 8, "b"]
 
 
 def test_a_trainers_progress_bar_reaches_the_log_as_one_line_per_update(make_cluster: Any, tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_a_flush_returns_only_once_the_batch_the_shipper_is_sending_is_sent() ->
     sending could be cut off by the termination. Before, the flush sent the newer lines at once and returned, and
     the stream got them before the older batch."""
     logs = HeldLogs()
-    shipper = node_agent.LogShipper(logs, "group", "job/i-a", flush_s=0.05)
+    shipper = LogShipper(logs, "group", "job/i-a", flush_s=0.05)
     try:
         shipper.emit("older")
         assert logs.inside.wait(10), "the background thread never sent"

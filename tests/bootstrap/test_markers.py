@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import node_agent
 import pytest
 from botocore.exceptions import ClientError
+from spot_training.agent.code_fetch import download_code
+from spot_training.agent.errors import AgentError
 
 from budget_guard.handler import read_marker as guard_marker
 
@@ -97,10 +98,10 @@ def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
 def test_a_missing_code_object_is_named_as_missing_where_s3_answers_403(cluster: Cluster, tmp_path: Path) -> None:
     agent, job, _ = agent_for(cluster)
     s3 = Forbidding(agent.s3)
-    assert node_agent.download_code(s3, job, str(tmp_path))  # there: downloaded and unpacked
+    assert download_code(s3, job, str(tmp_path))  # there: downloaded and unpacked
     cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=job.code_key)
-    with pytest.raises(node_agent.AgentError) as refused:
-        node_agent.download_code(s3, job, str(tmp_path))
+    with pytest.raises(AgentError) as refused:
+        download_code(s3, job, str(tmp_path))
     assert str(refused.value) == f"code object s3://{job.bucket}/{job.code_key} does not exist"  # not "... 403"
 
 

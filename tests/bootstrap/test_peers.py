@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import node_agent
 import pytest
 from botocore.exceptions import ClientError
+from spot_training.agent.peers import discover_peers
 
 from .conftest import Cluster
 from .test_agent_notice import agent_for
@@ -49,7 +49,7 @@ def test_a_replacement_joins_the_survivors_rendezvous_even_when_its_id_sorts_fir
     survivor = survivor_sorting_late(cluster)
     replacement = replacement_sorting_first(cluster, survivor)
 
-    peers = node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
+    peers = discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
     assert [i for i, _ in peers] == [survivor, replacement]  # not sorted by id: the survivor goes on hosting
     hosts = set()
     for instance_id in (survivor, replacement):
@@ -94,7 +94,7 @@ def test_a_node_ec2_took_hard_is_no_peer_while_its_group_still_lists_it(make_clu
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("hard-kill", {"train.py": ""}, "python train.py")
     (host, _), (survivor, _) = cluster.instances()
-    assert [i for i, _ in node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)] == [
+    assert [i for i, _ in discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)] == [
         host,
         survivor,
     ]
@@ -102,7 +102,7 @@ def test_a_node_ec2_took_hard_is_no_peer_while_its_group_still_lists_it(make_clu
     cluster.aws.ec2.stop_instances(InstanceIds=[host])
     group = cluster.aws.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[cluster.group])["AutoScalingGroups"][0]
     assert {i["InstanceId"]: i["LifecycleState"] for i in group["Instances"]}[host] == "InService"
-    peers = node_agent.discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
+    peers = discover_peers(cluster.aws.asg, cluster.aws.ec2, cluster.group)
     assert [i for i, _ in peers] == [survivor]
 
 

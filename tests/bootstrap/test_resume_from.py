@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from node_agent import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
 
 from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory

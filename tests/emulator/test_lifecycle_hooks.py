@@ -23,7 +23,7 @@ from emulator.deploy import unsupported
 from emulator.lifecycle import SCALE_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bootstrap_scripts"))  # as on the node
-import node_agent
+from spot_training.agent.drain import DrainHold
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 HOOK = "spot-training-drain"
@@ -334,7 +334,7 @@ def test_the_agents_drain_hold_keeps_an_uploading_instance_past_the_heartbeat(
     asg = cloud.client("autoscaling")
     lines: list[str] = []
     sent = [0]  # the checkpoint bytes uploaded so far, as CheckpointStore.sent_bytes counts them
-    hold = node_agent.DrainHold(asg, instance, lines.append, lambda: sent[0], lambda: True, look_s=0.5, beat_s=1.0)
+    hold = DrainHold(asg, instance, lines.append, lambda: sent[0], lambda: True, look_s=0.5, beat_s=1.0)
     asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)
     hold.start()
     try:

@@ -1,0 +1,14 @@
+"""How the agent's AWS clients call: botocore's retries and S3 transfers' part size and concurrency."""
+
+from __future__ import annotations
+
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+# 16 MiB parts, 8 in flight: S3 serves ~85-90 MB/s per connection (AWS: 8-16 MB requests, one per 85-90 MB/s),
+# so a 100 MiB checkpoint goes out over 7 connections instead of 2 (benchmarks/RESULTS.md, items 3 and 4).
+# botocore's standard retry mode (S3 SlowDown, 5xx, throttling, connection errors; back-off capped at 20 s) with
+# 8 attempts instead of its default 3: a brownout of half a minute or so is ridden out instead of raising out of
+# the agent, which would leave an idle instance behind.
+RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 8})
+TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20, max_concurrency=8)
