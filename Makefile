@@ -71,7 +71,7 @@ lint: deps
 unit: deps
 	$(BIN)/pytest $(PYTEST_PARALLEL) --durations=25
 
-# The edit loop: unit and template tests, without the emulated cloud and without real nodes (marker "slow").
+# The edit loop: unit and template tests, without the emulated cloud, real nodes or training processes (marker "slow").
 quick: run-deps
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
 

@@ -64,5 +64,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     each is one long unit of work, and the single tests fill in around them."""
     items.sort(key=lambda item: parallel.run_order(item.nodeid))
     for item in items:  # `make quick` leaves these out
-        if parallel.starts_nodes_or_cloud(item.nodeid, getattr(item, "fixturenames", ())):
+        if parallel.is_slow(item.nodeid, getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)

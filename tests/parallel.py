@@ -94,11 +94,26 @@ def run_order(nodeid: str) -> tuple[int, int]:
 # Modules whose fixtures start real nodes (user data, agent, torchrun) without the make_nodes fixture
 NODE_MODULES = ("tests/bootstrap/test_node_agent.py", "tests/bootstrap/test_node_rendezvous.py")
 
+# Modules that run training processes (PyTorch process groups, the example trainer, torchrun's launcher) or wait out
+# the stall watchdog's timeouts against running trainers: seconds of CPU or of waiting per test, not unit tests
+TRAINER_MODULES = (
+    "tests/bootstrap/test_agent_stall.py",
+    "tests/bootstrap/test_checkpointer.py",
+    "tests/bootstrap/test_launch.py",
+    "tests/test_example.py",
+)
 
-def starts_nodes_or_cloud(nodeid: str, fixtures: Sequence[str]) -> bool:
-    """Whether a test starts the emulated cloud or real nodes: marked ``slow``, which ``make quick`` leaves out."""
+
+def is_slow(nodeid: str, fixtures: Sequence[str]) -> bool:
+    """Whether a test starts the emulated cloud, real nodes or training processes: marked ``slow``, which
+    ``make quick`` leaves out."""
     module = nodeid.split("::", 1)[0]
-    return module.startswith("tests/emulator/") or module in NODE_MODULES or "make_nodes" in fixtures
+    return (
+        module.startswith("tests/emulator/")
+        or module in NODE_MODULES
+        or module in TRAINER_MODULES
+        or "make_nodes" in fixtures
+    )
 
 
 def unit_of(nodeid: str) -> str:
