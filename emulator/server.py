@@ -23,10 +23,12 @@ import ssl
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
 from emulator import billing, cfn_compat, ebs_strict, http_serving, lifecycle
+from emulator.request_counts import RequestCounts
 from emulator.settings import ACCOUNT_ID, REGION
 
 
@@ -51,6 +53,7 @@ def serve(
     insecure_port: int = 0,
     exit_on_stdin_eof: bool = False,
     iam_enforcement: bool = False,
+    requests_file: Optional[str] = None,
 ) -> None:
     """Install the compat layer, seed public parameters, bind, announce the ports, serve until told to stop."""
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
@@ -68,7 +71,8 @@ def serve(
         iam_resources.install()
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
 
-    app = http_serving.moto_app()
+    counts = None if requests_file is None else RequestCounts(Path(requests_file))
+    app = http_serving.moto_app(counts)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(tls_cert, tls_key)
@@ -92,6 +96,8 @@ def serve(
     ]
     for t in threads:
         t.start()
+    if counts is not None:
+        counts.start()
     print(
         json.dumps(
             {
@@ -113,6 +119,8 @@ def serve(
             t.join(timeout=10)
         for s in servers:
             s.server_close()
+        if counts is not None:
+            counts.stop()
 
 
 def _stop_on_eof(stop: Callable[[], None]) -> None:
@@ -143,6 +151,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         action="store_true",
         help="prepare moto's IAM enforcement (emulator/iam_resources.py); it stays off until switched on",
     )
+    parser.add_argument(
+        "--requests-file",
+        metavar="PATH",
+        help="count the requests by service, action and caller into this JSON file (emulator/request_counts.py)",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127."):
         parser.error("the emulator only listens on loopback (127.0.0.0/8)")
@@ -155,6 +168,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         insecure_port=args.insecure_port,
         exit_on_stdin_eof=args.exit_on_stdin_eof,
         iam_enforcement=args.iam_enforcement,
+        requests_file=args.requests_file,
     )
     return 0
 
