@@ -18,9 +18,9 @@ from budget_guard.handler import FINISHED
 from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
-from training_constructs import WarmVolumePool, training_cluster
+from training_constructs import WarmVolumePool, node_bootstrap
+from training_constructs.node_bootstrap import BOOTSTRAP_DIR
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
-from training_constructs.training_cluster import BOOTSTRAP_DIR
 
 EXISTING_VPC = {
     "vpc_id": "vpc-0123456789abcdef0",
@@ -190,7 +190,7 @@ def test_bootstrap_asset_ships_exactly_the_tracked_scripts(tmp_path: Path, monke
     for path in junk:
         path.parent.mkdir(exist_ok=True)
         path.write_text("junk")
-    monkeypatch.setattr(training_cluster, "BOOTSTRAP_DIR", scripts)
+    monkeypatch.setattr(node_bootstrap, "BOOTSTRAP_DIR", scripts)
     out = tmp_path / "cdk.out"
     synth(team_config(), outdir=str(out))
     [asset] = [p for p in out.glob("asset.*") if p.is_dir()]
