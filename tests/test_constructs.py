@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,13 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Annotations, Match, Template
 
-from bootstrap_scripts.spot_training.job_spec import END_MARKERS, MTBI_MAX_S, PARAMETER_MAX_BYTES
+from bootstrap_scripts.spot_training.job_spec import (
+    END_MARKERS,
+    MTBI_MAX_S,
+    PARAMETER_MAX_BYTES,
+    SPEC_KEYS,
+    WarmPoolSpec,
+)
 from budget_guard.handler import FINISHED
 from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
@@ -678,6 +685,15 @@ def test_the_job_spec_lists_the_pools_volumes_for_the_claim(variant: Template) -
     assert {ref for ref in set(variant.find_resources("AWS::EC2::Volume")) if f'{{"Ref": "{ref}"}}' in value} == set(
         variant.find_resources("AWS::EC2::Volume")
     )
+
+
+def test_the_job_spec_holds_the_keys_the_agent_reads(variant: Template) -> None:
+    """The stack writes a JobSpec (bootstrap_scripts/spot_training/job_spec.py) and the agent checks it against
+    SPEC_KEYS: the written keys are those, and the warm pool's, apart from a value the team file leaves unset (CDK
+    leaves a null out of the JSON: here the Young/Daly checkpoint interval)."""
+    [spec] = [p for p in resources(variant, "AWS::SSM::Parameter") if p["Properties"]["Name"].endswith("/big/job-spec")]
+    written = set(re.findall(r'\\"(\w+)\\":', joined(spec["Properties"]["Value"])))
+    assert written == (SPEC_KEYS - {"checkpoint_interval_s"}) | {f.name for f in fields(WarmPoolSpec)}
 
 
 def test_nodes_boot_the_ami_their_warm_pool_copies() -> None:

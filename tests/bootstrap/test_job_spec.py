@@ -11,7 +11,7 @@ import node_agent
 import pytest
 from spot_training.agent.errors import AgentError
 from spot_training.agent.job import load_job
-from spot_training.job_spec import JOB_KEYS
+from spot_training.job_spec import JOB_KEYS, JOB_SETTINGS, SPEC_KEYS, JobSpec, JobSpecError, WarmPoolSpec, check_job
 
 from .conftest import BOOTSTRAP, Cluster, address_map
 from .test_agent_notice import agent_for, raising
@@ -250,3 +250,30 @@ def test_on_node_code_parses_as_python_38(path: str) -> None:
     ast.parse(source, feature_version=(3, 8))
     if "def " in source:  # so list[str]-style annotations are never evaluated
         assert "from __future__ import annotations" in source
+
+
+def test_the_job_spec_the_stack_writes_passes_the_agents_check() -> None:
+    """The stack writes a JobSpec's as_dict() (training_constructs/job_spec_parameter.py): as JSON, the agent's
+    check_job takes it by the same field names, a submitted job's settings among them."""
+    pool = WarmPoolSpec(tag_key="spot-training:warm-pool", pool="t-main", device_name="/dev/sdf", volumes=["vol-1"])
+    spec = JobSpec(
+        team="t", cluster="main", region="us-east-1", bucket="bucket", prefix="main/", log_group="logs",
+        current_job_parameter="/spot-training/t/main/current-job", command="python train.py",
+        python="/opt/pytorch/bin/python", nproc_per_node=1, min_nodes=1, desired_nodes=1, max_nodes=2,
+        checkpoint_dir="/opt/ml/checkpoints", checkpoint_interval_s=None, checkpoint_wait_for_upload=False,
+        mean_time_between_interruptions_s=3600, max_restarts=3, interruption_grace_s=90, rendezvous_port=29400,
+        stall_timeout_s=0, warm_pool=pool,
+    )  # fmt: skip
+    written = json.loads(json.dumps(spec.as_dict()))
+    assert set(written) == SPEC_KEYS and JOB_SETTINGS <= SPEC_KEYS
+    merged = check_job(written, {"job_id": "j1", "code_key": "main/code/j1.tar.gz", "max_restarts": 5}, "current")
+    assert (merged["argv"], merged["max_restarts"], merged["stall_timeout_s"]) == (["train.py"], 5, None)
+    assert merged["warm_pool"] == {
+        "tag_key": pool.tag_key,
+        "pool": "t-main",
+        "device_name": "/dev/sdf",
+        "volumes": ["vol-1"],
+    }
+    written.pop("bucket")
+    with pytest.raises(JobSpecError, match=r"^bucket must be a non-empty string, got None$"):
+        check_job(written, {"job_id": "j1", "code_key": "main/code/j1.tar.gz"}, "current")
