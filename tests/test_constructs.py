@@ -575,7 +575,7 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
 @pytest.mark.parametrize(
     ("types", "job", "nproc"),
     [
-        (["g5.12xlarge", "g6.12xlarge"], {}, 4),  # before: 1, four GPUs billed and one trained on
+        (["g5.12xlarge", "g6.12xlarge"], {}, 4),  # not 1: four GPUs billed and one trained on
         (["g5.12xlarge", "g6.12xlarge"], {"nproc_per_node": 2}, 2),  # a team's own number stays
         (["c7i.xlarge", "c6i.xlarge"], {}, 1),  # no GPU: one process
     ],
@@ -667,8 +667,8 @@ def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
 
 
 def test_only_a_cluster_with_a_warm_pool_may_list_volumes(default: Template, variant: Template) -> None:
-    """Before, every cluster's DescribePolicy granted ec2:DescribeVolumes on "*": nodes without a pool could list
-    every volume of the account and region, other teams' included."""
+    """ec2:DescribeVolumes is on "*": a node without a pool that had it could list every volume of the account and
+    region, other teams' included, so only a pool's claim policy grants it."""
 
     def listing(template: Template) -> list[Any]:
         return [s.get("Sid") for s in policies(template) if "ec2:DescribeVolumes" in json.dumps(s["Action"])]
@@ -898,8 +898,8 @@ def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budget
 
 
 def test_an_imported_vpc_without_route_tables_synthesizes_without_a_warning() -> None:
-    """No S3 endpoint, so no route table ids (the team file's rule); nothing reads them. Before, every synth printed
-    CDK's noSubnetRouteTableId warning for each subnet, which reviewers learn to skip."""
+    """No S3 endpoint, so no route table ids (the team file's rule); nothing reads them. CDK's noSubnetRouteTableId
+    warning for each subnet would be noise on every synth, which reviewers learn to skip."""
     subnet = {"subnet_id": "subnet-0123456789abcdef0", "availability_zone": "eu-west-1b"}
     vpc = {**EXISTING_VPC, "subnets": [subnet], "create_s3_endpoint": False}
     stack, template = synth(team_config(network={"existing_vpc": vpc}))

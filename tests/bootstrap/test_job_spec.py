@@ -112,7 +112,7 @@ def test_spec_version_and_missing_or_broken_current_job(make_cluster: Any) -> No
 
 def test_valid_job_merges_overrides(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
-    assert "checkpoint_wait_for_upload" not in cluster.spec  # a job spec written before the option: off
+    assert "checkpoint_wait_for_upload" not in cluster.spec  # a job spec without the option: off
     cluster.submit("job-6", {"train.py": ""}, "python train.py")
     assert load_job(cluster.aws.ssm, cluster.spec_parameter).checkpoint_wait_for_upload is False
     cluster.submit(
@@ -127,7 +127,7 @@ def test_valid_job_merges_overrides(make_cluster: Any) -> None:
 
 def test_the_stall_timeout_is_off_when_missing_null_or_0(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
-    assert "stall_timeout_s" not in cluster.spec  # a job spec written before the watchdog: off, as by default
+    assert "stall_timeout_s" not in cluster.spec  # a job spec without the key: off, as by default
     found = []
     for submitted in ({}, {"stall_timeout_s": None}, {"stall_timeout_s": 300}):
         cluster.submit("job-1", {"train.py": ""}, "python train.py", **submitted)
@@ -231,9 +231,9 @@ def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nod
 
 
 def test_a_refused_node_whose_group_tag_is_unread_still_leaves_its_group(make_cluster: Any, make_nodes: Any) -> None:
-    """Tags come from the instance metadata, read once (curl's two retries): a tag read that failed left the group's
-    name empty. Before, the user data then handed nothing back and the refused node idled in its group, billed;
-    now Auto Scaling names the group."""
+    """Tags come from the instance metadata, read once (curl's two retries): a tag read that fails leaves the group's
+    name empty. The user data then hands the node back all the same (Auto Scaling names the group), or the refused
+    node would idle in its group, billed."""
     cluster: Cluster = make_cluster()
     (node,) = make_nodes(cluster)
     del node.imds.tags["aws:autoscaling:groupName"]
