@@ -83,31 +83,21 @@ class TrainingStack(Stack):
             checkpoint_store=self.checkpoints,
             log_retention=retention,
         )
-        CfnOutput(
-            self,
-            f"GroupName-{spec.name}",
-            value=cluster.asg.auto_scaling_group_name,
-            description=f"Auto Scaling group of cluster {spec.name}",
-        )
-        CfnOutput(
-            self,
-            f"LogGroupName-{spec.name}",
-            value=cluster.log_group.log_group_name,
-            description=f"Log group of cluster {spec.name}",
-        )
+        outputs = {
+            "GroupName": (cluster.asg.auto_scaling_group_name, f"Auto Scaling group of cluster {spec.name}"),
+            "LogGroupName": (cluster.log_group.log_group_name, f"Log group of cluster {spec.name}"),
+        }
         if cluster.drill is not None:
-            CfnOutput(
-                self,
-                f"InterruptionDrill-{spec.name}",
-                value=cluster.drill.template.attr_id,
-                description=f"FIS experiment template id of cluster {spec.name}'s interruption drill",
+            outputs["InterruptionDrill"] = (
+                cluster.drill.template.attr_id,
+                f"FIS experiment template id of cluster {spec.name}'s interruption drill",
             )
-        CfnOutput(
-            self,
-            f"JobSpecParameter-{spec.name}",
-            value=cluster.job_spec.parameter_name,
-            description=f"SSM parameter with the job-spec defaults of cluster {spec.name}",
+        outputs["JobSpecParameter"] = (
+            cluster.job_spec.parameter_name,
+            f"SSM parameter with the job-spec defaults of cluster {spec.name}",
         )
+        for name, (value, description) in outputs.items():
+            CfnOutput(self, f"{name}-{spec.name}", value=value, description=description)
         return cluster
 
     def _budget(self, team: str, config: BudgetConfig, retention: logs.RetentionDays) -> TeamBudget:
