@@ -62,8 +62,8 @@ def test_status_shows_why_a_job_failed(aws: None, capsys: pytest.CaptureFixture[
 def test_eta_counts_only_checkpoints_of_the_current_run(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A replacement booted between the last two checkpoints: their pace holds the restart, not training. Before,
-    status gave the time left at that pace (10045 s seen for a job that ended 60 s later)."""
+    """A replacement booted between the last two checkpoints: their pace holds the restart, not training (at that
+    pace, a job 60 s from its end would show 10045 s left)."""
     ref = started(capsys, tmp_path)
     ship("i-a", (now_ms() - 60_000, "plan: 200 steps"))
     s3, boot = boto3.client("s3"), f"{ref.job_prefix('run-1')}nodes/i-b/boot"
@@ -71,7 +71,7 @@ def test_eta_counts_only_checkpoints_of_the_current_run(
     booted = s3.head_object(Bucket=ref.bucket, Key=boot)["LastModified"].timestamp()
     done = [jobs.Checkpoint(100, 1, 1, booted - 600), jobs.Checkpoint(110, 1, 1, booted - 500)]  # before: 10 s/step
     done.append(jobs.Checkpoint(111, 1, 1, booted + 5))  # the replacement's first: 505 s after the one before
-    monkeypatch.setattr(jobs, "checkpoints", lambda *_: list(done))
+    monkeypatch.setattr("trainctl.status.checkpoints", lambda *_: list(done))
     info = json_status(capsys)
     assert (info["state"], info["planned_steps"], info["eta_s"]) == ("RUNNING", 200, None)
     rc, out, _ = trainctl(capsys, "status", "run-1")
@@ -230,7 +230,7 @@ def test_ctrl_c_during_logs_follow_exits_130_quietly(
     def ctrl_c(_: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("trainctl.cli.time.sleep", ctrl_c)
+    monkeypatch.setattr("trainctl.job_logs.time.sleep", ctrl_c)
     try:
         rc: Any = trainctl_main(["logs", "--team", TEAM, "--cluster", CLUSTER, "run-1", "--follow"])
     except KeyboardInterrupt:  # the old code: a traceback

@@ -256,7 +256,8 @@ def test_stopping_a_job_that_waits_for_capacity_stops_it_here(
     """No node has come yet (no spot capacity): no node agent would ever write STOPPED."""
     assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
     real_group = jobs.group
-    monkeypatch.setattr(jobs, "group", lambda c, r: dict(real_group(c, r), Instances=[]))  # moto launches at once
+    for user in ("trainctl.job_state", "trainctl.stop"):  # moto launches at once
+        monkeypatch.setattr(f"{user}.group", lambda c, r: dict(real_group(c, r), Instances=[]))
     client = client_factory("us-east-1")
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     assert jobs.job_state(client, ref, "run-1") == "WAITING"
@@ -365,9 +366,9 @@ def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_tw
         else:  # the agent's last flush, after its DONE marker
             ship("i-a", (t0 + 5000, "a: job DONE"))
 
-    monkeypatch.setattr("trainctl.cli.time.sleep", between_polls)
+    monkeypatch.setattr("trainctl.job_logs.time.sleep", between_polls)
     states = iter(["RUNNING", "DONE"])
-    monkeypatch.setattr("trainctl.cli.job_state", lambda *_: next(states))
+    monkeypatch.setattr("trainctl.job_logs.job_state", lambda *_: next(states))
     fetched: list[int] = []  # events each GetLogEvents answered
     real = cli._client_factory
 
@@ -459,7 +460,7 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
             raced.append(jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="winner"))
         return real(c, r, job_id)
 
-    monkeypatch.setattr(jobs, "job_exists", other_submit_meanwhile)
+    monkeypatch.setattr("trainctl.submit.job_exists", other_submit_meanwhile)
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
     assert raced == ["winner"]
     assert (rc, err) == (
@@ -493,7 +494,7 @@ def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
             raced[0] = jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="same")
         real(*args, **kwargs)
 
-    monkeypatch.setattr(jobs, "upload", other_submit_meanwhile)
+    monkeypatch.setattr("trainctl.submit.upload", other_submit_meanwhile)
     rc, err = submit(capsys, tmp_path, "--job-id", "same")
     assert raced == ["same"]
     assert (rc, err) == (
@@ -524,7 +525,7 @@ def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_fi
             writes.append(str(real(c, r, json.dumps(winner))))  # the other submit's write lands first
         return real(c, r, value)
 
-    monkeypatch.setattr(jobs, "set_current_job", first_write_elsewhere)
+    monkeypatch.setattr("trainctl.submit.set_current_job", first_write_elsewhere)
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
     assert writes and rc == 2
     assert "got there first: job winner; nothing of this one (loser) was kept" in err
@@ -575,15 +576,15 @@ def test_a_module_command_and_a_script_in_a_folder_are_accepted(
 def test_the_code_goes_up_from_a_temporary_file_in_parts_and_a_large_one_is_warned_about(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the archive was built in memory and sent with one PutObject (at most 5 GB)."""
+    """The archive is built on disk, not in memory, and sent in parts (one PutObject takes at most 5 GB)."""
     code, temp = tmp_path / "code", tmp_path / "temp"
     code.mkdir()
     temp.mkdir()
     (code / "weights.bin").write_bytes(random.Random(0).randbytes(6 << 20))  # does not compress
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     parts = TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
-    monkeypatch.setattr(jobs, "TRANSFER", parts, raising=False)  # raising: the old code has neither
-    monkeypatch.setattr(jobs, "LARGE_CODE_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr("trainctl.submit.TRANSFER", parts)
+    monkeypatch.setattr("trainctl.submit.LARGE_CODE_BYTES", 1 << 20)
     rc, err = submit(capsys, code, "--job-id", "run-1")
     assert (rc, err) == (
         0,

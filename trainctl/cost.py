@@ -27,7 +27,10 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, Optional
 
-from trainctl import jobs
+from trainctl.cluster import ClientFactory, ClusterRef, described, group
+from trainctl.current_job import current_job_id
+from trainctl.job_logs import log_events
+from trainctl.job_state import ENDED, node_markers, object_time, spot_interruptions
 from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTable, average_price, spot_history
 
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
@@ -87,7 +90,7 @@ def redone_text(redone: Mapping[str, Any]) -> str:
     )
 
 
-def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, float]]:
+def _activities(client: ClientFactory, group: str) -> dict[str, dict[str, float]]:
     """Per instance: launch and termination times (s) from the group's scaling activities. A termination still in
     progress (its drain hook holds the instance, billed) has no end yet."""
     found: dict[str, dict[str, float]] = {}
@@ -104,18 +107,18 @@ def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, f
     return found
 
 
-def _boot_markers(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dict[str, dict[str, Any]]:
+def _boot_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, Any]]:
     s3 = client("s3")
     return {
         instance: json.loads(s3.get_object(Bucket=ref.bucket, Key=names["boot"])["Body"].read())
-        for instance, names in jobs.node_markers(client, ref, job_id).items()
+        for instance, names in node_markers(client, ref, job_id).items()
         if "boot" in names
     }
 
 
 def node_costs(
-    client: jobs.ClientFactory,
-    ref: jobs.ClusterRef,
+    client: ClientFactory,
+    ref: ClusterRef,
     job_id: str,
     prices: PriceTable,
     events: list[tuple[float, str, str]],
@@ -130,8 +133,8 @@ def node_costs(
     for ts, stream, _ in events:
         last_line[stream.rsplit("/", 1)[-1]] = ts
     activity = _activities(client, ref.group)
-    current = jobs.current_job_id(client, ref) == job_id
-    in_group = {m["InstanceId"] for m in jobs.group(client, ref)["Instances"]} if current else set()
+    current = current_job_id(client, ref) == job_id
+    in_group = {m["InstanceId"] for m in group(client, ref)["Instances"]} if current else set()
     # Instances the group launched for the job that never told (no boot marker, no log line: their user data or
     # agent failed early) are billed all the same: launched between the submit and the job's end, or in the group.
     submitted, ended = _window(client, ref, job_id, current, now)
@@ -184,7 +187,7 @@ def node_costs(
 
 
 def _window(
-    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, current: bool, now: float
+    client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float
 ) -> tuple[float, float]:
     """When the group's instances were the job's: from its submit (its code archive) to its end marker; without one,
     to now for the cluster's current job, else to the next job's submit (a job after it took the group)."""
@@ -195,7 +198,7 @@ def _window(
         for obj in page.get("Contents", [])
     )
     submitted = next((t for t, j in submits if j == job_id), now)
-    marked = [t for m in jobs.ENDED if (t := jobs.object_time(client, ref, ref.job_prefix(job_id) + m)) is not None]
+    marked = [t for m in ENDED if (t := object_time(client, ref, ref.job_prefix(job_id) + m)) is not None]
     if marked:
         return submitted, min(marked)
     if current:
@@ -208,7 +211,7 @@ def _missing(facts: Mapping[str, Any]) -> list[str]:
     return [k for k in NODE_FACTS if not facts.get(k)]
 
 
-def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
+def _describe(client: ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
     # EC2 forgets terminated instances after about an hour: those are left out
     return {
         i["InstanceId"]: {
@@ -217,7 +220,7 @@ def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dic
             "availability_zone": i.get("Placement", {}).get("AvailabilityZone"),
             "time": i["LaunchTime"].timestamp(),
         }
-        for i in jobs.described(client, instances).values()
+        for i in described(client, instances).values()
     }
 
 
@@ -284,9 +287,9 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
 
 
 def job_cost(
-    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, prices: PriceTable, now: Optional[float] = None
+    client: ClientFactory, ref: ClusterRef, job_id: str, prices: PriceTable, now: Optional[float] = None
 ) -> dict[str, Any]:
-    events = jobs.log_events(client, ref, job_id)
+    events = log_events(client, ref, job_id)
     unpriced: list[str] = []
     nodes = node_costs(client, ref, job_id, prices, events, now, unpriced)
     redone = redone_work(events, nodes, prices)
@@ -311,7 +314,7 @@ def job_cost(
         "total_usd": total,
         "on_demand_usd": on_demand,
         "savings_pct": 100.0 * (1 - total / on_demand) if on_demand else 0.0,
-        "interruptions": jobs.spot_interruptions(client, ref, job_id),
+        "interruptions": spot_interruptions(client, ref, job_id),
         "redone": asdict(redone),
         "on_demand_prices": prices.source,
         "spot_prices": "EC2 spot price history (DescribeSpotPriceHistory), per type and AZ",
@@ -334,7 +337,7 @@ def price_warnings(nodes: list[NodeCost], prices: PriceTable, region: Optional[s
     return out
 
 
-def _region(client: jobs.ClientFactory) -> Optional[str]:
+def _region(client: ClientFactory) -> Optional[str]:
     """The region the EC2 client asks (boto3: ``client.meta.region_name``)."""
     meta = getattr(client("ec2"), "meta", None)
     region = getattr(meta, "region_name", None)

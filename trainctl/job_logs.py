@@ -1,15 +1,19 @@
-"""A job's logs in CloudWatch Logs: one stream per node (``<job>/<instance>``), and the trainer's plan line."""
+"""A job's logs in CloudWatch Logs, one stream per node (``<job>/<instance>``): read, printed (``trainctl logs``),
+and the trainer's plan line."""
 
 from __future__ import annotations
 
 import re
+import time
 from itertools import islice
 from typing import Any, Optional
 
-from trainctl.cluster import ClientFactory, ClusterRef
+from trainctl.cluster import ClientFactory, ClusterRef, JobError
+from trainctl.job_state import NOT_RUNNING, job_state
 
 _PLAN = re.compile(r"\bplan: (\d+) steps\b")
 STREAM_PAGES = 200  # bounded: 200 pages of up to 50 log streams (one per node of a job)
+FOLLOW_LIMIT_S = 24 * 3600.0  # logs --follow: at most a day
 FILTER_PAGES = 1000  # bounded: 1000 pages of FilterLogEvents (a page may be empty while CloudWatch searches)
 
 
@@ -67,3 +71,34 @@ def log_events(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[tupl
     return sorted(
         (ts, name, message) for name, lines in stream_events(client, ref, job_id).items() for ts, message in lines
     )
+
+
+def print_logs(client: ClientFactory, ref: ClusterRef, job_id: str, node: Optional[str], follow: bool) -> None:
+    """Print the job's shipped log lines (``node``: only its stream); ``follow``: until the job ends (at most
+    :data:`FOLLOW_LIMIT_S`), polling for the lines shipped since."""
+    read_to: dict[str, str] = {}  # per stream, its token after the lines printed: each poll reads only new ones
+    deadline = time.monotonic() + FOLLOW_LIMIT_S
+    last = not follow
+    while True:
+        streams = stream_events(client, ref, job_id, read_to)
+        if node is not None and not follow and not any(name.endswith("/" + node) for name in streams):
+            shipped = ", ".join(sorted(name.split("/", 1)[1] for name in streams)) or "none yet"
+            raise JobError(f"no logs of node {node} in job {job_id}; nodes with logs: {shipped}")
+        # only the lines not printed yet: one another node ships late is printed when it comes, though lines of a
+        # later time were printed before it (sorted by time only: a stream's lines of one time stay in its order)
+        new = sorted(
+            (
+                (ts, name, message)
+                for name, lines in streams.items()
+                if node is None or name.endswith("/" + node)
+                for ts, message in lines
+            ),
+            key=lambda e: e[0],
+        )
+        for ts, stream, message in new:
+            print(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(ts))} {stream.split('/', 1)[1]} {message}")
+        if last or time.monotonic() > deadline:
+            return
+        # ended: one more read for the lines shipped with the end (the agent's last flush comes after its marker)
+        last = job_state(client, ref, job_id) in NOT_RUNNING
+        time.sleep(2.0)
