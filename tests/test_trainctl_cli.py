@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from tests.test_trainctl_submit import CLUSTER, CURRENT, LOG_GROUP, TEAM, ship, submit, trainctl
 from tests.test_trainctl_submit import aws as aws  # the fixture: moto with a deployed cluster
-from trainctl import jobs, review
+from trainctl import assembly, jobs, review
 from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
@@ -308,8 +308,8 @@ def test_review_removes_the_assembly_it_synthesized(
         read.append((directory / "manifest.json").is_file())
         return {}
 
-    monkeypatch.setattr(review, "synthesize", synthesize)
-    monkeypatch.setattr(review, "load_assembly", load_assembly)
+    monkeypatch.setattr(assembly, "synthesize", synthesize)
+    monkeypatch.setattr(assembly, "load_assembly", load_assembly)
     monkeypatch.setattr(review, "summary", lambda *_: "## summary\n")
     assert trainctl_main(["review"]) == 0
     assert (capsys.readouterr().out, read) == ("## summary\n", [True])

@@ -38,7 +38,7 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
-from trainctl import prices, review
+from trainctl import assembly, prices, review
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, find_cluster
 from trainctl.cost import job_cost
 from trainctl.job_logs import print_logs
@@ -204,12 +204,12 @@ def run_review(args: argparse.Namespace) -> str:
         spot = prices.read_price_file(args.spot_prices) if args.spot_prices else None
         if args.assembly is None:  # synthesized into a temporary folder, read, removed (--assembly: kept)
             with tempfile.TemporaryDirectory(prefix="trainctl-review-") as tmp:
-                head = review.load_assembly(review.synthesize(Path(tmp), args.teams_dir))
+                head = assembly.load_assembly(assembly.synthesize(Path(tmp), args.teams_dir))
         else:
-            head = review.load_assembly(args.assembly)
-        base = review.load_assembly(args.base) if args.base else None
+            head = assembly.load_assembly(args.assembly)
+        base = assembly.load_assembly(args.base) if args.base else None
         text = review.summary(head, table_, spot, base)
-    except (prices.PriceError, review.ReviewError) as exc:
+    except (prices.PriceError, assembly.ReviewError) as exc:
         raise CliError(str(exc)) from None
     if args.out:
         try:

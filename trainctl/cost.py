@@ -186,9 +186,7 @@ def node_costs(
     return nodes
 
 
-def _window(
-    client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float
-) -> tuple[float, float]:
+def _window(client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float) -> tuple[float, float]:
     """When the group's instances were the job's: from its submit (its code archive) to its end marker; without one,
     to now for the cluster's current job, else to the next job's submit (a job after it took the group)."""
     s3 = client("s3")
