@@ -116,18 +116,23 @@ def _boot_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[s
     }
 
 
-def node_costs(
-    client: ClientFactory,
-    ref: ClusterRef,
-    job_id: str,
-    prices: PriceTable,
-    events: list[tuple[float, str, str]],
-    now: Optional[float] = None,
-    warnings: Optional[list[str]] = None,
-) -> list[NodeCost]:
-    """What each node of the job cost; ``warnings`` gets a line for each billed instance that cannot be priced."""
-    warnings = [] if warnings is None else warnings
-    now = time.time() if now is None else now
+@dataclass
+class _Evidence:
+    """What tells which instances ran the job and for how long."""
+
+    job_id: str
+    events: list[tuple[float, str, str]]  # the job's log lines: (time, stream, message)
+    now: float
+    markers: dict[str, dict[str, Any]]  # boot markers by instance
+    last_line: dict[str, float]  # by instance: when it logged last
+    activity: dict[str, dict[str, float]]  # by instance: launch and end from the group's activities
+    in_group: set[str]  # the group's instances, if the job is the cluster's current one
+    silent: set[str]  # launched for the job, with no boot marker and no log line
+
+
+def _evidence(
+    client: ClientFactory, ref: ClusterRef, job_id: str, events: list[tuple[float, str, str]], now: float
+) -> _Evidence:
     markers = _boot_markers(client, ref, job_id)
     last_line: dict[str, float] = {}
     for ts, stream, _ in events:
@@ -140,14 +145,29 @@ def node_costs(
     submitted, ended = _window(client, ref, job_id, current, now)
     launched = {i for i, t in activity.items() if submitted <= t.get("launch", -1.0) <= ended}
     silent = (launched | in_group) - set(markers) - set(last_line)
-    instances = sorted(set(markers) | set(last_line) | silent)
+    return _Evidence(job_id, events, now, markers, last_line, activity, in_group, silent)
+
+
+def node_costs(
+    client: ClientFactory,
+    ref: ClusterRef,
+    job_id: str,
+    prices: PriceTable,
+    events: list[tuple[float, str, str]],
+    now: Optional[float] = None,
+    warnings: Optional[list[str]] = None,
+) -> list[NodeCost]:
+    """What each node of the job cost; ``warnings`` gets a line for each billed instance that cannot be priced."""
+    warnings = [] if warnings is None else warnings
+    seen = _evidence(client, ref, job_id, events, time.time() if now is None else now)
+    instances = sorted(set(seen.markers) | set(seen.last_line) | seen.silent)
     # a marker the agent wrote without some fact (IMDS did not answer) is completed from EC2, as is a missing one
-    described = _describe(client, [i for i in instances if _missing(markers.get(i, {}))])
+    described = _describe(client, [i for i in instances if _missing(seen.markers.get(i, {}))])
     nodes = []
     for instance in instances:
-        marker = markers.get(instance)
+        marker = seen.markers.get(instance)
         facts = {**described.get(instance, {}), **{k: v for k, v in (marker or {}).items() if v}}
-        if (missing := _missing(facts)) and instance in silent:
+        if (missing := _missing(facts)) and instance in seen.silent:
             warnings.append(
                 f"instance {instance}, launched for job {job_id}, wrote no boot marker and no log line, and EC2 no "
                 "longer describes it: its cost is not counted"
@@ -156,34 +176,51 @@ def node_costs(
         if missing:
             why = f"its boot marker lacks {', '.join(missing)};" if marker is not None else "no boot marker and"
             raise PriceError(f"instance {instance} of job {job_id}: {why} EC2 no longer describes it")
-        times = activity.get(instance, {})
-        if "launch" in times:
-            end = times.get("end") or (now if instance in in_group else last_line.get(instance, now))
-            start, timed_by = times["launch"], "group activity"
-        else:
-            start = float(
-                facts.get("time") or min((ts for ts, s, _ in events if s.endswith("/" + instance)), default=now)
-            )
-            end = now if instance in in_group else last_line.get(instance, start)
-            timed_by = "EC2 launch time" if instance in silent else "node logs"
-            if instance not in in_group and instance not in last_line:
-                warnings.append(
-                    f"instance {instance} of job {job_id}: no Auto Scaling activity (kept six weeks) and no log line "
-                    "(kept for the log group's retention) is left to time it: its hours are not counted"
-                )
-        market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
-        itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
-        on_demand = prices.on_demand_price(itype)
-        if market == "spot":
-            history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
-            price = average_price(history, start, end)
-            if price is None:
-                kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
-                raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
-        else:
-            price = on_demand
-        nodes.append(NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand))
+        start, end, timed_by = _timed(seen, instance, facts, warnings)
+        nodes.append(_priced(client, prices, instance, facts, (start, end, timed_by), seen.now))
     return nodes
+
+
+def _timed(seen: _Evidence, instance: str, facts: Mapping[str, Any], warnings: list[str]) -> tuple[float, float, str]:
+    """(start, end, what timed them) of an instance: the group's activity; else its launch (boot marker or EC2, else
+    its first log line) to now while in the group, else to its last log line."""
+    times = seen.activity.get(instance, {})
+    if "launch" in times:
+        end = times.get("end") or (seen.now if instance in seen.in_group else seen.last_line.get(instance, seen.now))
+        return times["launch"], end, "group activity"
+    logged = (ts for ts, s, _ in seen.events if s.endswith("/" + instance))
+    start = float(facts.get("time") or min(logged, default=seen.now))
+    end = seen.now if instance in seen.in_group else seen.last_line.get(instance, start)
+    if instance not in seen.in_group and instance not in seen.last_line:
+        warnings.append(
+            f"instance {instance} of job {seen.job_id}: no Auto Scaling activity (kept six weeks) and no log line "
+            "(kept for the log group's retention) is left to time it: its hours are not counted"
+        )
+    return start, end, "EC2 launch time" if instance in seen.silent else "node logs"
+
+
+def _priced(
+    client: ClientFactory,
+    prices: PriceTable,
+    instance: str,
+    facts: Mapping[str, Any],
+    timed: tuple[float, float, str],
+    now: float,
+) -> NodeCost:
+    """The node's cost: a spot one at the time-weighted spot price of its type and AZ, else the on-demand price."""
+    start, end, timed_by = timed
+    market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
+    itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
+    on_demand = prices.on_demand_price(itype)
+    price = on_demand
+    if market == "spot":
+        history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
+        spot = average_price(history, start, end)
+        if spot is None:
+            kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
+            raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
+        price = spot
+    return NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand)
 
 
 def _window(client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float) -> tuple[float, float]:
@@ -240,6 +277,26 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
     (``min_nodes`` < ``max_nodes``) logs one too, and the training goes on past it.
     Unknown (None) when the trainer logged no ``step N epoch M loss`` line, or resumed from a flat checkpoint
     (``resume step: unknown``: the step its files hold is the script's to know)."""
+    spans = _restart_spans(events)
+    if spans is None:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
+        return Redone(None, None, None, None)
+    node_s, gpu_s, usd, gpus_known = 0.0, 0.0, 0.0, True
+    for _, began, ended in spans:
+        for node in nodes:  # the nodes that were running while the run before the restart ran those steps
+            overlap = min(node.end, ended) - max(node.start, began)
+            if overlap > 0:
+                node_s += overlap
+                usd += overlap / 3600.0 * node.usd_per_hour
+                gpus = prices.gpus.get(node.type)
+                gpus_known = gpus_known and gpus is not None
+                gpu_s += overlap * (gpus or 0)
+    steps = sum(redone for redone, _, _ in spans)
+    return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
+
+
+def _restart_spans(events: Iterable[tuple[float, str, str]]) -> Optional[list[tuple[int, float, float]]]:
+    """Per restart: (steps redone, from, to), see :func:`redone_work`; None when they cannot be measured (no step
+    line of the trainer, or a restart from a flat checkpoint)."""
     run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
     pending: Optional[tuple[int, dict[int, float]]] = None  # a restart (resumed from, the run before) not yet seen
     spans: list[tuple[int, float, float]] = []  # per restart: (steps redone, from, to)
@@ -268,20 +325,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
         run = {}  # the next run is measured against its own furthest step
     if pending is not None:  # no step after it (the job ended there): a restart all the same
         spans.append(_redone_span(*pending))
-    if not step_lines or unknown:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
-        return Redone(None, None, None, None)
-    node_s, gpu_s, usd, gpus_known = 0.0, 0.0, 0.0, True
-    for _, began, ended in spans:
-        for node in nodes:  # the nodes that were running while the run before the restart ran those steps
-            overlap = min(node.end, ended) - max(node.start, began)
-            if overlap > 0:
-                node_s += overlap
-                usd += overlap / 3600.0 * node.usd_per_hour
-                gpus = prices.gpus.get(node.type)
-                gpus_known = gpus_known and gpus is not None
-                gpu_s += overlap * (gpus or 0)
-    steps = sum(redone for redone, _, _ in spans)
-    return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
+    return None if not step_lines or unknown else spans
 
 
 def job_cost(
