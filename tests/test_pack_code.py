@@ -1,4 +1,4 @@
-"""``trainctl submit``'s code archive (trainctl.jobs.pack_code): what goes in, what never does, what it refuses."""
+"""``trainctl submit``'s code archive (``code_archive.pack_code``): what goes in, what never does, what it refuses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.jobs import JobError, pack_code
+from trainctl.cluster import JobError
+from trainctl.code_archive import pack_code
 
 
 def write(root: Path, files: dict[str, str]) -> None:

@@ -15,15 +15,11 @@ from __future__ import annotations
 
 from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER
 from bootstrap_scripts.spot_training.protocol import MANIFEST
-from trainctl.budget import BUDGET_UNKNOWN, Budget, team_budget
-from trainctl.checkpoints import Checkpoint, checkpoints, copy_checkpoints, intact_manifest
+from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, desired_capacity, find_cluster, group
-from trainctl.code_archive import pack_code
-from trainctl.current_job import Beaten, current_job_id, job_id_in, read_current_job, set_current_job
+from trainctl.current_job import set_current_job
 from trainctl.job_logs import log_events, planned_steps, stream_events
 from trainctl.job_state import (
-    ENDED,
-    NOT_RUNNING,
     end_marker,
     eta_s,
     job_exists,
@@ -32,51 +28,33 @@ from trainctl.job_state import (
     marker,
     node_markers,
     object_time,
-    run_starts,
-    spot_interruptions,
-    submitted,
 )
 from trainctl.submit import submit, upload
 
 __all__ = [
-    "BUDGET_UNKNOWN",
     "CHECKPOINT_FOLDER",
-    "ENDED",
     "MANIFEST",
-    "NOT_RUNNING",
-    "Beaten",
-    "Budget",
     "Checkpoint",
     "ClientFactory",
     "ClusterRef",
     "JobError",
     "checkpoints",
-    "copy_checkpoints",
-    "current_job_id",
     "described",
     "desired_capacity",
     "end_marker",
     "eta_s",
     "find_cluster",
     "group",
-    "intact_manifest",
     "job_exists",
-    "job_id_in",
     "job_state",
     "leaving_nodes",
     "log_events",
     "marker",
     "node_markers",
     "object_time",
-    "pack_code",
     "planned_steps",
-    "read_current_job",
-    "run_starts",
     "set_current_job",
-    "spot_interruptions",
     "stream_events",
     "submit",
-    "submitted",
-    "team_budget",
     "upload",
 ]
