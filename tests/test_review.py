@@ -65,7 +65,7 @@ def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assem
 
 def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> None:
     """4 nodes, 1 on demand as base, 50% of the 3 above it on demand (rounded up for the worst case): 3 on demand,
-    1 at spot. It used to price all 3 above the base at spot."""
+    1 at spot (not all 3 above the base at spot)."""
     group = {
         "Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": {
@@ -88,8 +88,8 @@ def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> N
 
 
 def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_statements() -> None:
-    """A pull request that opens a port or a bucket to someone shows it where reviewers read the IAM changes;
-    before, only identity and trust policies were listed."""
+    """A pull request that opens a port or a bucket to someone shows it where reviewers read the IAM changes,
+    beside the identity and trust policies."""
     deny_plain_http = {
         "Effect": "Deny",
         "Principal": {"AWS": "*"},
@@ -254,7 +254,7 @@ def test_a_broken_assembly_is_one_line_naming_the_file(tmp_path: Path, capsys: p
 def test_review_reports_every_team_file_problem_not_just_the_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`trainctl review` used to print only the first line of the config error, as if the rest were fine."""
+    """`trainctl review` prints every line of the config error, not the first alone as if the rest were fine."""
     bad = tmp_path / "teams"
     bad.mkdir()
     (bad / "beta.yaml").write_text(yaml.safe_dump({"clusters": [{**CLUSTER, "max_nodes": 0}], "log_retention_days": 2}))
@@ -270,7 +270,7 @@ def test_review_reports_every_team_file_problem_not_just_the_first(
 
 
 def test_a_group_that_does_not_set_its_on_demand_percentage_is_all_on_demand() -> None:
-    """CloudFormation's default OnDemandPercentageAboveBaseCapacity is 100; it used to be read as 0 (all spot)."""
+    """CloudFormation's default OnDemandPercentageAboveBaseCapacity is 100, not 0 (all spot)."""
     stack = _group_stack(TYPES, 2, on_demand_pct=None)
     prices = load_prices()
     worst = f"{2 * prices.on_demand_price('g5.2xlarge'):.2f}"
@@ -281,7 +281,7 @@ def test_a_group_that_does_not_set_its_on_demand_percentage_is_all_on_demand() -
 def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
     assemblies: tuple[Path, Path],
 ) -> None:
-    """The change raises max_nodes 2 -> 3: the table used to show only 3."""
+    """The change raises max_nodes 2 -> 3: the table shows both, not 3 alone."""
     base, head = assemblies
     prices = load_prices()
     text = review.summary(load_assembly(head), prices, base=load_assembly(base))
@@ -300,13 +300,13 @@ def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
     )
     text = review.summary({after.name: after}, prices, base={before.name: Stack(before.name, {}, [])})
     assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
-    # a new team (its stack not in the base): before, its clusters read like unchanged ones
+    # a new team (its stack not in the base): its clusters are new, not unchanged
     text = review.summary({after.name: after}, prices, base={})
     assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
 
 
 def test_against_a_base_a_budget_reads_new_or_base_to_head(assemblies: tuple[Path, Path]) -> None:
-    """Before, only the head's amount: a limit raised from 500 to 50000 looked like any budget."""
+    """Both amounts: with the head's alone, a limit raised from 500 to 50000 would look like any budget."""
     base, head = assemblies
     prices, head_stacks = load_prices(), load_assembly(head)
     name = budget_name("alpha", [], 80)
@@ -326,8 +326,8 @@ def test_against_a_base_a_budget_reads_new_or_base_to_head(assemblies: tuple[Pat
 def test_a_new_vpc_range_replaces_every_resource_whose_create_only_property_refers_to_a_replaced_one(
     assemblies: tuple[Path, Path],
 ) -> None:
-    """Only the VPC and its subnets used to be listed; their security groups, route tables, routes, endpoint,
-    gateway attachment, NAT gateway and flow log are replaced with them."""
+    """Not only the VPC and its subnets: their security groups, route tables, routes, endpoint, gateway attachment,
+    NAT gateway and flow log are replaced with them, and listed."""
     base, head = assemblies
     text = review.summary(load_assembly(head), load_prices(), base=load_assembly(base))
     resources = _template(head)["Resources"]
@@ -390,8 +390,8 @@ def _checkpoint_bucket(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def test_data_retention_changes_are_listed_against_the_base(everything: tuple[dict[str, Any], dict[str, Any]]) -> None:
-    """A bucket going from Retain to Delete, losing versioning, gaining a 1-day expiration: "None" used to be all
-    the review said."""
+    """A bucket going from Retain to Delete, losing versioning, gaining a 1-day expiration: each change is a row,
+    not "None"."""
     base, head = copy.deepcopy(everything)
     bucket_id, bucket = _checkpoint_bucket(head)
     del bucket["Properties"]["VersioningConfiguration"]  # a change of the construct, as a reviewer would make it
@@ -442,8 +442,8 @@ def _iam_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
 def test_not_action_and_not_resource_are_labelled_so_turning_a_statement_into_them_is_a_change(
     everything: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    """A statement whose Action became NotAction (it grants everything but those actions) read the same as before:
-    "0 added, 0 removed"; NotResource read as "on *"."""
+    """A statement whose Action becomes NotAction (it grants everything but those actions) is a removed and an added
+    line, not "0 added, 0 removed"; NotResource is labelled, not read as "on *"."""
     base, _ = everything
     head = copy.deepcopy(base)
     statements = _policy(head, "ClusterpoolCheckpointAccess")["Properties"]["PolicyDocument"]["Statement"]
@@ -481,7 +481,7 @@ def test_a_policy_attached_to_another_role_is_a_change(everything: tuple[dict[st
 def test_review_of_a_stack_over_cloudformation_s_resource_quota_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before, `trainctl review` ended in a 43-line jsii traceback. 582: an in-process synth has no CDK::Metadata."""
+    """One line, not a 43-line jsii traceback. 582: an in-process synth has no CDK::Metadata."""
     path = oversized_team(tmp_path / "teams")
     code, out, err = _trainctl(capsys, "review", "--teams-dir", str(path.parent), "--out", str(tmp_path / "r.md"))
     assert (code, out, err) == (2, "", f"trainctl: error: {path}: {OVERSIZED.format(count=582)}\n")
@@ -490,8 +490,8 @@ def test_review_of_a_stack_over_cloudformation_s_resource_quota_is_one_line(
 def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A construct change with an unacknowledged cdk-nag finding. Before, the error sent the reader to
-    ``<temporary folder>/validation-report.json``, a folder review had removed before the line was printed."""
+    """A construct change with an unacknowledged cdk-nag finding. The error does not send the reader to
+    ``<temporary folder>/validation-report.json``: review removes that folder before the line is printed."""
     from aws_cdk import aws_s3
 
     from training_app import wiring as cdk_app
@@ -517,8 +517,8 @@ def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
 def test_replaced_warm_pool_volumes_come_with_the_rule_to_deploy_at_0(
     everything: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    """A new snapshot or volume size replaces the pool: before, the review listed the volumes as deleted, with no
-    word that a deploy while a node holds one leaves it billed outside the stack."""
+    """A new snapshot or volume size replaces the pool: the review lists the old volumes as deleted and
+    notes that a deploy while a node holds one leaves it billed outside the stack."""
     base, _ = copy.deepcopy(everything)
     bigger = copy.deepcopy(EVERYTHING)
     bigger["clusters"][0]["warm_pool"]["volume_size_gib"] = 300
@@ -545,7 +545,7 @@ def _pool_stack(iops: int, volumes: int = 4) -> Stack:
 
 
 def test_warm_pools_are_priced_per_month_and_their_changes_read_base_to_head() -> None:
-    """A pool is billed while no node runs; before, the review priced only the nodes. gp3 in us-east-1: $0.08 per
+    """A pool is billed while no node runs, so the review prices it beside the nodes. gp3 in us-east-1: $0.08 per
     GB-month, $0.005 per IOPS-month above 3,000, $0.04 per MB/s-month above 125. 4 volumes of 100 GiB, 6,000 IOPS
     and 250 MB/s: 4 x (8 + 15 + 5) = 112; at 3,000 IOPS: 4 x (8 + 5) = 52."""
     head, base = _pool_stack(6000), _pool_stack(3000)

@@ -1,6 +1,6 @@
 """``trainctl submit`` refuses, before it uploads or scales anything, a job the node agent would refuse.
 
-The agent checks the job when a node boots; a job it refuses used to leave the group scaled up with every node
+The agent checks the job when a node boots; a job it refuses would leave the group scaled up with every node
 idle (and billed). AWS is moto in-process here: no server, no network.
 """
 
@@ -114,10 +114,10 @@ def state() -> dict[str, Any]:
         (
             ("--checkpoint-interval-s", "1e-300"),
             "checkpoint_interval_s must be a number of at least 1 or null, got 1e-300",
-        ),  # before: submitted, a save at every step
+        ),  # else: submitted, a save at every step
         (("--job-id", "code"), "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
         (("--python", "python3"), "python must be an absolute path, got 'python3'"),
-        (("--command", ""), "command must be a non-empty string, got ''"),  # before: the cluster's command, silently
+        (("--command", ""), "command must be a non-empty string, got ''"),  # else: the cluster's command, silently
     ],
 )
 def test_a_job_the_agent_would_refuse_is_refused_before_anything_starts(
@@ -131,7 +131,7 @@ def test_a_job_the_agent_would_refuse_is_refused_before_anything_starts(
 def test_a_job_too_large_for_its_parameter_is_refused_before_anything_starts(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Before, the code went up, then SSM refused the current-job parameter (4,096 bytes at most)."""
+    """Refused before the code goes up: SSM would refuse the current-job parameter (4,096 bytes at most) after it."""
     command = "python train.py " + " ".join(f"--option-{i} {i}" for i in range(400))
     size = len(json.dumps({"job_id": "big", "code_key": "", "command": command}).encode())
     assert size > 4096
@@ -387,15 +387,15 @@ def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_tw
     assert printed == [
         "i-a a: step 1", "i-b b: step 2", "i-a a: step 3",  # first poll
         "i-b b: step 2.5", "i-a a: step 4",  # second poll: only the new lines
-        "i-a a: job DONE",  # once the job ended, one more read (before, the lines shipped with the end were lost)
+        "i-a a: job DONE",  # once the job ended, one more read (for the lines shipped with the end)
     ]  # fmt: skip
 
 
 def test_a_quiet_stretch_in_a_log_stream_does_not_end_its_reading(aws: None) -> None:
     """CloudWatch pages GetLogEvents by time: a quiet stretch of a stream (a data download, a replacement booting
     later) is a page without events and with a new token, and lines come after it; only the token coming back
-    ends the stream (as moto answers at the end). Before, the first empty page ended it: `logs`, `--follow` and
-    `cost` lost every line after the gap."""
+    ends the stream (as moto answers at the end). Ended at the first empty page, `logs`, `--follow` and `cost`
+    would lose every line after the gap."""
     boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
     t0 = int(time.time() * 1000) - 600_000  # ms
     ship("i-a", (t0, "before the gap"), (t0 + 1, "after the gap"))
@@ -447,8 +447,8 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both find the group idle; another submit writes the current-job parameter (and scales the group) between
-    this one's check and its write. Before, both succeeded and the parameter named the last writer: the first
-    job's nodes booted into the second job, and the first job never ran."""
+    this one's check and its write. This one fails: were both to succeed, the parameter would name the last
+    writer, the first job's nodes would boot into the second job, and the first job would never run."""
     assert submit(capsys, tmp_path, "--job-id", "run-0") == (0, "")  # a parameter with a version history
     boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
     client = client_factory("us-east-1")
@@ -481,9 +481,9 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
 def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A retried CI step submits job "same" twice at once; both pass the job-id check before either writes. Before,
-    the loser's clean-up deleted the code archive under the shared key: the winner's nodes booted, billed, into a
-    job without code, and status said the job did not exist."""
+    """A retried CI step submits job "same" twice at once; both pass the job-id check before either writes. The
+    loser's clean-up leaves the code archive under the shared key: deleted, the winner's nodes would boot, billed,
+    into a job without code, and status would say the job does not exist."""
     client = client_factory("us-east-1")
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     real, raced = jobs.upload, list[str]()
