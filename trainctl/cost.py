@@ -305,13 +305,8 @@ def _restart_spans(events: Iterable[tuple[float, str, str]]) -> Optional[list[tu
         if m := _STEP.search(message):
             step = int(m.group(1) or m.group(2))
             step_lines = step_lines or m.group(1) is not None  # not just the checkpoint helper's line
-            if pending is not None:
-                resumed, before = pending
-                pending = None
-                if step <= max(before):  # it went back: a restart, the steps since the one resumed from redone
-                    spans.append(_redone_span(resumed, before))
-                else:  # it went on: a node joined the running training
-                    run = before
+            if pending is not None:  # the first step line since a resume line (none since: ``run`` is empty)
+                run, pending = _run_after_resume(pending, step, spans), None
             run.setdefault(step, ts)
             continue
         if not (m := _RESUMED.search(message)) or not run or pending is not None:
@@ -326,6 +321,19 @@ def _restart_spans(events: Iterable[tuple[float, str, str]]) -> Optional[list[tu
     if pending is not None:  # no step after it (the job ended there): a restart all the same
         spans.append(_redone_span(*pending))
     return None if not step_lines or unknown else spans
+
+
+def _run_after_resume(
+    pending: tuple[int, dict[int, float]], step: int, spans: list[tuple[int, float, float]]
+) -> dict[int, float]:
+    """The run the first step line after a resume line belongs to. It went back: a restart, a new run, and the steps
+    since the one resumed from redone (a span appended to ``spans``); it went on: a node joined the running training,
+    the run before goes on."""
+    resumed, before = pending
+    if step <= max(before):
+        spans.append(_redone_span(resumed, before))
+        return {}
+    return before
 
 
 def job_cost(
