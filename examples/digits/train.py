@@ -51,8 +51,20 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def main() -> int:
-    args = parse_args()
+class Digits:
+    """The data: every image and label, the training indices (a fixed split) and the test set on ``device``."""
+
+    def __init__(self, device: torch.device) -> None:
+        with np.load(DIGITS) as digits:
+            self.x_all = torch.tensor(digits["data"], dtype=torch.float32) / 16.0
+            self.y_all = torch.tensor(digits["target"], dtype=torch.int64)
+        split = torch.randperm(len(self.y_all), generator=torch.Generator().manual_seed(1234))
+        self.train_idx, test_idx = split[:1400], split[1400:]
+        self.x_test, self.y_test = self.x_all[test_idx].to(device), self.y_all[test_idx].to(device)
+
+
+def init_process(seed: int) -> tuple[int, int, torch.device]:
+    """(world size, rank, device): the process group under torchrun, deterministic kernels, seeded RNGs."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -65,80 +77,112 @@ def main() -> int:
     )
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return world, rank, device
 
-    with np.load(DIGITS) as digits:
-        x_all = torch.tensor(digits["data"], dtype=torch.float32) / 16.0
-        y_all = torch.tensor(digits["target"], dtype=torch.int64)
-    split = torch.randperm(len(y_all), generator=torch.Generator().manual_seed(1234))
-    train_idx, test_idx = split[:1400], split[1400:]
-    x_test, y_test = x_all[test_idx].to(device), y_all[test_idx].to(device)
 
-    model: nn.Module = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10)).to(device)
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+def resume_position(ckpt: Checkpointer, rank: int) -> tuple[int, int, int]:
+    """(step, epoch, samples of that epoch's order consumed) of the restored checkpoint; zeros when fresh.
 
-    ckpt = Checkpointer(model, optimizer, scheduler)
+    The data position is the samples of the epoch's order consumed: rank r trains on every world-th sample of what
+    is left, so a resume on another number of nodes (an elastic job) neither skips nor repeats samples."""
     restored = ckpt.restore()
-    # The data position is the samples of the epoch's order consumed: rank r trains on every world-th sample of
-    # what is left, so a resume on another number of nodes (an elastic job) neither skips nor repeats samples.
-    step, start_epoch, start_samples = 0, 0, 0
-    if restored is not None:
-        step, start_epoch, start_samples = restored.step, restored.extra["epoch"], restored.extra["samples"]
+    if restored is None:
         if rank == 0:
-            print(f"resumed from step {step} (epoch {start_epoch}, sample {start_samples})", flush=True)
-    elif rank == 0:
-        print("starting fresh", flush=True)
+            print("starting fresh", flush=True)
+        return 0, 0, 0
+    step, epoch, samples = restored.step, restored.extra["epoch"], restored.extra["samples"]
+    if rank == 0:
+        print(f"resumed from step {step} (epoch {epoch}, sample {samples})", flush=True)
+    return step, epoch, samples
 
+
+def log_step(args: argparse.Namespace, step: int, first_step: int, epoch: int, loss: torch.Tensor, rank: int) -> None:
+    """A step line: every ``--log-every`` steps on every rank, or every 10 steps on rank 0; always the first step
+    after a (re)start, so that the time to it can be read off the logs."""
+    if args.log_every > 0:
+        if step % args.log_every == 0 or step == first_step:
+            print(f"step {step} epoch {epoch} loss {loss.item():.4f} rank {rank}", flush=True)
+    elif rank == 0 and (step % 10 == 0 or step == first_step):
+        print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
+
+
+class Trainer:
+    """The model, its optimizer and scheduler, and the checkpoint helper over them, on one process of the job."""
+
+    def __init__(self, args: argparse.Namespace, world: int, rank: int, device: torch.device) -> None:
+        self.args, self.world, self.rank, self.device = args, world, rank, device
+        model: nn.Module = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10)).to(device)
+        self.model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr, momentum=0.9)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)
+        self.ckpt = Checkpointer(self.model, self.optimizer, self.scheduler)
+
+    def epoch(self, data: Digits, epoch: int, done: int, step: int, first_step: int) -> tuple[int, bool]:
+        """Train ``epoch`` from ``done`` samples of its order on; (the step reached, whether a notice stopped it
+        after its emergency checkpoint)."""
+        args, per_step = self.args, self.world * self.args.batch_size
+        order = data.train_idx[
+            torch.randperm(len(data.train_idx), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+        ]
+        shard = order[done:][self.rank :: self.world]
+        self.model.train()
+        for b in range((len(data.train_idx) - done) // per_step):
+            idx = shard[b * args.batch_size : (b + 1) * args.batch_size]
+            loss = F.cross_entropy(self.model(data.x_all[idx].to(self.device)), data.y_all[idx].to(self.device))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            step += 1
+            log_step(args, step, first_step, epoch, loss, self.rank)
+            if args.step_sleep_s:
+                time.sleep(args.step_sleep_s)
+            if self.ckpt.step(step, extra={"epoch": epoch, "samples": done + (b + 1) * per_step}):
+                return step, True
+        return step, False
+
+    def test_accuracy(self, data: Digits) -> float:
+        self.model.eval()
+        with torch.no_grad():
+            return float((self.model(data.x_test).argmax(1) == data.y_test).float().mean().item())
+
+    def finish(self, step: int) -> None:
+        """The final state as a checkpoint too: the node agent makes it durable in S3 (the job's result), and a
+        restart after this point resumes past the last epoch and finishes at once."""
+        self.ckpt.save(step, extra={"epoch": self.args.epochs, "samples": 0}, block=True)
+        self.ckpt.close()
+        if self.rank == 0 and self.args.output:
+            torch.save(getattr(self.model, "module", self.model).state_dict(), self.args.output)
+
+
+def main() -> int:
+    args = parse_args()
+    world, rank, device = init_process(args.seed)
+    data = Digits(device)
+    trainer = Trainer(args, world, rank, device)
+    step, start_epoch, start_samples = resume_position(trainer.ckpt, rank)
     first_step = step + 1  # logged, so that the time to the first step after a (re)start can be read off the logs
-    per_step = world * args.batch_size  # samples of the order one step consumes
-    batches = len(train_idx) // per_step
-    left = (len(train_idx) - start_samples) // per_step + (args.epochs - start_epoch - 1) * batches
+    batches = len(data.train_idx) // (world * args.batch_size)
+    left = (len(data.train_idx) - start_samples) // (world * args.batch_size) + (
+        args.epochs - start_epoch - 1
+    ) * batches
     if rank == 0:
         print(f"plan: {step + left} steps", flush=True)  # trainctl status estimates the time left from it
     loop_started, steps_at_start = time.monotonic(), step
     for epoch in range(start_epoch, args.epochs):
-        order = train_idx[
-            torch.randperm(len(train_idx), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        ]
-        done = start_samples if epoch == start_epoch else 0
-        shard = order[done:][rank::world]
-        model.train()
-        for b in range((len(train_idx) - done) // per_step):
-            idx = shard[b * args.batch_size : (b + 1) * args.batch_size]
-            loss = F.cross_entropy(model(x_all[idx].to(device)), y_all[idx].to(device))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if args.log_every > 0:
-                if step % args.log_every == 0 or step == first_step:
-                    print(f"step {step} epoch {epoch} loss {loss.item():.4f} rank {rank}", flush=True)
-            elif rank == 0 and (step % 10 == 0 or step == first_step):
-                print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
-            if args.step_sleep_s:
-                time.sleep(args.step_sleep_s)
-            if ckpt.step(step, extra={"epoch": epoch, "samples": done + (b + 1) * per_step}):
-                if rank == 0:
-                    print(f"interrupted: checkpoint {step} saved, exiting", flush=True)
-                return EXIT_INTERRUPTED
-        scheduler.step()
-        model.eval()
-        with torch.no_grad():
-            accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+        step, interrupted = trainer.epoch(data, epoch, start_samples if epoch == start_epoch else 0, step, first_step)
+        if interrupted:
+            if rank == 0:
+                print(f"interrupted: checkpoint {step} saved, exiting", flush=True)
+            return EXIT_INTERRUPTED
+        trainer.scheduler.step()
+        accuracy = trainer.test_accuracy(data)
         if rank == 0:
             print(f"epoch {epoch} done: step {step} test accuracy {accuracy:.3f} world size {world}", flush=True)
     loop_s = time.monotonic() - loop_started
-    # The final state as a checkpoint too: the node agent makes it durable in S3 (the job's result), and a
-    # restart after this point resumes past the last epoch and finishes at once.
-    ckpt.save(step, extra={"epoch": args.epochs, "samples": 0}, block=True)
-    ckpt.close()
-    if rank == 0 and args.output:
-        torch.save(getattr(model, "module", model).state_dict(), args.output)
+    trainer.finish(step)
     if rank == 0:
         print(f"training finished at step {step}", flush=True)
         print(f"training loop: {step - steps_at_start} steps in {loop_s:.3f} s", flush=True)
