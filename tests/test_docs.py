@@ -92,7 +92,9 @@ def test_team_file_reference_has_every_field_with_its_description() -> None:
     assert len(models) == 12
     for model in models:
         for name, field in model.model_fields.items():
-            assert field.description, f"team_config/model.py: {model.__name__}.{name} has no Field(description=...)"
+            assert field.description, (
+                f"{model.__module__.replace('.', '/')}.py: {model.__name__}.{name} has no Field(description=...)"
+            )
             assert f"| `{name}` |" in page
     assert "| `max_nodes` | int | required | 1 to 1000 | Upper bound of the Auto Scaling group. |" in page
     assert "| `interruption_grace_s` | int | `90` | > 0, < 120 |" in page
