@@ -21,7 +21,7 @@ emulator.iam: refused s3:PutObject on arn:aws:s3:::bucket/key for ASIA...: Acces
 swallow the error (the node agent tolerates a failed log upload, for one): :func:`refusals` reads them back.
 
 Installed by ``python -m emulator.server --iam-enforcement`` only; enforcement itself stays off until
-:meth:`emulator.cloud.EmulatedCloud.enforce_iam` switches it on, so deploys run unauthenticated as before.
+:meth:`emulator.cloud.EmulatedCloud.enforce_iam` switches it on, so the deploys before that run unauthenticated.
 """
 
 from __future__ import annotations

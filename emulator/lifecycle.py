@@ -10,7 +10,7 @@ hook, :func:`install` makes moto do what EC2 Auto Scaling does:
   instances, a waiting one included) and puts them in ``Terminating:Wait`` instead of terminating them; so does
   **TerminateInstanceInAutoScalingGroup**, with or without decrement. A waiting instance stays in the group
   (DescribeAutoScalingGroups, DescribeAutoScalingInstances) with that state, its EC2 instance keeps running, and it
-  no longer counts toward capacity: without decrement a replacement launches at once. Terminating an instance that
+  does not count toward capacity: without decrement a replacement launches at once. Terminating an instance that
   is not InService or Standby answers ``ValidationError`` "The instance i-... is not in InService or Standby.".
 - **CompleteLifecycleAction** (by InstanceId or LifecycleActionToken; CONTINUE and ABANDON both end a terminating
   wait, ABANDON also ends the instance's waits for the group's other hooks) terminates the EC2 instance and removes

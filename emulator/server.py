@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, Optional
 
+from werkzeug.serving import BaseWSGIServer
+
 from emulator import billing, cfn_compat, ebs_strict, http_serving, lifecycle
 from emulator.settings import ACCOUNT_ID, REGION
 
@@ -56,26 +58,9 @@ def serve(
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
     # go to stderr, i.e. the server log that emulator.deploy checks.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    cfn_compat.install()
-    ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
-    billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
-    lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
-    if iam_enforcement:
-        # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
-        # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.
-        from emulator import iam_resources
-
-        iam_resources.install()
+    _install(iam_enforcement)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
-
-    app = http_serving.moto_app()
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(tls_cert, tls_key)
-    servers = [
-        http_serving.make_server(host, port, _with_transport(app, True), ssl_context=context),
-        http_serving.make_server(host, insecure_port, _with_transport(app, False)),
-    ]
+    servers = _bind(host, port, insecure_port, tls_cert, tls_key)
     stopping = threading.Event()
 
     def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
@@ -92,17 +77,8 @@ def serve(
     ]
     for t in threads:
         t.start()
-    print(
-        json.dumps(
-            {
-                "port": servers[0].server_port,
-                "insecure_port": servers[1].server_port,
-                "pid": os.getpid(),
-                "seeded": seeded,
-            }
-        ),
-        flush=True,
-    )
+    ports = {"port": servers[0].server_port, "insecure_port": servers[1].server_port}
+    print(json.dumps({**ports, "pid": os.getpid(), "seeded": seeded}), flush=True)
     try:
         while not stopping.wait(0.5):
             pass
@@ -113,6 +89,32 @@ def serve(
             t.join(timeout=10)
         for s in servers:
             s.server_close()
+
+
+def _install(iam_enforcement: bool) -> None:
+    """What the emulator adds to moto, before the first request."""
+    cfn_compat.install()
+    ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
+    billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
+    lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
+    if iam_enforcement:
+        # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
+        # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.
+        from emulator import iam_resources
+
+        iam_resources.install()
+
+
+def _bind(host: str, port: int, insecure_port: int, tls_cert: str, tls_key: str) -> list[BaseWSGIServer]:
+    """The HTTPS listener (the endpoint) and the plain-HTTP one, both serving moto's app."""
+    app = http_serving.moto_app()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(tls_cert, tls_key)
+    return [
+        http_serving.make_server(host, port, _with_transport(app, True), ssl_context=context),
+        http_serving.make_server(host, insecure_port, _with_transport(app, False)),
+    ]
 
 
 def _stop_on_eof(stop: Callable[[], None]) -> None:
