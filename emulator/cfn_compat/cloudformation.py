@@ -21,7 +21,7 @@ from typing import Any, Optional
 from moto.core.common_models import CloudFormationModel
 
 from emulator.cfn_compat.base import CompatModel
-from emulator.cfn_compat.patching import original, patch
+from emulator.moto_patch import original, patch
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from moto.ec2.responses import EC2Response
 from moto.utilities.utils import get_partition
 
 from emulator.cfn_compat.base import CompatModel, as_bool
-from emulator.cfn_compat.patching import patch
+from emulator.moto_patch import patch
 
 PLACEMENT_STRATEGIES = ("cluster", "spread", "partition")
 

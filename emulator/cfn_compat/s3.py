@@ -40,7 +40,7 @@ from moto.s3.models import FakeBucket, s3_backends
 from moto.utilities.utils import get_partition
 
 from emulator.cfn_compat.base import UNSUPPORTED_PROPERTY, CompatModel, as_bool
-from emulator.cfn_compat.patching import patch
+from emulator.moto_patch import patch
 
 logger = logging.getLogger(__name__)
 
