@@ -22,6 +22,9 @@ the runs); item 6 is a model fed with this run's measurements. Never run by ``ma
 5. replacement to first step: the replacement node's boot phases, from its CloudWatch Logs lines.
 6. cost model: a 24-hour job on spot vs on-demand per Spot Instance Advisor interruption bucket, with this run's
    checkpoint cost and restart time (``benchmarks/cost_model.py``).
+7. control plane: the AWS calls one cluster's node agents make while they train, by action, at 4, 16 and 32 nodes
+   side by side, and projected to 1,000 nodes (``benchmarks/control_plane.py``). With ``--only control-plane``,
+   only RESULTS.md's "Control plane" section is replaced.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import yaml
 from boto3.s3.transfer import TransferConfig
 
 import cfn_validate
-from benchmarks import fast_ranges, notice
+from benchmarks import control_plane, fast_ranges, notice
 from benchmarks.cost_model import ADVISOR_BUCKETS, expected_job_cost
 from emulator.deploy import JSII_QUIET
 
@@ -532,6 +535,17 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu or platform.machine()}), {system}"
 
 
+def replace_section(text: str, heading: str, section: str) -> str:
+    """``text`` with its ``heading`` section (up to the next ``## `` heading) replaced by ``section``, or with
+    ``section`` appended when it has none."""
+    lines = text.splitlines()
+    if heading not in lines:
+        return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    start = lines.index(heading)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join([*lines[:start], *section.rstrip("\n").splitlines(), "", *lines[end:]]).rstrip("\n") + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--reps", type=int, default=3, help="runs of items 4-5 (default 3)")
@@ -544,7 +558,8 @@ def main() -> int:
         "--notice-sizes-mib", type=int, nargs="+", default=[10, 100, 1024], help="checkpoint sizes of items 4-6"
     )
     p.add_argument("--discount", type=float, default=SPOT_DISCOUNT, help="spot discount of the cost model (0-1)")
-    parts = ["synth", "overhead", "transfer", "notice"]
+    p.add_argument("--control-plane-nodes", type=int, nargs="+", default=[4, 16, 32], help="node counts of item 7")
+    parts = ["synth", "overhead", "transfer", "notice", "control-plane"]
     p.add_argument("--only", choices=parts, action="append", help="run only these (notice: items 4-6)")
     args = p.parse_args()
     only = set(args.only or parts)
@@ -569,7 +584,15 @@ def main() -> int:
         if part("notice"):
             lines, measured = bench_notice(work, args.reps, args.notice_sizes_mib)
             sections += lines + cost_section(measured, args.discount)
+        if part("control-plane"):
+            control, _ = control_plane.run(work, args.control_plane_nodes)
+            sections += control
         part("end")
+    if only == {"control-plane"} and RESULTS.exists():
+        text = replace_section(RESULTS.read_text(), "## Control plane", "\n".join(control))
+        RESULTS.write_text(text)
+        print(text)
+        return 0
     marks = list(took.items())
     durations = ", ".join(
         f"{name} {end - begin:.0f} s" for (name, begin), (_, end) in itertools.pairwise(marks) if name in only

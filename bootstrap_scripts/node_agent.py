@@ -89,7 +89,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import boto3
 from botocore.exceptions import ClientError
 from spot_training import warm_volume
-from spot_training.agent.aws_config import RETRIES
+from spot_training.agent.aws_config import client_config
 from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import download_code, inside
@@ -148,7 +148,7 @@ class Agent:
         session = boto3.session.Session(region_name=args.region)
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
         self.ssm, self.s3, self.asg, self.ec2, self.logs = (
-            session.client(name, endpoint_url=endpoint, config=RETRIES)
+            session.client(name, endpoint_url=endpoint, config=client_config(self.instance_id))
             for name in ("ssm", "s3", "autoscaling", "ec2", "logs")
         )
         self.imds = Imds()

@@ -18,27 +18,15 @@ import time
 from typing import Any, Optional
 
 import boto3
-from botocore.exceptions import ClientError
 
 FINISHED = ("DONE", "FAILED", "STOPPED")
 
 
-def read_marker(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
-    """The marker at ``key`` (JSON), or None. Listed before it is read: the guard's ListBucket is limited to the
-    clusters' prefixes, and S3 answers a GetObject of a missing key with 403, not 404, without ListBucket.
-    ``trainctl`` reads markers with this too (an operator's ListBucket may be limited the same way)."""
-    if _listed(s3, bucket, key) is None:
-        return None
-    try:
-        return dict(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-            return None
-        raise
-
-
 def _listed(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
-    """The listing entry of the object at ``key`` (``Key``, ``LastModified``, ...), or None if it is not there."""
+    """The listing entry of the object at ``key`` (``Key``, ``LastModified``, ...), or None if it is not there: the
+    guard's ListBucket is limited to the clusters' prefixes, and S3 answers a GetObject of a missing key with 403
+    without it. ``bootstrap_scripts/spot_training/protocol.py`` reads markers the same way for ``trainctl``; the
+    function's asset is this folder alone, so the guard keeps its own copy."""
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
     return dict(listed[0]) if listed and listed[0]["Key"] == key else None  # a key sorts before every key it prefixes
 
@@ -157,7 +145,7 @@ def _stop_cluster(
 def written_at(s3: Any, bucket: str, key: str) -> Optional[float]:
     """When the object at ``key`` was last written, by S3's clock, or None if it is not there. The guard times a
     stop by this, not by the request's own ``requested_at``: that was written by whoever asked, with their clock
-    (or a value that never comes due). ``trainctl stop`` reads it too (a stop asked already is not asked again)."""
+    (or a value that never comes due)."""
     listed = _listed(s3, bucket, key)
     return None if listed is None else float(listed["LastModified"].timestamp())
 

@@ -41,6 +41,7 @@ START_TIMEOUT_S = 60.0
 NO_DOCKER = {"lambda": {"use_docker": False}, "batch": {"use_docker": False}}  # moto's /moto-api/config
 STOP_TIMEOUT_S = 10.0
 SERVER_PID_FILE = "moto-server.pid"  # in the run directory: a second emulator there is refused while it runs
+REQUESTS_FILE = "requests.json"  # in the run directory: the requests answered, by service, action and caller
 
 SignalHandler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
 
@@ -145,6 +146,13 @@ class EmulatedCloud:
         return self.tls.ca_cert
 
     @property
+    def requests_file(self) -> Path:
+        """``requests.json``: the requests the endpoint answered (``emulator/request_counts.py``)."""
+        if self.run_dir is None:
+            raise EmulatorError("the emulator is not running")
+        return self.run_dir / REQUESTS_FILE
+
+    @property
     def server_log(self) -> Path:
         if self.run_dir is None:
             raise EmulatorError("the emulator is not running")
@@ -197,6 +205,7 @@ class EmulatedCloud:
             cmd = [
                 sys.executable, "-m", "emulator.server", "--host", self.host, "--exit-on-stdin-eof",
                 "--tls-cert", str(self.tls.server_cert), "--tls-key", str(self.tls.server_key),
+                "--requests-file", str(self.run_dir / REQUESTS_FILE),
             ]  # fmt: skip
             for name in self.public_ami_parameters:
                 cmd += ["--public-ami-parameter", name]

@@ -18,7 +18,7 @@ import io
 import selectors
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,7 +27,7 @@ from moto import backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, DechunkedInput
 
-WsgiApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
+from emulator.request_counts import RequestCounts, WsgiApp, counting
 
 
 class KeepAliveRequestHandler(MotoRequestHandler):
@@ -73,15 +73,17 @@ def read_bodies_whole(app: WsgiApp) -> WsgiApp:
     return wrapped
 
 
-def moto_app() -> WsgiApp:
-    """Moto's dispatcher (every service on one endpoint), with request bodies read whole (:func:`read_bodies_whole`).
+def moto_app(counts: RequestCounts | None = None) -> WsgiApp:
+    """Moto's dispatcher (every service on one endpoint), with request bodies read whole (:func:`read_bodies_whole`)
+    and, given ``counts``, every request counted (``emulator/request_counts.py``).
 
     Moto's dispatcher lists its own package directory (a listdir and about 150 stat calls) on every request to
     find the service a host name belongs to; the list does not change while a server runs, so it is listed once.
     """
     modules = tuple(backends.list_of_moto_modules())
     backends.list_of_moto_modules = lambda: modules
-    return read_bodies_whole(DomainDispatcherApplication(create_backend_app))
+    dispatcher: WsgiApp = DomainDispatcherApplication(create_backend_app)
+    return read_bodies_whole(dispatcher if counts is None else counting(dispatcher, counts))
 
 
 def make_server(host: str, port: int, app: WsgiApp, ssl_context: Any = None) -> BaseWSGIServer:
@@ -99,10 +101,10 @@ def make_server(host: str, port: int, app: WsgiApp, ssl_context: Any = None) -> 
 
 
 @contextmanager
-def moto_in_thread(host: str = "127.0.0.1") -> Iterator[str]:
+def moto_in_thread(host: str = "127.0.0.1", counts: RequestCounts | None = None) -> Iterator[str]:
     """Moto (:func:`moto_app`) served from a thread of this process on a free port of ``host``; yields the endpoint
     URL (plain HTTP). The tests' and benchmarks' in-process AWS; the emulator's endpoint is a process of its own."""
-    server = make_server(host, 0, moto_app())
+    server = make_server(host, 0, moto_app(counts))
     serving = threading.Thread(target=server.serve_forever, daemon=True, name=f"moto-{server.server_port}")
     serving.start()
     try:

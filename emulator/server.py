@@ -23,12 +23,14 @@ import ssl
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
 from werkzeug.serving import BaseWSGIServer
 
 from emulator import billing, cfn_compat, ebs_strict, http_serving, lifecycle
+from emulator.request_counts import RequestCounts, WsgiApp
 from emulator.settings import ACCOUNT_ID, REGION
 
 
@@ -53,6 +55,7 @@ def serve(
     insecure_port: int = 0,
     exit_on_stdin_eof: bool = False,
     iam_enforcement: bool = False,
+    requests_file: Optional[str] = None,
 ) -> None:
     """Install the compat layer, seed public parameters, bind, announce the ports, serve until told to stop."""
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
@@ -60,7 +63,8 @@ def serve(
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     _install(iam_enforcement)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
-    servers = _bind(host, port, insecure_port, tls_cert, tls_key)
+    counts = None if requests_file is None else RequestCounts(Path(requests_file))
+    servers = _bind(host, port, insecure_port, tls_cert, tls_key, http_serving.moto_app(counts))
     stopping = threading.Event()
 
     def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
@@ -77,6 +81,8 @@ def serve(
     ]
     for t in threads:
         t.start()
+    if counts is not None:
+        counts.start()
     ports = {"port": servers[0].server_port, "insecure_port": servers[1].server_port}
     print(json.dumps({**ports, "pid": os.getpid(), "seeded": seeded}), flush=True)
     try:
@@ -89,6 +95,8 @@ def serve(
             t.join(timeout=10)
         for s in servers:
             s.server_close()
+        if counts is not None:
+            counts.stop()
 
 
 def _install(iam_enforcement: bool) -> None:
@@ -105,9 +113,8 @@ def _install(iam_enforcement: bool) -> None:
         iam_resources.install()
 
 
-def _bind(host: str, port: int, insecure_port: int, tls_cert: str, tls_key: str) -> list[BaseWSGIServer]:
-    """The HTTPS listener (the endpoint) and the plain-HTTP one, both serving moto's app."""
-    app = http_serving.moto_app()
+def _bind(host: str, port: int, insecure_port: int, tls_cert: str, tls_key: str, app: WsgiApp) -> list[BaseWSGIServer]:
+    """The HTTPS listener (the endpoint) and the plain-HTTP one, both serving ``app`` (moto's)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(tls_cert, tls_key)
@@ -145,6 +152,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         action="store_true",
         help="prepare moto's IAM enforcement (emulator/iam_resources.py); it stays off until switched on",
     )
+    parser.add_argument(
+        "--requests-file",
+        metavar="PATH",
+        help="count the requests by service, action and caller into this JSON file (emulator/request_counts.py)",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127."):
         parser.error("the emulator only listens on loopback (127.0.0.0/8)")
@@ -157,6 +169,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         insecure_port=args.insecure_port,
         exit_on_stdin_eof=args.exit_on_stdin_eof,
         iam_enforcement=args.iam_enforcement,
+        requests_file=args.requests_file,
     )
     return 0
 

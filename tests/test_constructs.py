@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,20 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Annotations, Match, Template
 
-from bootstrap_scripts.spot_training.job_spec import END_MARKERS, MTBI_MAX_S, PARAMETER_MAX_BYTES
+from bootstrap_scripts.spot_training.job_spec import (
+    END_MARKERS,
+    MTBI_MAX_S,
+    PARAMETER_MAX_BYTES,
+    SPEC_KEYS,
+    WarmPoolSpec,
+)
 from budget_guard.handler import FINISHED
 from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
-from training_constructs import WarmVolumePool, training_cluster
+from training_constructs import WarmVolumePool, node_bootstrap
+from training_constructs.node_bootstrap import BOOTSTRAP_DIR
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
-from training_constructs.training_cluster import BOOTSTRAP_DIR
 
 EXISTING_VPC = {
     "vpc_id": "vpc-0123456789abcdef0",
@@ -190,7 +197,7 @@ def test_bootstrap_asset_ships_exactly_the_tracked_scripts(tmp_path: Path, monke
     for path in junk:
         path.parent.mkdir(exist_ok=True)
         path.write_text("junk")
-    monkeypatch.setattr(training_cluster, "BOOTSTRAP_DIR", scripts)
+    monkeypatch.setattr(node_bootstrap, "BOOTSTRAP_DIR", scripts)
     out = tmp_path / "cdk.out"
     synth(team_config(), outdir=str(out))
     [asset] = [p for p in out.glob("asset.*") if p.is_dir()]
@@ -568,7 +575,7 @@ def test_job_spec_parameter_carries_cluster_defaults(default: Template) -> None:
 @pytest.mark.parametrize(
     ("types", "job", "nproc"),
     [
-        (["g5.12xlarge", "g6.12xlarge"], {}, 4),  # before: 1, four GPUs billed and one trained on
+        (["g5.12xlarge", "g6.12xlarge"], {}, 4),  # not 1: four GPUs billed and one trained on
         (["g5.12xlarge", "g6.12xlarge"], {"nproc_per_node": 2}, 2),  # a team's own number stays
         (["c7i.xlarge", "c6i.xlarge"], {}, 1),  # no GPU: one process
     ],
@@ -660,8 +667,8 @@ def test_warm_pool_claim_is_limited_by_arn_and_tags(variant: Template) -> None:
 
 
 def test_only_a_cluster_with_a_warm_pool_may_list_volumes(default: Template, variant: Template) -> None:
-    """Before, every cluster's DescribePolicy granted ec2:DescribeVolumes on "*": nodes without a pool could list
-    every volume of the account and region, other teams' included."""
+    """ec2:DescribeVolumes is on "*": a node without a pool that had it could list every volume of the account and
+    region, other teams' included, so only a pool's claim policy grants it."""
 
     def listing(template: Template) -> list[Any]:
         return [s.get("Sid") for s in policies(template) if "ec2:DescribeVolumes" in json.dumps(s["Action"])]
@@ -678,6 +685,15 @@ def test_the_job_spec_lists_the_pools_volumes_for_the_claim(variant: Template) -
     assert {ref for ref in set(variant.find_resources("AWS::EC2::Volume")) if f'{{"Ref": "{ref}"}}' in value} == set(
         variant.find_resources("AWS::EC2::Volume")
     )
+
+
+def test_the_job_spec_holds_the_keys_the_agent_reads(variant: Template) -> None:
+    """The stack writes a JobSpec (bootstrap_scripts/spot_training/job_spec.py) and the agent checks it against
+    SPEC_KEYS: the written keys are those, and the warm pool's, apart from a value the team file leaves unset (CDK
+    leaves a null out of the JSON: here the Young/Daly checkpoint interval)."""
+    [spec] = [p for p in resources(variant, "AWS::SSM::Parameter") if p["Properties"]["Name"].endswith("/big/job-spec")]
+    written = set(re.findall(r'\\"(\w+)\\":', joined(spec["Properties"]["Value"])))
+    assert written == (SPEC_KEYS - {"checkpoint_interval_s"}) | {f.name for f in fields(WarmPoolSpec)}
 
 
 def test_nodes_boot_the_ami_their_warm_pool_copies() -> None:
@@ -882,8 +898,8 @@ def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budget
 
 
 def test_an_imported_vpc_without_route_tables_synthesizes_without_a_warning() -> None:
-    """No S3 endpoint, so no route table ids (the team file's rule); nothing reads them. Before, every synth printed
-    CDK's noSubnetRouteTableId warning for each subnet, which reviewers learn to skip."""
+    """No S3 endpoint, so no route table ids (the team file's rule); nothing reads them. CDK's noSubnetRouteTableId
+    warning for each subnet would be noise on every synth, which reviewers learn to skip."""
     subnet = {"subnet_id": "subnet-0123456789abcdef0", "availability_zone": "eu-west-1b"}
     vpc = {**EXISTING_VPC, "subnets": [subnet], "create_s3_endpoint": False}
     stack, template = synth(team_config(network={"existing_vpc": vpc}))

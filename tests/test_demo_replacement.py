@@ -37,6 +37,7 @@ def job_run(launcher: Launcher, monkeypatch: pytest.MonkeyPatch, markers: dict[s
         return markers.get(name)
 
     monkeypatch.setattr(jobs, "marker", marker)
+    monkeypatch.setattr("trainctl.job_state.marker", marker)  # jobs.end_marker's
     return JobRun(lambda _: None, SimpleNamespace(), "job-1", launcher, 0.0, lambda _: None)  # type: ignore[arg-type]
 
 
@@ -67,8 +68,8 @@ def test_a_running_job_is_waited_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_job_done_before_the_checkpoint_to_interrupt_after_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--epochs 1``: the example's 21 steps end the job before step 40. Before, the demo waited out its 480 s
-    deadline, then blamed the checkpoint ("timed out ... waiting for a checkpoint of step 40")."""
+    """``--epochs 1``: the example's 21 steps end the job before step 40. The demo says so at once, instead of
+    waiting out its 480 s deadline and then blaming the checkpoint ("timed out ... waiting for a checkpoint")."""
     launcher = Launcher([])
     run = job_run(launcher, monkeypatch, {"DONE": {}})
     monkeypatch.setattr(jobs, "checkpoints", lambda *_: [SimpleNamespace(step=21)])

@@ -1,4 +1,4 @@
-"""``trainctl submit``'s code archive (trainctl.jobs.pack_code): what goes in, what never does, what it refuses."""
+"""``trainctl submit``'s code archive (``code_archive.pack_code``): what goes in, what never does, what it refuses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.jobs import JobError, pack_code
+from trainctl.cluster import JobError
+from trainctl.code_archive import pack_code
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -101,7 +102,7 @@ def test_a_negated_pattern_brings_a_file_back_but_never_an_always_skipped_one(tm
 
 def test_a_negated_pattern_reaches_into_folders_its_patterns_exclude(tmp_path: Path) -> None:
     """git keeps sub/a.py with "*", "!*/", "!*.py" (only Python files) and foo/keep with "foo/**", "!foo/keep": the
-    archive too. Before, a folder the spec matched was skipped whole, and the job ran without those files."""
+    archive too: a folder the spec matches is not skipped whole, or the job would run without those files."""
     write(
         tmp_path,
         {
@@ -127,7 +128,7 @@ def test_a_missing_code_directory_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_code_path_that_is_a_file_is_refused_as_one(tmp_path: Path) -> None:
-    """Before, a file given as --code was said not to exist."""
+    """A file given as --code is named a file, not said not to exist."""
     (tmp_path / "train.py").write_text("print('training')\n")
     with pytest.raises(JobError) as refused:
         pack_code(tmp_path / "train.py", io.BytesIO())

@@ -13,8 +13,11 @@ import yaml
 
 from team_config.naming import budget_name
 from trainctl import review
+from trainctl.assembly import Stack, load_assembly, synthesize
 from trainctl.cli import main as trainctl_main
 from trainctl.prices import PriceTable, load_prices
+from trainctl.review_changes import REFERENCE_CREATE_ONLY, replaced
+from trainctl.review_iam import iam_statements
 
 from .synth import EVERYTHING, OVERSIZED, oversized_team, synth, team_config
 
@@ -39,7 +42,7 @@ def assemblies(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         clusters=[{**CLUSTER, "max_nodes": 3}],
         budget={"usd_per_month": 500},
     )
-    return review.synthesize(tmp / "base", base_teams), review.synthesize(tmp / "head", head_teams)
+    return synthesize(tmp / "base", base_teams), synthesize(tmp / "head", head_teams)
 
 
 def _template(assembly: Path) -> dict[str, Any]:
@@ -49,7 +52,7 @@ def _template(assembly: Path) -> dict[str, Any]:
 def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assemblies: tuple[Path, Path]) -> None:
     _, head = assemblies
     prices = load_prices()
-    text = review.summary(review.load_assembly(head), prices, spot={"g5.2xlarge": 0.5, "g5.xlarge": 0.25})
+    text = review.summary(load_assembly(head), prices, spot={"g5.2xlarge": 0.5, "g5.xlarge": 0.25})
     dearest = max(TYPES, key=prices.on_demand_price)
     worst = 3 * prices.on_demand_price(dearest)
     assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 + 0% above | {worst:.2f} | {3 * 0.5:.2f} |" in text
@@ -62,7 +65,7 @@ def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assem
 
 def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> None:
     """4 nodes, 1 on demand as base, 50% of the 3 above it on demand (rounded up for the worst case): 3 on demand,
-    1 at spot. It used to price all 3 above the base at spot."""
+    1 at spot (not all 3 above the base at spot)."""
     group = {
         "Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": {
@@ -77,7 +80,7 @@ def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> N
             },
         },
     }
-    stack = review.Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
+    stack = Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
     prices = load_prices()
     text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.3})
     on_demand = prices.on_demand_price("g5.xlarge")
@@ -85,8 +88,8 @@ def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> N
 
 
 def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_statements() -> None:
-    """A pull request that opens a port or a bucket to someone shows it where reviewers read the IAM changes;
-    before, only identity and trust policies were listed."""
+    """A pull request that opens a port or a bucket to someone shows it where reviewers read the IAM changes,
+    beside the identity and trust policies."""
     deny_plain_http = {
         "Effect": "Deny",
         "Principal": {"AWS": "*"},
@@ -124,8 +127,8 @@ def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_st
             },
         },
     }
-    stack = review.Stack("TrainingStack-alpha", {"Resources": resources}, [])
-    assert review.iam_statements(stack) == {
+    stack = Stack("TrainingStack-alpha", {"Resources": resources}, [])
+    assert iam_statements(stack) == {
         'BucketPolicy (bucket <Bucket>): Deny {"AWS": "*"} s3:* on <Bucket.Arn> if {"Bool": {"aws:SecureTransport": '
         '"false"}}',
         "Invoke: events.amazonaws.com may lambda:InvokeFunction <Guard.Arn> from <Schedule.Arn>",
@@ -140,7 +143,7 @@ def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_st
 
 def test_review_against_a_base_shows_iam_changes_and_replacements(assemblies: tuple[Path, Path]) -> None:
     base, head = assemblies
-    text = review.summary(review.load_assembly(head), load_prices(), base=review.load_assembly(base))
+    text = review.summary(load_assembly(head), load_prices(), base=load_assembly(base))
     [vpc] = [k for k, r in _template(head)["Resources"].items() if r["Type"] == "AWS::EC2::VPC"]
     assert f"| TrainingStack-alpha | {vpc} | AWS::EC2::VPC | replaced: CidrBlock changes |" in text
     subnets = [k for k, r in _template(head)["Resources"].items() if r["Type"] == "AWS::EC2::Subnet"]
@@ -190,15 +193,15 @@ def test_trainctl_review_writes_the_markdown_and_errors_are_one_line(
 def test_the_cli_analytics_resource_is_not_a_deletion() -> None:
     """`npx cdk synth` adds AWS::CDK::Metadata, an in-process synth does not: comparing them deletes nothing."""
     bucket = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "b"}}
-    base = review.Stack("S", {"Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata"}, "B": bucket}}, [])
+    base = Stack("S", {"Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata"}, "B": bucket}}, [])
     renamed = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "c"}}
-    assert review.replaced(base, review.Stack("S", {"Resources": {"B": bucket}}, [])) == []
-    assert review.replaced(base, review.Stack("S", {"Resources": {"B": renamed}}, [])) == [
+    assert replaced(base, Stack("S", {"Resources": {"B": bucket}}, [])) == []
+    assert replaced(base, Stack("S", {"Resources": {"B": renamed}}, [])) == [
         ("B", "AWS::S3::Bucket", "replaced: BucketName changes")
     ]
 
 
-def _group_stack(types: list[str], max_nodes: int, on_demand_pct: Optional[int] = 0) -> review.Stack:
+def _group_stack(types: list[str], max_nodes: int, on_demand_pct: Optional[int] = 0) -> Stack:
     """A group of the given types; ``on_demand_pct`` None: the template leaves OnDemandPercentageAboveBaseCapacity
     out."""
     distribution = {} if on_demand_pct is None else {"OnDemandPercentageAboveBaseCapacity": on_demand_pct}
@@ -216,7 +219,7 @@ def _group_stack(types: list[str], max_nodes: int, on_demand_pct: Optional[int] 
             },
         },
     }
-    return review.Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
+    return Stack("TrainingStack-alpha", {"Resources": {"Group": group}}, [])
 
 
 def test_the_worst_case_at_spot_takes_the_dearest_spot_price_not_the_dearest_on_demand_types() -> None:
@@ -251,7 +254,7 @@ def test_a_broken_assembly_is_one_line_naming_the_file(tmp_path: Path, capsys: p
 def test_review_reports_every_team_file_problem_not_just_the_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`trainctl review` used to print only the first line of the config error, as if the rest were fine."""
+    """`trainctl review` prints every line of the config error, not the first alone as if the rest were fine."""
     bad = tmp_path / "teams"
     bad.mkdir()
     (bad / "beta.yaml").write_text(yaml.safe_dump({"clusters": [{**CLUSTER, "max_nodes": 0}], "log_retention_days": 2}))
@@ -267,7 +270,7 @@ def test_review_reports_every_team_file_problem_not_just_the_first(
 
 
 def test_a_group_that_does_not_set_its_on_demand_percentage_is_all_on_demand() -> None:
-    """CloudFormation's default OnDemandPercentageAboveBaseCapacity is 100; it used to be read as 0 (all spot)."""
+    """CloudFormation's default OnDemandPercentageAboveBaseCapacity is 100, not 0 (all spot)."""
     stack = _group_stack(TYPES, 2, on_demand_pct=None)
     prices = load_prices()
     worst = f"{2 * prices.on_demand_price('g5.2xlarge'):.2f}"
@@ -278,10 +281,10 @@ def test_a_group_that_does_not_set_its_on_demand_percentage_is_all_on_demand() -
 def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
     assemblies: tuple[Path, Path],
 ) -> None:
-    """The change raises max_nodes 2 -> 3: the table used to show only 3."""
+    """The change raises max_nodes 2 -> 3: the table shows both, not 3 alone."""
     base, head = assemblies
     prices = load_prices()
-    text = review.summary(review.load_assembly(head), prices, base=review.load_assembly(base))
+    text = review.summary(load_assembly(head), prices, base=load_assembly(base))
     dearest = prices.on_demand_price(max(TYPES, key=prices.on_demand_price))
     assert (
         f"| alpha | main | g5.xlarge, g5.2xlarge | 2 -> 3 | 0 + 0% above | {2 * dearest:.2f} -> {3 * dearest:.2f} | - |"
@@ -295,19 +298,19 @@ def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
         f"| alpha | main | g5.xlarge -> g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * one:.2f} -> {2 * dearest:.2f} "
         "| - |" in text
     )
-    text = review.summary({after.name: after}, prices, base={before.name: review.Stack(before.name, {}, [])})
+    text = review.summary({after.name: after}, prices, base={before.name: Stack(before.name, {}, [])})
     assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
-    # a new team (its stack not in the base): before, its clusters read like unchanged ones
+    # a new team (its stack not in the base): its clusters are new, not unchanged
     text = review.summary({after.name: after}, prices, base={})
     assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
 
 
 def test_against_a_base_a_budget_reads_new_or_base_to_head(assemblies: tuple[Path, Path]) -> None:
-    """Before, only the head's amount: a limit raised from 500 to 50000 looked like any budget."""
+    """Both amounts: with the head's alone, a limit raised from 500 to 50000 would look like any budget."""
     base, head = assemblies
-    prices, head_stacks = load_prices(), review.load_assembly(head)
+    prices, head_stacks = load_prices(), load_assembly(head)
     name = budget_name("alpha", [], 80)
-    text = review.summary(head_stacks, prices, base=review.load_assembly(base))
+    text = review.summary(head_stacks, prices, base=load_assembly(base))
     assert f"| TrainingStack-alpha | {name} | 500 (new) |" in text  # the base has no budget
     text = review.summary(head_stacks, prices, base=head_stacks)
     assert f"| TrainingStack-alpha | {name} | 500 |" in text
@@ -316,17 +319,17 @@ def test_against_a_base_a_budget_reads_new_or_base_to_head(assemblies: tuple[Pat
         if resource["Type"] == "AWS::Budgets::Budget":
             resource["Properties"]["Budget"]["BudgetLimit"]["Amount"] = 50000
     stack = head_stacks["TrainingStack-alpha"]
-    text = review.summary({stack.name: review.Stack(stack.name, raised, [])}, prices, base=head_stacks)
+    text = review.summary({stack.name: Stack(stack.name, raised, [])}, prices, base=head_stacks)
     assert f"| TrainingStack-alpha | {name} | 500 -> 50000 |" in text
 
 
 def test_a_new_vpc_range_replaces_every_resource_whose_create_only_property_refers_to_a_replaced_one(
     assemblies: tuple[Path, Path],
 ) -> None:
-    """Only the VPC and its subnets used to be listed; their security groups, route tables, routes, endpoint,
-    gateway attachment, NAT gateway and flow log are replaced with them."""
+    """Not only the VPC and its subnets: their security groups, route tables, routes, endpoint, gateway attachment,
+    NAT gateway and flow log are replaced with them, and listed."""
     base, head = assemblies
-    text = review.summary(review.load_assembly(head), load_prices(), base=review.load_assembly(base))
+    text = review.summary(load_assembly(head), load_prices(), base=load_assembly(base))
     resources = _template(head)["Resources"]
     [vpc] = [k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC"]
     by_vpc = (
@@ -354,7 +357,7 @@ def test_a_new_vpc_range_replaces_every_resource_whose_create_only_property_refe
 def test_the_reference_create_only_properties_are_create_only_in_the_cloudformation_schemas() -> None:
     from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-    for kind, props in review.REFERENCE_CREATE_ONLY.items():
+    for kind, props in REFERENCE_CREATE_ONLY.items():
         schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=kind).schema
         assert {f"/properties/{p}" for p in props} <= set(schema["createOnlyProperties"]), kind
 
@@ -387,14 +390,14 @@ def _checkpoint_bucket(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def test_data_retention_changes_are_listed_against_the_base(everything: tuple[dict[str, Any], dict[str, Any]]) -> None:
-    """A bucket going from Retain to Delete, losing versioning, gaining a 1-day expiration: "None" used to be all
-    the review said."""
+    """A bucket going from Retain to Delete, losing versioning, gaining a 1-day expiration: each change is a row,
+    not "None"."""
     base, head = copy.deepcopy(everything)
     bucket_id, bucket = _checkpoint_bucket(head)
     del bucket["Properties"]["VersioningConfiguration"]  # a change of the construct, as a reviewer would make it
     expire = {"Id": "ExpireAll", "Status": "Enabled", "ExpirationInDays": 1}
     bucket["Properties"]["LifecycleConfiguration"]["Rules"].append(expire)
-    text = review.summary({"S": review.Stack("S", head, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    text = review.summary({"S": Stack("S", head, [])}, _prices(), base={"S": Stack("S", base, [])})
     assert "### Data retention changes" in text
     section = text.split("### Data retention changes", 1)[1]
     _, old = _checkpoint_bucket(base)
@@ -421,7 +424,7 @@ def test_data_retention_changes_are_listed_against_the_base(everything: tuple[di
     volumes = [k for k, r in head["Resources"].items() if r["Type"] == "AWS::EC2::Volume"]
     assert volumes and {base["Resources"][k]["DeletionPolicy"] for k in volumes} == {"Delete"}
     assert all(f"| S | {k} | AWS::EC2::Volume | DeletionPolicy | Delete | Retain |" in section for k in volumes)
-    same = review.summary({"S": review.Stack("S", base, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    same = review.summary({"S": Stack("S", base, [])}, _prices(), base={"S": Stack("S", base, [])})
     assert same.split("### Data retention changes", 1)[1].strip() == "None."
 
 
@@ -431,7 +434,7 @@ def _policy(template: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _iam_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
-    text = review.summary({"S": review.Stack("S", head, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    text = review.summary({"S": Stack("S", head, [])}, _prices(), base={"S": Stack("S", base, [])})
     section = text.split("### IAM, resource policies and security group rules", 1)[1].split("###", 1)[0]
     return [line for line in section.strip().splitlines() if line]
 
@@ -439,8 +442,8 @@ def _iam_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
 def test_not_action_and_not_resource_are_labelled_so_turning_a_statement_into_them_is_a_change(
     everything: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    """A statement whose Action became NotAction (it grants everything but those actions) read the same as before:
-    "0 added, 0 removed"; NotResource read as "on *"."""
+    """A statement whose Action becomes NotAction (it grants everything but those actions) is a removed and an added
+    line, not "0 added, 0 removed"; NotResource is labelled, not read as "on *"."""
     base, _ = everything
     head = copy.deepcopy(base)
     statements = _policy(head, "ClusterpoolCheckpointAccess")["Properties"]["PolicyDocument"]["Statement"]
@@ -451,11 +454,11 @@ def test_not_action_and_not_resource_are_labelled_so_turning_a_statement_into_th
     assert lines[0] == "S: 2 added, 2 removed"
     added = [line for line in lines if line.startswith("- added")]
     assert sum(" NotAction " in line for line in added) == 1 and sum(" on NotResource " in line for line in added) == 1
-    stack = review.Stack("S", {"Resources": {"P": {"Type": "AWS::S3::BucketPolicy", "Properties": {
+    stack = Stack("S", {"Resources": {"P": {"Type": "AWS::S3::BucketPolicy", "Properties": {
         "Bucket": "b", "PolicyDocument": {"Statement": [
             {"Effect": "Deny", "NotPrincipal": {"AWS": "arn:aws:iam::1:root"}, "Action": "s3:*", "NotResource": "x"}
         ]}}}}}, [])  # fmt: skip
-    assert review.iam_statements(stack) == {
+    assert iam_statements(stack) == {
         'P (bucket b): Deny NotPrincipal {"AWS": "arn:aws:iam::1:root"} s3:* on NotResource x'
     }
 
@@ -478,7 +481,7 @@ def test_a_policy_attached_to_another_role_is_a_change(everything: tuple[dict[st
 def test_review_of_a_stack_over_cloudformation_s_resource_quota_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before, `trainctl review` ended in a 43-line jsii traceback. 582: an in-process synth has no CDK::Metadata."""
+    """One line, not a 43-line jsii traceback. 582: an in-process synth has no CDK::Metadata."""
     path = oversized_team(tmp_path / "teams")
     code, out, err = _trainctl(capsys, "review", "--teams-dir", str(path.parent), "--out", str(tmp_path / "r.md"))
     assert (code, out, err) == (2, "", f"trainctl: error: {path}: {OVERSIZED.format(count=582)}\n")
@@ -487,8 +490,8 @@ def test_review_of_a_stack_over_cloudformation_s_resource_quota_is_one_line(
 def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A construct change with an unacknowledged cdk-nag finding. Before, the error sent the reader to
-    ``<temporary folder>/validation-report.json``, a folder review had removed before the line was printed."""
+    """A construct change with an unacknowledged cdk-nag finding. The error does not send the reader to
+    ``<temporary folder>/validation-report.json``: review removes that folder before the line is printed."""
     from aws_cdk import aws_s3
 
     from training_app import wiring as cdk_app
@@ -514,23 +517,23 @@ def test_review_of_a_synth_the_gates_refuse_names_no_removed_file(
 def test_replaced_warm_pool_volumes_come_with_the_rule_to_deploy_at_0(
     everything: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    """A new snapshot or volume size replaces the pool: before, the review listed the volumes as deleted, with no
-    word that a deploy while a node holds one leaves it billed outside the stack."""
+    """A new snapshot or volume size replaces the pool: the review lists the old volumes as deleted and
+    notes that a deploy while a node holds one leaves it billed outside the stack."""
     base, _ = copy.deepcopy(everything)
     bigger = copy.deepcopy(EVERYTHING)
     bigger["clusters"][0]["warm_pool"]["volume_size_gib"] = 300
     head = dict(synth(team_config(**bigger))[1].to_json())
-    text = review.summary({"S": review.Stack("S", head, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    text = review.summary({"S": Stack("S", head, [])}, _prices(), base={"S": Stack("S", base, [])})
     volumes = [k for k, r in base["Resources"].items() if r["Type"] == "AWS::EC2::Volume"]
     assert volumes and all(
         f"| S | {v} | AWS::EC2::Volume | deleted (not in the new template) |" in text for v in volumes
     )
     assert review.POOL_REPLACED_NOTE in text
-    same = review.summary({"S": review.Stack("S", base, [])}, _prices(), base={"S": review.Stack("S", base, [])})
+    same = review.summary({"S": Stack("S", base, [])}, _prices(), base={"S": Stack("S", base, [])})
     assert review.POOL_REPLACED_NOTE not in same
 
 
-def _pool_stack(iops: int, volumes: int = 4) -> review.Stack:
+def _pool_stack(iops: int, volumes: int = 4) -> Stack:
     """The group of _group_stack and ``volumes`` warm pool volumes of 100 GiB, ``iops`` and 250 MB/s."""
     tags = [{"Key": "spot-training:team", "Value": "alpha"}, {"Key": "spot-training:cluster", "Value": "main"},
             {"Key": "spot-training:warm-pool", "Value": "alpha-main"}]  # fmt: skip
@@ -542,7 +545,7 @@ def _pool_stack(iops: int, volumes: int = 4) -> review.Stack:
 
 
 def test_warm_pools_are_priced_per_month_and_their_changes_read_base_to_head() -> None:
-    """A pool is billed while no node runs; before, the review priced only the nodes. gp3 in us-east-1: $0.08 per
+    """A pool is billed while no node runs, so the review prices it beside the nodes. gp3 in us-east-1: $0.08 per
     GB-month, $0.005 per IOPS-month above 3,000, $0.04 per MB/s-month above 125. 4 volumes of 100 GiB, 6,000 IOPS
     and 250 MB/s: 4 x (8 + 15 + 5) = 112; at 3,000 IOPS: 4 x (8 + 5) = 52."""
     head, base = _pool_stack(6000), _pool_stack(3000)
@@ -564,5 +567,5 @@ def test_a_synthesized_warm_pool_is_listed_with_its_team_and_cluster(
 ) -> None:
     """The team file's pool (2 volumes; team_config's defaults: 200 GiB, 3,000 IOPS, 125 MB/s): 2 x 200 x 0.08."""
     base, _ = everything
-    text = review.summary({"S": review.Stack("S", base, [])}, _prices())
+    text = review.summary({"S": Stack("S", base, [])}, _prices())
     assert "| team-a | pool | 2 | 200 | 3000 | 125 | 32.00 |" in text

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from tests.test_trainctl_submit import CLUSTER, CURRENT, LOG_GROUP, TEAM, ship, submit, trainctl
 from tests.test_trainctl_submit import aws as aws  # the fixture: moto with a deployed cluster
-from trainctl import jobs, review
+from trainctl import assembly, jobs, review
 from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
@@ -62,16 +62,16 @@ def test_status_shows_why_a_job_failed(aws: None, capsys: pytest.CaptureFixture[
 def test_eta_counts_only_checkpoints_of_the_current_run(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A replacement booted between the last two checkpoints: their pace holds the restart, not training. Before,
-    status gave the time left at that pace (10045 s seen for a job that ended 60 s later)."""
+    """A replacement booted between the last two checkpoints: their pace holds the restart, not training (at that
+    pace, a job 60 s from its end would show 10045 s left)."""
     ref = started(capsys, tmp_path)
     ship("i-a", (now_ms() - 60_000, "plan: 200 steps"))
     s3, boot = boto3.client("s3"), f"{ref.job_prefix('run-1')}nodes/i-b/boot"
     s3.put_object(Bucket=ref.bucket, Key=boot, Body=b"{}")
     booted = s3.head_object(Bucket=ref.bucket, Key=boot)["LastModified"].timestamp()
-    done = [jobs.Checkpoint(100, 1, 1, booted - 600), jobs.Checkpoint(110, 1, 1, booted - 500)]  # before: 10 s/step
+    done = [jobs.Checkpoint(100, 1, 1, booted - 600), jobs.Checkpoint(110, 1, 1, booted - 500)]  # pre-boot: 10 s/step
     done.append(jobs.Checkpoint(111, 1, 1, booted + 5))  # the replacement's first: 505 s after the one before
-    monkeypatch.setattr(jobs, "checkpoints", lambda *_: list(done))
+    monkeypatch.setattr("trainctl.status.checkpoints", lambda *_: list(done))
     info = json_status(capsys)
     assert (info["state"], info["planned_steps"], info["eta_s"]) == ("RUNNING", 200, None)
     rc, out, _ = trainctl(capsys, "status", "run-1")
@@ -84,9 +84,9 @@ def test_eta_counts_only_checkpoints_of_the_current_run(
 def test_flat_checkpoints_give_no_step_and_no_time_left(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The agent numbers a flat checkpoint (the script's own files) 1, 2, 3 ...: no training step. Before, status
-    showed the number as the last checkpoint's step and took the time left from it (69 days for a job 2 h from its
-    end, with 10,000 steps planned and two snapshots 600 s apart)."""
+    """The agent numbers a flat checkpoint (the script's own files) 1, 2, 3 ...: no training step. Read as a step,
+    it would give a time left of 69 days for a job 2 h from its end (10,000 steps planned, two snapshots 600 s
+    apart)."""
     ref = started(capsys, tmp_path)
     ship("i-a", (now_ms() - 60_000, "plan: 10000 steps"))
     for snapshot in (1, 2):  # as the agent writes them (spot_training.agent.checkpoint_store.CheckpointStore.upload)
@@ -103,7 +103,7 @@ def test_flat_checkpoints_give_no_step_and_no_time_left(
 
 def test_cost_counts_the_nodes_that_never_told(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Nodes whose user data or agent failed early write no boot marker and ship no log line, and are billed all the
-    same. Before, cost counted only nodes with a marker or a line: here none, 0 instances, 0 USD."""
+    same: here no node has a marker or a line, and the cost still counts the instances."""
     ref = started(capsys, tmp_path)
     members = sorted(m["InstanceId"] for m in jobs.group(client_factory("us-east-1"), ref)["Instances"])
     assert members
@@ -116,8 +116,8 @@ def test_cost_counts_the_nodes_that_never_told(aws: None, capsys: pytest.Capture
 def test_only_spot_notices_count_as_interruptions(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """A node also writes ``leaving`` when its group ends it (capacity rebalancing, a scale-in, ``stop --force``).
-    Before, every such node counted as an interruption."""
+    """A node also writes ``leaving`` when its group ends it (capacity rebalancing, a scale-in, ``stop --force``):
+    only a node that left on a spot notice counts as an interruption."""
     ref = started(capsys, tmp_path)
     s3 = boto3.client("s3")
     notices = {
@@ -134,7 +134,7 @@ def test_status_just_after_a_scale_up_shows_the_nodes(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """EC2 is eventually consistent: DescribeInstances may answer InvalidInstanceID.NotFound for an instance the group
-    just launched. Before, status ended with exit 3 (AWS error); it now shows the node without its market."""
+    just launched. Status shows the node without its market, not an AWS error (exit 3)."""
     started(capsys, tmp_path)
     real = client_factory("us-east-1")
 
@@ -174,7 +174,7 @@ def test_a_checkpoint_pruned_while_listing_is_listed_again(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The agent makes checkpoint 30 durable and prunes 10 between trainctl's listing and its read of 10's manifest.
-    Before, that listing gave [20] alone: status said the ETA was unknown (fewer than 2 checkpoints)."""
+    The listing is taken again: one listing alone would give [20], and the ETA would be unknown (fewer than 2)."""
     ref = started(capsys, tmp_path)
     s3 = boto3.client("s3")
     folder = f"{ref.job_prefix('run-1')}{jobs.CHECKPOINT_FOLDER}"
@@ -210,7 +210,7 @@ def test_a_current_job_parameter_that_is_not_a_job_is_one_line(
     for argv in (("status",), ("status", "run-1"), ("list",)):
         try:
             rc, out, err = trainctl(capsys, *argv)
-        except ValueError as exc:  # the old code's JSONDecodeError (a traceback)
+        except ValueError as exc:  # a JSONDecodeError would be a traceback
             rc, out, err = -1, "", repr(exc)
         assert (rc, out, err) == (
             2,
@@ -230,10 +230,10 @@ def test_ctrl_c_during_logs_follow_exits_130_quietly(
     def ctrl_c(_: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("trainctl.cli.time.sleep", ctrl_c)
+    monkeypatch.setattr("trainctl.job_logs.time.sleep", ctrl_c)
     try:
         rc: Any = trainctl_main(["logs", "--team", TEAM, "--cluster", CLUSTER, "run-1", "--follow"])
-    except KeyboardInterrupt:  # the old code: a traceback
+    except KeyboardInterrupt:  # escaping: a traceback
         rc = "KeyboardInterrupt"
     captured = capsys.readouterr()
     assert (rc, captured.err) == (130, "")
@@ -265,8 +265,8 @@ def test_a_repeated_stop_does_not_rewrite_the_request(
 def test_a_forced_stop_sets_the_group_to_0_when_no_agent_answers(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Nodes whose agents died (an OOM kill, a hang) never read STOP: before, a second stop only said it was asked
-    already, and the group ran on, billed, until someone found the AWS CLI command. The request stays as it was."""
+    """Nodes whose agents died (an OOM kill, a hang) never read STOP: ``--force`` sets the group to 0 even though
+    the stop was asked already (else the group runs on, billed). The request stays as it was."""
     ref = started(capsys, tmp_path)
     trainctl(capsys, "stop", "run-1")
     s3, key = boto3.client("s3"), f"{ref.job_prefix('run-1')}STOP"
@@ -281,7 +281,7 @@ def test_a_forced_stop_sets_the_group_to_0_when_no_agent_answers(
     assert jobs.desired_capacity(client_factory("us-east-1"), ref) == 0
     assert s3.get_object(Bucket=ref.bucket, Key=key)["ETag"] == first["ETag"]  # the guard's timing is kept
     # No agent wrote STOPPED: the stop request says it, also once a later job is the cluster's current one
-    # (before, that job's submit turned it into UNFINISHED).
+    # (not UNFINISHED).
     client = client_factory("us-east-1")
     boto3.client("autoscaling").update_auto_scaling_group(AutoScalingGroupName=ref.group, MinSize=0)
     for instance in jobs.group(client, ref)["Instances"]:
@@ -296,7 +296,7 @@ def test_a_forced_stop_sets_the_group_to_0_when_no_agent_answers(
 def test_review_removes_the_assembly_it_synthesized(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, every run left its cloud assembly (about 0.5 MB) in /tmp/trainctl-review-*."""
+    """No run leaves its cloud assembly (about 0.5 MB) in /tmp/trainctl-review-*."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     read: list[bool] = []
 
@@ -308,8 +308,8 @@ def test_review_removes_the_assembly_it_synthesized(
         read.append((directory / "manifest.json").is_file())
         return {}
 
-    monkeypatch.setattr(review, "synthesize", synthesize)
-    monkeypatch.setattr(review, "load_assembly", load_assembly)
+    monkeypatch.setattr(assembly, "synthesize", synthesize)
+    monkeypatch.setattr(assembly, "load_assembly", load_assembly)
     monkeypatch.setattr(review, "summary", lambda *_: "## summary\n")
     assert trainctl_main(["review"]) == 0
     assert (capsys.readouterr().out, read) == ("## summary\n", [True])
@@ -357,7 +357,7 @@ def test_the_trainctl_script_silences_jsiis_node_banner_unless_told_otherwise(tm
 def test_a_bad_endpoint_url_is_one_line_naming_the_variable(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, url: str, problem: str
 ) -> None:
-    """Before, botocore's ValueError ended trainctl with a traceback (at the client, or at the first request)."""
+    """Not botocore's ValueError and a traceback (at the client, or at the first request)."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", url)
     assert trainctl_main(["--region", "us-east-1", "status", "--cluster", "main"]) == 2
     assert capsys.readouterr().err == (
@@ -366,7 +366,7 @@ def test_a_bad_endpoint_url_is_one_line_naming_the_variable(
 
 
 def test_a_region_that_is_not_one_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
-    """Before: exit 3, as if AWS had failed."""
+    """Exit 2, not 3: AWS did not fail."""
     assert trainctl_main(["--region", "us east 1", "status", "--cluster", "main"]) == 2
     assert capsys.readouterr().err == (
         "trainctl: error: --region / AWS_REGION 'us east 1' is not a region; use one such as us-east-1\n"
@@ -376,7 +376,7 @@ def test_a_region_that_is_not_one_is_bad_input(capsys: pytest.CaptureFixture[str
 def test_logs_of_a_node_without_any_is_one_line_naming_those_with_logs(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Before, a mistyped --node printed nothing and exited 0, as if that node had logged nothing."""
+    """A mistyped --node is an error, not an empty output with exit 0 as if that node had logged nothing."""
     started(capsys, tmp_path)
     ship("i-0aaa", (now_ms(), "training step 1"))
     rc, out, err = trainctl(capsys, "logs", "run-1", "--node", "i-0bbb")
@@ -386,7 +386,7 @@ def test_logs_of_a_node_without_any_is_one_line_naming_those_with_logs(
 
 
 def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """A job runs for days: before, each line had only its time of day, so two days' lines at 10:00 looked alike."""
+    """A job runs for days: with only the time of day, two days' lines at 10:00 would look alike."""
     started(capsys, tmp_path)
     ms = now_ms() // 1000 * 1000
     ship("i-0aaa", (ms, "training step 1"))
@@ -423,7 +423,7 @@ def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str
     ],
 )
 def test_a_usage_mistake_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    """Before, argparse printed its whole usage (3 to 7 lines) above the error."""
+    """Not argparse's whole usage (3 to 7 lines) above the error."""
     with pytest.raises(SystemExit) as exit_:
         trainctl_main(argv)
     assert exit_.value.code == 2
@@ -432,7 +432,7 @@ def test_a_usage_mistake_is_one_line(capsys: pytest.CaptureFixture[str], argv: l
 
 def test_the_time_left_counts_down_between_checkpoints() -> None:
     """Checkpoints at steps 400 and 700, 1800 s apart, the newest 1500 s ago, 1000 steps planned: 1800 s were left
-    at the newest, 300 s are left now. Before, status showed 1800 s until the next checkpoint, whatever the time."""
+    at the newest, 300 s are left now (not 1800 s until the next checkpoint, whatever the time)."""
     now = 1_000_000.0
     done = [
         jobs.Checkpoint(step=400, size_bytes=1, files=1, manifest_time=now - 3300),

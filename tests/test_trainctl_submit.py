@@ -1,6 +1,6 @@
 """``trainctl submit`` refuses, before it uploads or scales anything, a job the node agent would refuse.
 
-The agent checks the job when a node boots; a job it refuses used to leave the group scaled up with every node
+The agent checks the job when a node boots; a job it refuses would leave the group scaled up with every node
 idle (and billed). AWS is moto in-process here: no server, no network.
 """
 
@@ -114,10 +114,10 @@ def state() -> dict[str, Any]:
         (
             ("--checkpoint-interval-s", "1e-300"),
             "checkpoint_interval_s must be a number of at least 1 or null, got 1e-300",
-        ),  # before: submitted, a save at every step
+        ),  # else: submitted, a save at every step
         (("--job-id", "code"), "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
         (("--python", "python3"), "python must be an absolute path, got 'python3'"),
-        (("--command", ""), "command must be a non-empty string, got ''"),  # before: the cluster's command, silently
+        (("--command", ""), "command must be a non-empty string, got ''"),  # else: the cluster's command, silently
     ],
 )
 def test_a_job_the_agent_would_refuse_is_refused_before_anything_starts(
@@ -131,7 +131,7 @@ def test_a_job_the_agent_would_refuse_is_refused_before_anything_starts(
 def test_a_job_too_large_for_its_parameter_is_refused_before_anything_starts(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Before, the code went up, then SSM refused the current-job parameter (4,096 bytes at most)."""
+    """Refused before the code goes up: SSM would refuse the current-job parameter (4,096 bytes at most) after it."""
     command = "python train.py " + " ".join(f"--option-{i} {i}" for i in range(400))
     size = len(json.dumps({"job_id": "big", "code_key": "", "command": command}).encode())
     assert size > 4096
@@ -256,7 +256,8 @@ def test_stopping_a_job_that_waits_for_capacity_stops_it_here(
     """No node has come yet (no spot capacity): no node agent would ever write STOPPED."""
     assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
     real_group = jobs.group
-    monkeypatch.setattr(jobs, "group", lambda c, r: dict(real_group(c, r), Instances=[]))  # moto launches at once
+    for user in ("trainctl.job_state", "trainctl.stop"):  # moto launches at once
+        monkeypatch.setattr(f"{user}.group", lambda c, r: dict(real_group(c, r), Instances=[]))
     client = client_factory("us-east-1")
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     assert jobs.job_state(client, ref, "run-1") == "WAITING"
@@ -365,9 +366,9 @@ def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_tw
         else:  # the agent's last flush, after its DONE marker
             ship("i-a", (t0 + 5000, "a: job DONE"))
 
-    monkeypatch.setattr("trainctl.cli.time.sleep", between_polls)
+    monkeypatch.setattr("trainctl.job_logs.time.sleep", between_polls)
     states = iter(["RUNNING", "DONE"])
-    monkeypatch.setattr("trainctl.cli.job_state", lambda *_: next(states))
+    monkeypatch.setattr("trainctl.job_logs.job_state", lambda *_: next(states))
     fetched: list[int] = []  # events each GetLogEvents answered
     real = cli._client_factory
 
@@ -386,15 +387,15 @@ def test_logs_follow_prints_a_line_another_node_shipped_late_once_and_nothing_tw
     assert printed == [
         "i-a a: step 1", "i-b b: step 2", "i-a a: step 3",  # first poll
         "i-b b: step 2.5", "i-a a: step 4",  # second poll: only the new lines
-        "i-a a: job DONE",  # once the job ended, one more read (before, the lines shipped with the end were lost)
+        "i-a a: job DONE",  # once the job ended, one more read (for the lines shipped with the end)
     ]  # fmt: skip
 
 
 def test_a_quiet_stretch_in_a_log_stream_does_not_end_its_reading(aws: None) -> None:
     """CloudWatch pages GetLogEvents by time: a quiet stretch of a stream (a data download, a replacement booting
     later) is a page without events and with a new token, and lines come after it; only the token coming back
-    ends the stream (as moto answers at the end). Before, the first empty page ended it: `logs`, `--follow` and
-    `cost` lost every line after the gap."""
+    ends the stream (as moto answers at the end). Ended at the first empty page, `logs`, `--follow` and `cost`
+    would lose every line after the gap."""
     boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
     t0 = int(time.time() * 1000) - 600_000  # ms
     ship("i-a", (t0, "before the gap"), (t0 + 1, "after the gap"))
@@ -446,8 +447,8 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both find the group idle; another submit writes the current-job parameter (and scales the group) between
-    this one's check and its write. Before, both succeeded and the parameter named the last writer: the first
-    job's nodes booted into the second job, and the first job never ran."""
+    this one's check and its write. This one fails: were both to succeed, the parameter would name the last
+    writer, the first job's nodes would boot into the second job, and the first job would never run."""
     assert submit(capsys, tmp_path, "--job-id", "run-0") == (0, "")  # a parameter with a version history
     boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
     client = client_factory("us-east-1")
@@ -459,7 +460,7 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
             raced.append(jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="winner"))
         return real(c, r, job_id)
 
-    monkeypatch.setattr(jobs, "job_exists", other_submit_meanwhile)
+    monkeypatch.setattr("trainctl.submit.job_exists", other_submit_meanwhile)
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
     assert raced == ["winner"]
     assert (rc, err) == (
@@ -480,9 +481,9 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
 def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A retried CI step submits job "same" twice at once; both pass the job-id check before either writes. Before,
-    the loser's clean-up deleted the code archive under the shared key: the winner's nodes booted, billed, into a
-    job without code, and status said the job did not exist."""
+    """A retried CI step submits job "same" twice at once; both pass the job-id check before either writes. The
+    loser's clean-up leaves the code archive under the shared key: deleted, the winner's nodes would boot, billed,
+    into a job without code, and status would say the job does not exist."""
     client = client_factory("us-east-1")
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     real, raced = jobs.upload, list[str]()
@@ -493,7 +494,7 @@ def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
             raced[0] = jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="same")
         real(*args, **kwargs)
 
-    monkeypatch.setattr(jobs, "upload", other_submit_meanwhile)
+    monkeypatch.setattr("trainctl.submit.upload", other_submit_meanwhile)
     rc, err = submit(capsys, tmp_path, "--job-id", "same")
     assert raced == ["same"]
     assert (rc, err) == (
@@ -524,7 +525,7 @@ def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_fi
             writes.append(str(real(c, r, json.dumps(winner))))  # the other submit's write lands first
         return real(c, r, value)
 
-    monkeypatch.setattr(jobs, "set_current_job", first_write_elsewhere)
+    monkeypatch.setattr("trainctl.submit.set_current_job", first_write_elsewhere)
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
     assert writes and rc == 2
     assert "got there first: job winner; nothing of this one (loser) was kept" in err
@@ -575,15 +576,15 @@ def test_a_module_command_and_a_script_in_a_folder_are_accepted(
 def test_the_code_goes_up_from_a_temporary_file_in_parts_and_a_large_one_is_warned_about(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the archive was built in memory and sent with one PutObject (at most 5 GB)."""
+    """The archive is built on disk, not in memory, and sent in parts (one PutObject takes at most 5 GB)."""
     code, temp = tmp_path / "code", tmp_path / "temp"
     code.mkdir()
     temp.mkdir()
     (code / "weights.bin").write_bytes(random.Random(0).randbytes(6 << 20))  # does not compress
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     parts = TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
-    monkeypatch.setattr(jobs, "TRANSFER", parts, raising=False)  # raising: the old code has neither
-    monkeypatch.setattr(jobs, "LARGE_CODE_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr("trainctl.submit.TRANSFER", parts)
+    monkeypatch.setattr("trainctl.submit.LARGE_CODE_BYTES", 1 << 20)
     rc, err = submit(capsys, code, "--job-id", "run-1")
     assert (rc, err) == (
         0,

@@ -27,7 +27,10 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, Optional
 
-from trainctl import jobs
+from trainctl.cluster import ClientFactory, ClusterRef, described, group
+from trainctl.current_job import current_job_id
+from trainctl.job_logs import log_events
+from trainctl.job_state import ENDED, node_markers, object_time, spot_interruptions
 from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTable, average_price, spot_history
 
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
@@ -87,7 +90,7 @@ def redone_text(redone: Mapping[str, Any]) -> str:
     )
 
 
-def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, float]]:
+def _activities(client: ClientFactory, group: str) -> dict[str, dict[str, float]]:
     """Per instance: launch and termination times (s) from the group's scaling activities. A termination still in
     progress (its drain hook holds the instance, billed) has no end yet."""
     found: dict[str, dict[str, float]] = {}
@@ -104,18 +107,50 @@ def _activities(client: jobs.ClientFactory, group: str) -> dict[str, dict[str, f
     return found
 
 
-def _boot_markers(client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str) -> dict[str, dict[str, Any]]:
+def _boot_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, Any]]:
     s3 = client("s3")
     return {
         instance: json.loads(s3.get_object(Bucket=ref.bucket, Key=names["boot"])["Body"].read())
-        for instance, names in jobs.node_markers(client, ref, job_id).items()
+        for instance, names in node_markers(client, ref, job_id).items()
         if "boot" in names
     }
 
 
+@dataclass
+class _Evidence:
+    """What tells which instances ran the job and for how long."""
+
+    job_id: str
+    events: list[tuple[float, str, str]]  # the job's log lines: (time, stream, message)
+    now: float
+    markers: dict[str, dict[str, Any]]  # boot markers by instance
+    last_line: dict[str, float]  # by instance: when it logged last
+    activity: dict[str, dict[str, float]]  # by instance: launch and end from the group's activities
+    in_group: set[str]  # the group's instances, if the job is the cluster's current one
+    silent: set[str]  # launched for the job, with no boot marker and no log line
+
+
+def _evidence(
+    client: ClientFactory, ref: ClusterRef, job_id: str, events: list[tuple[float, str, str]], now: float
+) -> _Evidence:
+    markers = _boot_markers(client, ref, job_id)
+    last_line: dict[str, float] = {}
+    for ts, stream, _ in events:
+        last_line[stream.rsplit("/", 1)[-1]] = ts
+    activity = _activities(client, ref.group)
+    current = current_job_id(client, ref) == job_id
+    in_group = {m["InstanceId"] for m in group(client, ref)["Instances"]} if current else set()
+    # Instances the group launched for the job that never told (no boot marker, no log line: their user data or
+    # agent failed early) are billed all the same: launched between the submit and the job's end, or in the group.
+    submitted, ended = _window(client, ref, job_id, current, now)
+    launched = {i for i, t in activity.items() if submitted <= t.get("launch", -1.0) <= ended}
+    silent = (launched | in_group) - set(markers) - set(last_line)
+    return _Evidence(job_id, events, now, markers, last_line, activity, in_group, silent)
+
+
 def node_costs(
-    client: jobs.ClientFactory,
-    ref: jobs.ClusterRef,
+    client: ClientFactory,
+    ref: ClusterRef,
     job_id: str,
     prices: PriceTable,
     events: list[tuple[float, str, str]],
@@ -124,27 +159,15 @@ def node_costs(
 ) -> list[NodeCost]:
     """What each node of the job cost; ``warnings`` gets a line for each billed instance that cannot be priced."""
     warnings = [] if warnings is None else warnings
-    now = time.time() if now is None else now
-    markers = _boot_markers(client, ref, job_id)
-    last_line: dict[str, float] = {}
-    for ts, stream, _ in events:
-        last_line[stream.rsplit("/", 1)[-1]] = ts
-    activity = _activities(client, ref.group)
-    current = jobs.current_job_id(client, ref) == job_id
-    in_group = {m["InstanceId"] for m in jobs.group(client, ref)["Instances"]} if current else set()
-    # Instances the group launched for the job that never told (no boot marker, no log line: their user data or
-    # agent failed early) are billed all the same: launched between the submit and the job's end, or in the group.
-    submitted, ended = _window(client, ref, job_id, current, now)
-    launched = {i for i, t in activity.items() if submitted <= t.get("launch", -1.0) <= ended}
-    silent = (launched | in_group) - set(markers) - set(last_line)
-    instances = sorted(set(markers) | set(last_line) | silent)
+    seen = _evidence(client, ref, job_id, events, time.time() if now is None else now)
+    instances = sorted(set(seen.markers) | set(seen.last_line) | seen.silent)
     # a marker the agent wrote without some fact (IMDS did not answer) is completed from EC2, as is a missing one
-    described = _describe(client, [i for i in instances if _missing(markers.get(i, {}))])
+    described = _describe(client, [i for i in instances if _missing(seen.markers.get(i, {}))])
     nodes = []
     for instance in instances:
-        marker = markers.get(instance)
+        marker = seen.markers.get(instance)
         facts = {**described.get(instance, {}), **{k: v for k, v in (marker or {}).items() if v}}
-        if (missing := _missing(facts)) and instance in silent:
+        if (missing := _missing(facts)) and instance in seen.silent:
             warnings.append(
                 f"instance {instance}, launched for job {job_id}, wrote no boot marker and no log line, and EC2 no "
                 "longer describes it: its cost is not counted"
@@ -153,39 +176,54 @@ def node_costs(
         if missing:
             why = f"its boot marker lacks {', '.join(missing)};" if marker is not None else "no boot marker and"
             raise PriceError(f"instance {instance} of job {job_id}: {why} EC2 no longer describes it")
-        times = activity.get(instance, {})
-        if "launch" in times:
-            end = times.get("end") or (now if instance in in_group else last_line.get(instance, now))
-            start, timed_by = times["launch"], "group activity"
-        else:
-            start = float(
-                facts.get("time") or min((ts for ts, s, _ in events if s.endswith("/" + instance)), default=now)
-            )
-            end = now if instance in in_group else last_line.get(instance, start)
-            timed_by = "EC2 launch time" if instance in silent else "node logs"
-            if instance not in in_group and instance not in last_line:
-                warnings.append(
-                    f"instance {instance} of job {job_id}: no Auto Scaling activity (kept six weeks) and no log line "
-                    "(kept for the log group's retention) is left to time it: its hours are not counted"
-                )
-        market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
-        itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
-        on_demand = prices.on_demand_price(itype)
-        if market == "spot":
-            history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
-            price = average_price(history, start, end)
-            if price is None:
-                kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
-                raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
-        else:
-            price = on_demand
-        nodes.append(NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand))
+        start, end, timed_by = _timed(seen, instance, facts, warnings)
+        nodes.append(_priced(client, prices, instance, facts, (start, end, timed_by), seen.now))
     return nodes
 
 
-def _window(
-    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, current: bool, now: float
-) -> tuple[float, float]:
+def _timed(seen: _Evidence, instance: str, facts: Mapping[str, Any], warnings: list[str]) -> tuple[float, float, str]:
+    """(start, end, what timed them) of an instance: the group's activity; else its launch (boot marker or EC2, else
+    its first log line) to now while in the group, else to its last log line."""
+    times = seen.activity.get(instance, {})
+    if "launch" in times:
+        end = times.get("end") or (seen.now if instance in seen.in_group else seen.last_line.get(instance, seen.now))
+        return times["launch"], end, "group activity"
+    logged = (ts for ts, s, _ in seen.events if s.endswith("/" + instance))
+    start = float(facts.get("time") or min(logged, default=seen.now))
+    end = seen.now if instance in seen.in_group else seen.last_line.get(instance, start)
+    if instance not in seen.in_group and instance not in seen.last_line:
+        warnings.append(
+            f"instance {instance} of job {seen.job_id}: no Auto Scaling activity (kept six weeks) and no log line "
+            "(kept for the log group's retention) is left to time it: its hours are not counted"
+        )
+    return start, end, "EC2 launch time" if instance in seen.silent else "node logs"
+
+
+def _priced(
+    client: ClientFactory,
+    prices: PriceTable,
+    instance: str,
+    facts: Mapping[str, Any],
+    timed: tuple[float, float, str],
+    now: float,
+) -> NodeCost:
+    """The node's cost: a spot one at the time-weighted spot price of its type and AZ, else the on-demand price."""
+    start, end, timed_by = timed
+    market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
+    itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
+    on_demand = prices.on_demand_price(itype)
+    price = on_demand
+    if market == "spot":
+        history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
+        spot = average_price(history, start, end)
+        if spot is None:
+            kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
+            raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
+        price = spot
+    return NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand)
+
+
+def _window(client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float) -> tuple[float, float]:
     """When the group's instances were the job's: from its submit (its code archive) to its end marker; without one,
     to now for the cluster's current job, else to the next job's submit (a job after it took the group)."""
     s3 = client("s3")
@@ -195,7 +233,7 @@ def _window(
         for obj in page.get("Contents", [])
     )
     submitted = next((t for t, j in submits if j == job_id), now)
-    marked = [t for m in jobs.ENDED if (t := jobs.object_time(client, ref, ref.job_prefix(job_id) + m)) is not None]
+    marked = [t for m in ENDED if (t := object_time(client, ref, ref.job_prefix(job_id) + m)) is not None]
     if marked:
         return submitted, min(marked)
     if current:
@@ -208,7 +246,7 @@ def _missing(facts: Mapping[str, Any]) -> list[str]:
     return [k for k in NODE_FACTS if not facts.get(k)]
 
 
-def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
+def _describe(client: ClientFactory, instances: list[str]) -> dict[str, dict[str, Any]]:
     # EC2 forgets terminated instances after about an hour: those are left out
     return {
         i["InstanceId"]: {
@@ -217,7 +255,7 @@ def _describe(client: jobs.ClientFactory, instances: list[str]) -> dict[str, dic
             "availability_zone": i.get("Placement", {}).get("AvailabilityZone"),
             "time": i["LaunchTime"].timestamp(),
         }
-        for i in jobs.described(client, instances).values()
+        for i in described(client, instances).values()
     }
 
 
@@ -239,35 +277,8 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
     (``min_nodes`` < ``max_nodes``) logs one too, and the training goes on past it.
     Unknown (None) when the trainer logged no ``step N epoch M loss`` line, or resumed from a flat checkpoint
     (``resume step: unknown``: the step its files hold is the script's to know)."""
-    run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
-    pending: Optional[tuple[int, dict[int, float]]] = None  # a restart (resumed from, the run before) not yet seen
-    spans: list[tuple[int, float, float]] = []  # per restart: (steps redone, from, to)
-    step_lines, unknown = False, False
-    for ts, _, message in events:
-        if m := _STEP.search(message):
-            step = int(m.group(1) or m.group(2))
-            step_lines = step_lines or m.group(1) is not None  # not just the checkpoint helper's line
-            if pending is not None:
-                resumed, before = pending
-                pending = None
-                if step <= max(before):  # it went back: a restart, the steps since the one resumed from redone
-                    spans.append(_redone_span(resumed, before))
-                else:  # it went on: a node joined the running training
-                    run = before
-            run.setdefault(step, ts)
-            continue
-        if not (m := _RESUMED.search(message)) or not run or pending is not None:
-            continue  # every node's agent logs the same restart: the first line ends the run, the others find none
-        if m.group(1) == "unknown":
-            unknown, run = True, {}
-            continue
-        resumed = 0 if m.group(1) == "none" else int(m.group(1))
-        if resumed < max(run):
-            pending = (resumed, run)
-        run = {}  # the next run is measured against its own furthest step
-    if pending is not None:  # no step after it (the job ended there): a restart all the same
-        spans.append(_redone_span(*pending))
-    if not step_lines or unknown:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
+    spans = _restart_spans(events)
+    if spans is None:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
         return Redone(None, None, None, None)
     node_s, gpu_s, usd, gpus_known = 0.0, 0.0, 0.0, True
     for _, began, ended in spans:
@@ -283,10 +294,52 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
     return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
 
 
+def _restart_spans(events: Iterable[tuple[float, str, str]]) -> Optional[list[tuple[int, float, float]]]:
+    """Per restart: (steps redone, from, to), see :func:`redone_work`; None when they cannot be measured (no step
+    line of the trainer, or a restart from a flat checkpoint)."""
+    run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it
+    pending: Optional[tuple[int, dict[int, float]]] = None  # a restart (resumed from, the run before) not yet seen
+    spans: list[tuple[int, float, float]] = []  # per restart: (steps redone, from, to)
+    step_lines, unknown = False, False
+    for ts, _, message in events:
+        if m := _STEP.search(message):
+            step = int(m.group(1) or m.group(2))
+            step_lines = step_lines or m.group(1) is not None  # not just the checkpoint helper's line
+            if pending is not None:  # the first step line since a resume line (none since: ``run`` is empty)
+                run, pending = _run_after_resume(pending, step, spans), None
+            run.setdefault(step, ts)
+            continue
+        if not (m := _RESUMED.search(message)) or not run or pending is not None:
+            continue  # every node's agent logs the same restart: the first line ends the run, the others find none
+        if m.group(1) == "unknown":
+            unknown, run = True, {}
+            continue
+        resumed = 0 if m.group(1) == "none" else int(m.group(1))
+        if resumed < max(run):
+            pending = (resumed, run)
+        run = {}  # the next run is measured against its own furthest step
+    if pending is not None:  # no step after it (the job ended there): a restart all the same
+        spans.append(_redone_span(*pending))
+    return None if not step_lines or unknown else spans
+
+
+def _run_after_resume(
+    pending: tuple[int, dict[int, float]], step: int, spans: list[tuple[int, float, float]]
+) -> dict[int, float]:
+    """The run the first step line after a resume line belongs to. It went back: a restart, a new run, and the steps
+    since the one resumed from redone (a span appended to ``spans``); it went on: a node joined the running training,
+    the run before goes on."""
+    resumed, before = pending
+    if step <= max(before):
+        spans.append(_redone_span(resumed, before))
+        return {}
+    return before
+
+
 def job_cost(
-    client: jobs.ClientFactory, ref: jobs.ClusterRef, job_id: str, prices: PriceTable, now: Optional[float] = None
+    client: ClientFactory, ref: ClusterRef, job_id: str, prices: PriceTable, now: Optional[float] = None
 ) -> dict[str, Any]:
-    events = jobs.log_events(client, ref, job_id)
+    events = log_events(client, ref, job_id)
     unpriced: list[str] = []
     nodes = node_costs(client, ref, job_id, prices, events, now, unpriced)
     redone = redone_work(events, nodes, prices)
@@ -311,7 +364,7 @@ def job_cost(
         "total_usd": total,
         "on_demand_usd": on_demand,
         "savings_pct": 100.0 * (1 - total / on_demand) if on_demand else 0.0,
-        "interruptions": jobs.spot_interruptions(client, ref, job_id),
+        "interruptions": spot_interruptions(client, ref, job_id),
         "redone": asdict(redone),
         "on_demand_prices": prices.source,
         "spot_prices": "EC2 spot price history (DescribeSpotPriceHistory), per type and AZ",
@@ -334,7 +387,7 @@ def price_warnings(nodes: list[NodeCost], prices: PriceTable, region: Optional[s
     return out
 
 
-def _region(client: jobs.ClientFactory) -> Optional[str]:
+def _region(client: ClientFactory) -> Optional[str]:
     """The region the EC2 client asks (boto3: ``client.meta.region_name``)."""
     meta = getattr(client("ec2"), "meta", None)
     region = getattr(meta, "region_name", None)

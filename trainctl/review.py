@@ -9,21 +9,18 @@ a base assembly is given); the cdk-nag acknowledgements with their reasons; and,
 CloudFormation would replace or delete and the data retention changes (DeletionPolicy, UpdateReplacePolicy, a
 bucket's versioning and lifecycle rules). Replacement is decided with cfn-lint's copy of the CloudFormation
 resource schemas (``createOnlyProperties``: changing one replaces the resource), then carried to the resources
-whose create-only references point at a replaced one (:data:`REFERENCE_CREATE_ONLY`).
+whose create-only references point at a replaced one (:data:`trainctl.review_changes.REFERENCE_CREATE_ONLY`).
 Reads a cloud assembly (``cdk.out``): the one it synthesizes, or one given with ``--assembly``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from team_config.naming import CLUSTER_TAG, POOL_TAG, TEAM_TAG
+from trainctl.assembly import Stack
 from trainctl.prices import (
     BEFORE_CUT_NOTE,
     GP3_INCLUDED_IOPS,
@@ -32,182 +29,8 @@ from trainctl.prices import (
     PriceTable,
     gp3_monthly,
 )
-
-ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
-
-
-class ReviewError(Exception):
-    """A one-line reason (no assembly, synth failed); bad team files: one line per problem."""
-
-
-@dataclass
-class Stack:
-    name: str
-    template: dict[str, Any]
-    acknowledged: list[tuple[str, str, str]]  # (construct path, finding, reason)
-
-    @property
-    def resources(self) -> dict[str, Any]:
-        return dict(self.template.get("Resources", {}))
-
-
-def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
-    """Synthesize every team (cdk-nag and the SpotTraining checks run, as in ``cdk synth``) into ``outdir``."""
-    from aws_cdk import App
-
-    from team_config import ConfigError, load_teams
-    from training_app import wiring as cdk_app
-
-    try:
-        teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)
-    except ConfigError as exc:  # every problem of every team file, one line each (as `cdk synth` prints them)
-        raise ReviewError(str(exc)) from None
-    application = App(outdir=str(outdir), context=cdk_app.cdk_json_context())
-    cdk_app.add_teams(application, teams)
-    try:
-        application.synth()
-    except RuntimeError as exc:
-        too_many = cdk_app.too_many_resources(exc, teams)
-        if too_many is not None:
-            raise ReviewError(too_many) from None
-        if "ValidationFailed" not in str(exc):
-            raise
-        raise ReviewError(  # not the report file: without --assembly, the folder is removed before this is read
-            "synth found cdk-nag or SpotTraining violations, listed above (`npx cdk synth` lists them too)"
-        ) from None
-    return outdir
-
-
-def _read_json(path: Path) -> Any:
-    """A JSON file of the assembly; a missing or unreadable one is a one-line :class:`ReviewError` naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReviewError(f"{path}: missing from the assembly; synthesize it again (`npx cdk synth`)") from None
-    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
-        why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0]
-        raise ReviewError(f"{path}: cannot read it as JSON ({why}); synthesize the assembly again") from None
-
-
-def load_assembly(directory: Path) -> dict[str, Stack]:
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.is_file():
-        raise ReviewError(f"{directory} is not a cloud assembly (no manifest.json); run `npx cdk synth` first")
-    manifest = _read_json(manifest_path)
-    stacks = {}
-    try:
-        for name, artifact in sorted(manifest.get("artifacts", {}).items()):
-            if artifact.get("type") != "aws:cloudformation:stack":
-                continue
-            template = _read_json(directory / artifact["properties"]["templateFile"])
-            metadata = dict(artifact.get("metadata", {}))
-            extra = artifact.get("additionalMetadataFile")
-            if extra and (directory / extra).is_file():
-                metadata.update(_read_json(directory / extra))
-            acknowledged = [
-                (path, finding, reason)
-                for path, entries in sorted(metadata.items())
-                for entry in entries
-                if entry.get("type") == "aws:cdk:acknowledged-rules"
-                for finding, reason in sorted(entry["data"].items())
-            ]
-            stacks[name] = Stack(name, template, acknowledged)
-    except (AttributeError, KeyError, TypeError) as exc:  # valid JSON, but not the cloud assembly schema
-        raise ReviewError(
-            f"{manifest_path}: not a cloud assembly manifest ({type(exc).__name__}: {exc}); synthesize it again"
-        ) from None
-    if not stacks:
-        raise ReviewError(f"{directory}: the assembly holds no CloudFormation stack")
-    return stacks
-
-
-def _render(value: Any) -> str:
-    """A policy value as text: references as <LogicalId> / <LogicalId.Attr>, joins joined."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return ", ".join(_render(v) for v in value)
-    if isinstance(value, Mapping) and len(value) == 1:
-        ((key, arg),) = value.items()
-        if key == "Ref":
-            return f"<{arg}>"
-        if key == "Fn::GetAtt":
-            return f"<{'.'.join(arg) if isinstance(arg, list) else arg}>"
-        if key == "Fn::Join":
-            return str(arg[0]).join(_render(v) for v in arg[1])
-        if key == "Fn::Sub":
-            return _render(arg if isinstance(arg, str) else arg[0])
-    return json.dumps(value, sort_keys=True)
-
-
-def iam_statements(stack: Stack) -> set[str]:
-    """Who may do what: identity policies (with the roles, users and groups they are attached to), trust policies,
-    managed policies, resource policies (bucket policies, Lambda permissions) and security group rules, one line
-    each. ``NotPrincipal``/``NotAction``/``NotResource`` are labelled: turning ``Action`` into ``NotAction`` is a
-    removed and an added line."""
-    found: set[str] = set()
-    for logical_id, resource in stack.resources.items():
-        kind, props = resource["Type"], resource.get("Properties", {})
-        documents = []
-        if kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy"):
-            documents.append(props.get("PolicyDocument", {}))
-        if kind in ("AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group"):
-            documents += [p.get("PolicyDocument", {}) for p in props.get("Policies", [])]
-            found |= {f"{logical_id}: managed policy {_render(arn)}" for arn in props.get("ManagedPolicyArns", [])}
-        if kind == "AWS::IAM::Role":
-            for s in props.get("AssumeRolePolicyDocument", {}).get("Statement", []):
-                found.add(f"{logical_id}: trust policy {_statement(s)}")
-        if kind == "AWS::Lambda::Permission":
-            source = f" from {_render(props['SourceArn'])}" if "SourceArn" in props else ""
-            found.add(
-                f"{logical_id}: {_render(props.get('Principal'))} may {_render(props.get('Action'))} "
-                f"{_render(props.get('FunctionName'))}{source}"
-            )
-        if kind == "AWS::EC2::SecurityGroup":
-            for direction in ("Ingress", "Egress"):
-                found |= {f"{logical_id}: {_rule(direction, r)}" for r in props.get(f"SecurityGroup{direction}", [])}
-        if kind in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress"):
-            found.add(f"{_render(props.get('GroupId'))}: {_rule(kind.rsplit('Group', 1)[1], props)}")
-        # whom the document applies to: a policy's roles, users and groups, a bucket policy's bucket
-        attached = [
-            f"{key.lower()} {', '.join(sorted(_render(v) for v in props[key]))}"
-            for key in ("Roles", "Users", "Groups")
-            if kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and props.get(key)
-        ]
-        if kind == "AWS::S3::BucketPolicy":
-            attached.append(f"bucket {_render(props.get('Bucket'))}")
-        where = f" ({'; '.join(attached)})" if attached else ""
-        for document in documents:
-            for s in document.get("Statement", []):
-                found.add(f"{logical_id}{where}: {_statement(s)}")
-    # an asset's hash changes with its content, not with what the statement grants
-    return {ASSET_HASH.sub("<asset hash>", f) for f in found}
-
-
-def _statement(s: Mapping[str, Any]) -> str:
-    """A policy statement as text: effect, principal, actions, resources, condition; the Not* forms labelled."""
-    parts = [str(s.get("Effect", "?"))]
-    for key in ("Principal", "NotPrincipal", "Action", "NotAction"):
-        if key in s:
-            parts.append(f"{'' if key in ('Principal', 'Action') else key + ' '}{_render(s[key])}")
-    if "NotResource" in s:
-        parts.append(f"on NotResource {_render(s['NotResource'])}")
-    elif "Resource" in s:
-        parts.append(f"on {_render(s['Resource'])}")
-    if "Condition" in s:
-        parts.append(f"if {json.dumps(s['Condition'], sort_keys=True)}")
-    return " ".join(parts)
-
-
-def _rule(direction: str, rule: Mapping[str, Any]) -> str:
-    """A security group rule: direction, protocol and ports, and the peer (CIDR, group or prefix list)."""
-    protocol = str(rule.get("IpProtocol", "-1"))
-    ports = "" if protocol == "-1" else f" ports {rule.get('FromPort')}-{rule.get('ToPort')}"
-    peer_keys = ("CidrIp", "CidrIpv6", "SourceSecurityGroupId", "DestinationSecurityGroupId", "SourcePrefixListId",
-                 "DestinationPrefixListId")  # fmt: skip
-    peers = [_render(rule[k]) for k in peer_keys if k in rule]
-    side = "from" if direction == "Ingress" else "to"
-    return f"{direction.lower()} {'all traffic' if protocol == '-1' else protocol}{ports} {side} {', '.join(peers)}"
+from trainctl.review_changes import replaced, retention_changes
+from trainctl.review_iam import iam_statements, render
 
 
 def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
@@ -230,149 +53,6 @@ def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
             # CloudFormation's default is 100: a group that does not say is all on demand above the base
             "on_demand_pct": int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)),
         }
-
-
-# Create-only properties that hold a reference to another resource of our stacks, per resource type: a resource
-# whose such property refers (Ref, Fn::GetAtt, Fn::Sub) to a replaced resource gets a new value, so it is replaced
-# too. Source: the `createOnlyProperties` of the CloudFormation resource schemas (cfn-lint's copy; a test checks
-# each entry against it), kept to the types the app's templates hold; extend it when a new type refers to another.
-REFERENCE_CREATE_ONLY: dict[str, tuple[str, ...]] = {
-    "AWS::EC2::Subnet": ("VpcId",),
-    "AWS::EC2::RouteTable": ("VpcId",),
-    "AWS::EC2::SecurityGroup": ("VpcId",),
-    "AWS::EC2::VPCEndpoint": ("VpcId",),
-    "AWS::EC2::VPCGatewayAttachment": ("VpcId",),
-    "AWS::EC2::Route": ("RouteTableId",),
-    "AWS::EC2::SubnetRouteTableAssociation": ("SubnetId", "RouteTableId"),
-    "AWS::EC2::NatGateway": ("SubnetId", "AllocationId"),
-    "AWS::EC2::FlowLog": ("ResourceId", "LogGroupName", "DeliverLogsPermissionArn"),
-    "AWS::EC2::SecurityGroupIngress": ("GroupId", "SourceSecurityGroupId"),
-    "AWS::EC2::SecurityGroupEgress": ("GroupId", "DestinationSecurityGroupId"),
-    "AWS::S3::BucketPolicy": ("Bucket",),
-    "AWS::Lambda::Permission": ("FunctionName", "SourceArn"),
-}
-_SUB_REF = re.compile(r"\$\{(?!!)([^}.]+)")
-
-
-def replaced(base: Stack, head: Stack) -> list[tuple[str, str, str]]:
-    """(logical id, type, why) of every resource of ``base`` that deploying ``head`` replaces or deletes: a changed
-    create-only property (or type), and then, to a fixed point, a :data:`REFERENCE_CREATE_ONLY` property that refers
-    to a replaced resource (a new VPC range replaces the VPC, so its subnets, security groups, route tables ...)."""
-    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
-
-    found: dict[str, tuple[str, str]] = {}
-    for logical_id, old in sorted(base.resources.items()):
-        if old["Type"] == "AWS::CDK::Metadata":  # the CLI's usage analytics (absent from in-process synths)
-            continue
-        new = head.resources.get(logical_id)
-        if new is None:
-            policy = str(old.get("DeletionPolicy", "Delete"))
-            why = "deleted (not in the new template)"
-            if policy.startswith("Retain"):  # Retain, RetainExceptOnCreate: CloudFormation leaves the resource
-                why = f"removed from the stack, resource kept (DeletionPolicy {policy})"
-            found[logical_id] = (old["Type"], why)
-            continue
-        if new["Type"] != old["Type"]:
-            found[logical_id] = (old["Type"], f"replaced: type changes to {new['Type']}")
-            continue
-        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region="us-east-1", resource_type=old["Type"]).schema
-        for path in schema.get("createOnlyProperties", []):
-            keys = path.split("/")[2:]
-            if _at(old.get("Properties", {}), keys) != _at(new.get("Properties", {}), keys):
-                found[logical_id] = (old["Type"], f"replaced: {'.'.join(keys)} changes")
-                break
-    gone = {k for k, (_, why) in found.items() if why.startswith("replaced")}
-    while True:  # to a fixed point: a route refers to a route table that refers to the replaced VPC
-        more = {}
-        for logical_id, new in sorted(head.resources.items()):
-            old = base.resources.get(logical_id)
-            if logical_id in found or old is None or old["Type"] != new["Type"]:
-                continue
-            for prop in REFERENCE_CREATE_ONLY.get(new["Type"], ()):
-                if targets := sorted(_refs(new.get("Properties", {}).get(prop)) & gone):
-                    more[logical_id] = (new["Type"], f"replaced: {prop} refers to {', '.join(targets)} (replaced)")
-                    break
-        if not more:
-            break
-        found.update(more)
-        gone |= set(more)
-    return [(logical_id, kind, why) for logical_id, (kind, why) in sorted(found.items())]
-
-
-def _refs(value: Any) -> set[str]:
-    """The logical ids ``value`` refers to with Ref, Fn::GetAtt or Fn::Sub (not pseudo parameters)."""
-    found: set[str] = set()
-    if isinstance(value, Mapping):
-        for key, arg in value.items():
-            if key == "Ref" and isinstance(arg, str):
-                found.add(arg)
-            elif key == "Fn::GetAtt":
-                found.add(arg[0] if isinstance(arg, list) else str(arg).split(".", 1)[0])
-            elif key == "Fn::Sub":
-                text = arg if isinstance(arg, str) else arg[0]
-                found |= {m.split(".", 1)[0] for m in _SUB_REF.findall(str(text))}
-                found |= _refs(arg[1:] if isinstance(arg, list) else None)
-            else:
-                found |= _refs(arg)
-    elif isinstance(value, list):
-        for item in value:
-            found |= _refs(item)
-    return {f for f in found if not f.startswith("AWS::")}
-
-
-def retention_changes(base: Stack, head: Stack) -> list[tuple[str, str, str, str, str]]:
-    """(logical id, type, what, base value, head value) of every change to how long data outlives its resource or
-    its objects: DeletionPolicy and UpdateReplacePolicy of any resource (an EC2 volume's or the checkpoint bucket's
-    going from Retain to Delete), and of an S3 bucket its versioning and each lifecycle rule (by ``Id``)."""
-    out = []
-    for logical_id, new in sorted(head.resources.items()):
-        old = base.resources.get(logical_id)
-        if old is None or old["Type"] != new["Type"]:
-            continue
-        kind = new["Type"]
-        # CloudFormation's default for both is Delete (a few database types snapshot; none is in these stacks)
-        changes = [(key, _text(old.get(key, "Delete")), _text(new.get(key, "Delete")))
-                   for key in ("DeletionPolicy", "UpdateReplacePolicy")]  # fmt: skip
-        if kind == "AWS::S3::Bucket":
-            before, after = old.get("Properties", {}), new.get("Properties", {})
-            status = [_at(p, ["VersioningConfiguration", "Status"]) or "none (unversioned)" for p in (before, after)]
-            changes.append(("versioning", _text(status[0]), _text(status[1])))
-            changes += _lifecycle_changes(before.get("LifecycleConfiguration"), after.get("LifecycleConfiguration"))
-        out += [(logical_id, kind, what, was, now) for what, was, now in changes if was != now]
-    return out
-
-
-def _lifecycle_changes(before: Any, after: Any) -> list[tuple[str, str, str]]:
-    """A bucket's lifecycle configuration, base -> head: a row per added, removed or changed rule (by ``Id``, else
-    by position), and one for the rest of the configuration."""
-
-    def rules(config: Any) -> dict[str, Any]:
-        found = config.get("Rules", []) if isinstance(config, Mapping) else []
-        return {str(r.get("Id", f"#{i + 1}")) if isinstance(r, Mapping) else f"#{i + 1}": r
-                for i, r in enumerate(found)}  # fmt: skip
-
-    def rest(config: Any) -> Any:
-        return {k: v for k, v in config.items() if k != "Rules"} if isinstance(config, Mapping) else None
-
-    old, new = rules(before), rules(after)
-    out = [
-        (f"lifecycle rule {name}", _text(old.get(name, "none")), _text(new.get(name, "none")))
-        for name in sorted(set(old) | set(new))
-        if old.get(name) != new.get(name)
-    ]
-    if (rest(before) or None) != (rest(after) or None):
-        out.append(("LifecycleConfiguration", _text(rest(before) or "none"), _text(rest(after) or "none")))
-    return out
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _at(props: Any, keys: list[str]) -> Any:
-    for key in keys:
-        props = props.get(key) if isinstance(props, Mapping) else None
-    return props
 
 
 def _cluster_rows(
@@ -459,7 +139,7 @@ POOL_REPLACED_NOTE = (
 def _budgets(stacks: dict[str, Stack]) -> dict[tuple[str, str], str]:
     """{(stack, budget name): USD per month} of the stacks' team budgets."""
     return {
-        (stack.name, _render(r["Properties"]["Budget"]["BudgetName"])): str(
+        (stack.name, render(r["Properties"]["Budget"]["BudgetName"])): str(
             r["Properties"]["Budget"]["BudgetLimit"]["Amount"]
         )
         for stack in stacks.values()
@@ -483,37 +163,65 @@ def summary(
     out.append(
         f"Stacks: {', '.join(head)}" + (f"; compared with a base assembly of {', '.join(base)}." if base else ".")
     )
-    out += ["", "### Clusters", ""]
+    out += _clusters_section(head, prices, spot, base)
+    out += _pools_section(head, base)
+    out += _budgets_section(head, base)
+    out += _iam_section(head, base)
+    out += ["### cdk-nag acknowledgements", ""]
+    acks = [[name, path, finding, reason] for name, s in head.items() for path, finding, reason in s.acknowledged]
+    out += _table(["stack", "construct", "finding", "reason"], acks) if acks else ["None."]
+    if base is not None:
+        out += _changes_section(head, base)
+    return "\n".join(out) + "\n"
+
+
+def _clusters_section(
+    head: dict[str, Stack], prices: PriceTable, spot: Optional[Mapping[str, float]], base: Optional[dict[str, Stack]]
+) -> list[str]:
+    """The clusters' table, then how its worst cases are priced."""
     head_rows = {key: row for stack in head.values() for key, row in _cluster_rows(stack, prices, spot)}
     base_rows = {key: row for stack in (base or {}).values() for key, row in _cluster_rows(stack, prices, spot)}
     rows = _against_base(head_rows, base_rows, head, base is not None)
+    out = ["", "### Clusters", ""]
     out += _table(["team", "cluster", "instance types", "max nodes", "on-demand", "worst case USD/h on demand",
                    "worst case USD/h at spot"], rows)  # fmt: skip
     used = {t for stack in [*head.values(), *(base or {}).values()] for c in clusters(stack) for t in c["types"]}
     before_cut = sorted(t for t in used if prices.before_cut(t))
+    spot_text = (
+        "Spot prices: as given; spot nodes at the dearest spot price given for the cluster's types."
+        if spot is not None
+        else "Spot: no spot prices given (--spot-prices FILE)."
+    )
     out += [
         "",
         f"Worst case: every node of the group running as its dearest listed type. On-demand prices: {prices.source}. "
-        + (
-            "Spot prices: as given; spot nodes at the dearest spot price given for the cluster's types."
-            if spot is not None
-            else "Spot: no spot prices given (--spot-prices FILE)."
-        )
+        + spot_text
         + (f" {', '.join(before_cut)}: {BEFORE_CUT_NOTE}." if before_cut else "")
         + (" A changed value reads base -> head." if base is not None else ""),
     ]
+    return out
+
+
+def _pools_section(head: dict[str, Stack], base: Optional[dict[str, Stack]]) -> list[str]:
+    """The warm pools' table and how they are billed; nothing when no stack has one."""
     head_pools = {key: row for stack in head.values() for key, row in _pool_rows(stack)}
     base_pools = {key: row for stack in (base or {}).values() for key, row in _pool_rows(stack)}
     pool_rows = _against_base(head_pools, base_pools, head, base is not None)
-    if pool_rows:
-        out += ["", "### Warm pools (billed while idle)", ""]
-        out += _table(["team", "cluster", "volumes", "GiB each", "IOPS each", "MB/s each", "USD per month"], pool_rows)
-        out += [
-            "",
-            "A pool's volumes are billed from the deploy to their deletion, nodes or not. Prices: "
-            f"{GP3_SOURCE}, whatever --prices gives the instances."
-            + (" (new) and (removed): the cluster's pool." if base is not None else ""),
-        ]
+    if not pool_rows:
+        return []
+    out = ["", "### Warm pools (billed while idle)", ""]
+    out += _table(["team", "cluster", "volumes", "GiB each", "IOPS each", "MB/s each", "USD per month"], pool_rows)
+    out += [
+        "",
+        "A pool's volumes are billed from the deploy to their deletion, nodes or not. Prices: "
+        f"{GP3_SOURCE}, whatever --prices gives the instances."
+        + (" (new) and (removed): the cluster's pool." if base is not None else ""),
+    ]
+    return out
+
+
+def _budgets_section(head: dict[str, Stack], base: Optional[dict[str, Stack]]) -> list[str]:
+    """The team budgets, a changed limit as base -> head."""
     head_budgets, base_budgets = _budgets(head), _budgets(base or {})
     budgets = []
     for (stack_name, name), amount in head_budgets.items():
@@ -523,9 +231,14 @@ def summary(
         elif limit is not None and limit != amount:  # its name changes with its emails or threshold: by stack
             amount = f"{limit} -> {amount}"
         budgets.append([stack_name, name, amount])
-    out += ["", "### Team budgets", ""]
+    out = ["", "### Team budgets", ""]
     out += _table(["stack", "budget", "USD per month"], budgets) if budgets else ["No team sets a budget."]
-    out += ["", "### IAM, resource policies and security group rules", ""]
+    return out
+
+
+def _iam_section(head: dict[str, Stack], base: Optional[dict[str, Stack]]) -> list[str]:
+    """Per stack, its statements (folded), or against the base the added and removed ones."""
+    out = ["", "### IAM, resource policies and security group rules", ""]
     for name, stack in head.items():
         statements = iam_statements(stack)
         if base is None or name not in base:
@@ -537,19 +250,18 @@ def summary(
         added, removed = sorted(statements - before), sorted(before - statements)
         out.append(f"{name}: {len(added)} added, {len(removed)} removed")
         out += [f"- added `{s}`" for s in added] + [f"- removed `{s}`" for s in removed] + [""]
-    out += ["### cdk-nag acknowledgements", ""]
-    acks = [[name, path, finding, reason] for name, s in head.items() for path, finding, reason in s.acknowledged]
-    out += _table(["stack", "construct", "finding", "reason"], acks) if acks else ["None."]
-    if base is not None:
-        out += ["", "### Replaced or deleted resources", ""]
-        rows = [[name, *r] for name, stack in head.items() if name in base for r in replaced(base[name], stack)]
-        rows += [[name, "(whole stack)", "", "deleted"] for name in base if name not in head]
-        out += _table(["stack", "resource", "type", "why"], rows) if rows else ["None."]
-        if any(r[2] == "AWS::EC2::Volume" for r in rows):
-            out += ["", POOL_REPLACED_NOTE]
-        out += ["", "### Data retention changes", ""]
-        rows = [
-            [name, *r] for name, stack in head.items() if name in base for r in retention_changes(base[name], stack)
-        ]
-        out += _table(["stack", "resource", "type", "what", "base", "head"], rows) if rows else ["None."]
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _changes_section(head: dict[str, Stack], base: dict[str, Stack]) -> list[str]:
+    """Against the base: the resources replaced or deleted, and the data retention changes."""
+    out = ["", "### Replaced or deleted resources", ""]
+    rows = [[name, *r] for name, stack in head.items() if name in base for r in replaced(base[name], stack)]
+    rows += [[name, "(whole stack)", "", "deleted"] for name in base if name not in head]
+    out += _table(["stack", "resource", "type", "why"], rows) if rows else ["None."]
+    if any(r[2] == "AWS::EC2::Volume" for r in rows):
+        out += ["", POOL_REPLACED_NOTE]
+    out += ["", "### Data retention changes", ""]
+    rows = [[name, *r] for name, stack in head.items() if name in base for r in retention_changes(base[name], stack)]
+    out += _table(["stack", "resource", "type", "what", "base", "head"], rows) if rows else ["None."]
+    return out

@@ -40,38 +40,7 @@ class CheckpointStore(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         if access_logs_bucket is None:
-            log_bucket = s3.Bucket(
-                self,
-                "AccessLogs",
-                encryption=s3.BucketEncryption.S3_MANAGED,
-                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-                enforce_ssl=True,
-                object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-                # Versioned (checkov CKV_AWS_21): an overwritten or deleted access log stays recoverable for
-                # ACCESS_LOG_NONCURRENT_DAYS; log objects are written once, so this costs only on tampering.
-                versioned=True,
-                removal_policy=removal_policy,
-                lifecycle_rules=[
-                    s3.LifecycleRule(
-                        id="ExpireAccessLogs",
-                        expiration=Duration.days(access_log_expiration_days),
-                        noncurrent_version_expiration=Duration.days(ACCESS_LOG_NONCURRENT_DAYS),
-                        abort_incomplete_multipart_upload_after=Duration.days(1),
-                    )
-                ],
-            )
-            acknowledge(
-                log_bucket,
-                "AwsSolutions-S1",
-                "This is the access-log bucket of the checkpoint bucket; logging it into itself would loop.",
-            )
-            skip_checkov(
-                log_bucket,
-                "CKV_AWS_18",
-                "This is the access-log bucket of the checkpoint bucket; logging it into itself would loop "
-                "(the same finding as cdk-nag AwsSolutions-S1).",
-            )
-            access_logs_bucket = log_bucket
+            access_logs_bucket = self._access_log_bucket(access_log_expiration_days, removal_policy)
         self.access_logs_bucket = access_logs_bucket
         self.bucket = s3.Bucket(
             self,
@@ -98,6 +67,41 @@ class CheckpointStore(Construct):
             ],
         )
         Tags.of(self.bucket).add(*CHECKPOINT_ROLE_TAG)  # SpotTrainingChecks ST6 holds this bucket to its rules
+
+    def _access_log_bucket(self, expiration_days: int, removal_policy: RemovalPolicy) -> s3.Bucket:
+        """The bucket the checkpoint bucket's server access logs go to, kept ``expiration_days``."""
+        log_bucket = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            # Versioned (checkov CKV_AWS_21): an overwritten or deleted access log stays recoverable for
+            # ACCESS_LOG_NONCURRENT_DAYS; log objects are written once, so this costs only on tampering.
+            versioned=True,
+            removal_policy=removal_policy,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireAccessLogs",
+                    expiration=Duration.days(expiration_days),
+                    noncurrent_version_expiration=Duration.days(ACCESS_LOG_NONCURRENT_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+        )
+        acknowledge(
+            log_bucket,
+            "AwsSolutions-S1",
+            "This is the access-log bucket of the checkpoint bucket; logging it into itself would loop.",
+        )
+        skip_checkov(
+            log_bucket,
+            "CKV_AWS_18",
+            "This is the access-log bucket of the checkpoint bucket; logging it into itself would loop "
+            "(the same finding as cdk-nag AwsSolutions-S1).",
+        )
+        return log_bucket
 
     @staticmethod
     def cluster_prefix(cluster: str) -> str:
@@ -160,6 +164,13 @@ class CheckpointStore(Construct):
                 ),
             ],
         )
+        acknowledge_all(policy, self._cluster_access_findings(cluster))
+        return policy
+
+    def _cluster_access_findings(self, cluster: str) -> dict[str, str]:
+        """cdk-nag's IAM5 findings on :meth:`cluster_access_policy`'s wildcards, and why each is there."""
+        prefix = self.cluster_prefix(cluster)
+        checkpoints = f"{prefix}*/{CHECKPOINT_FOLDER}/*"
         bucket_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.bucket.node.default_child))
         findings = {
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]": (
@@ -175,5 +186,4 @@ class CheckpointStore(Construct):
                 f"The first '*' is the job id, known only at run time; '{key}' is what the node agent writes there"
                 + writes
             )
-        acknowledge_all(policy, findings)
-        return policy
+        return findings

@@ -32,56 +32,8 @@ class InterruptionDrill(Construct):
         notice_minutes: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        stack = Stack.of(self)
-        role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("fis.amazonaws.com"),
-            description=f"FIS interruption drill of cluster {cluster_tag[1]}",
-        )
-        policy = iam.Policy(
-            self,
-            "Policy",
-            roles=[role],
-            statements=[
-                iam.PolicyStatement(
-                    sid="InterruptThisClusterOnly",
-                    actions=["ec2:SendSpotInstanceInterruptions"],
-                    resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
-                    conditions={"StringEquals": {f"aws:ResourceTag/{k}": v for k, v in (team_tag, cluster_tag)}},
-                ),
-                iam.PolicyStatement(sid="FindTargets", actions=["ec2:DescribeInstances"], resources=["*"]),
-            ],
-        )
-        acknowledge_all(
-            policy,
-            {
-                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]": (
-                    "Spot instance ids are only known at launch; the statement is limited to instances tagged with "
-                    "this team and cluster."
-                ),
-                "AwsSolutions-IAM5[Resource::*]": (
-                    "FIS resolves its targets with ec2:DescribeInstances, which has no resource-level permissions."
-                ),
-            },
-        )
-        self.stop_alarm = cloudwatch.Alarm(
-            self,
-            "StopAlarm",
-            alarm_description=f"Stops the interruption drill of cluster {cluster_tag[1]}: no InService instance "
-            "for 5 minutes",
-            metric=cloudwatch.Metric(
-                namespace="AWS/AutoScaling",
-                metric_name="GroupInServiceInstances",
-                dimensions_map={"AutoScalingGroupName": group.auto_scaling_group_name},
-                statistic="Minimum",
-                period=Duration.minutes(1),
-            ),
-            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            threshold=1,
-            evaluation_periods=5,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
+        role = self._role(team_tag, cluster_tag)
+        self.stop_alarm = self._stop_alarm(group, cluster_tag[1])
         self.template = fis.CfnExperimentTemplate(
             self,
             "Template",
@@ -112,4 +64,60 @@ class InterruptionDrill(Construct):
                 )
             },
             tags={"Name": f"{team_tag[1]}-{cluster_tag[1]}-interruption-drill"},
+        )
+
+    def _role(self, team_tag: tuple[str, str], cluster_tag: tuple[str, str]) -> iam.Role:
+        """FIS's role: send interruption notices to this team's and cluster's instances only."""
+        role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("fis.amazonaws.com"),
+            description=f"FIS interruption drill of cluster {cluster_tag[1]}",
+        )
+        instances = Stack.of(self).format_arn(service="ec2", resource="instance", resource_name="*")
+        policy = iam.Policy(
+            self,
+            "Policy",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="InterruptThisClusterOnly",
+                    actions=["ec2:SendSpotInstanceInterruptions"],
+                    resources=[instances],
+                    conditions={"StringEquals": {f"aws:ResourceTag/{k}": v for k, v in (team_tag, cluster_tag)}},
+                ),
+                iam.PolicyStatement(sid="FindTargets", actions=["ec2:DescribeInstances"], resources=["*"]),
+            ],
+        )
+        acknowledge_all(
+            policy,
+            {
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]": (
+                    "Spot instance ids are only known at launch; the statement is limited to instances tagged with "
+                    "this team and cluster."
+                ),
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "FIS resolves its targets with ec2:DescribeInstances, which has no resource-level permissions."
+                ),
+            },
+        )
+        return role
+
+    def _stop_alarm(self, group: autoscaling.AutoScalingGroup, cluster: str) -> cloudwatch.Alarm:
+        """In alarm once the group has had no InService instance for 5 minutes: the drill's stop condition."""
+        return cloudwatch.Alarm(
+            self,
+            "StopAlarm",
+            alarm_description=f"Stops the interruption drill of cluster {cluster}: no InService instance for 5 minutes",
+            metric=cloudwatch.Metric(
+                namespace="AWS/AutoScaling",
+                metric_name="GroupInServiceInstances",
+                dimensions_map={"AutoScalingGroupName": group.auto_scaling_group_name},
+                statistic="Minimum",
+                period=Duration.minutes(1),
+            ),
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            threshold=1,
+            evaluation_periods=5,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )

@@ -6,7 +6,6 @@ import typing
 from collections.abc import Sequence
 from typing import Optional
 
-import jsii
 from aws_cdk import ArnFormat, CfnElement, Duration, Stack
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
@@ -23,19 +22,6 @@ ALLOCATION_STRATEGIES = {
 }
 
 
-@jsii.implements(ec2.IMachineImage)
-class FixedImage:
-    """An AMI id used as given, whatever the stack's region (ec2.MachineImage.generic_linux needs a region map)."""
-
-    def __init__(self, image_id: str) -> None:
-        self.image_id = image_id
-
-    def get_image(self, scope: Construct) -> ec2.MachineImageConfig:
-        return ec2.MachineImageConfig(
-            image_id=self.image_id, os_type=ec2.OperatingSystemType.LINUX, user_data=ec2.UserData.for_linux()
-        )
-
-
 # What the SSM agent on a node needs for Session Manager: AWS's minimal instance policy for it
 # (AWSCloud9SSMInstanceProfile, https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSCloud9SSMInstanceProfile.html).
 SESSION_MANAGER_ACTIONS = [
@@ -45,6 +31,50 @@ SESSION_MANAGER_ACTIONS = [
     "ssmmessages:OpenControlChannel",
     "ssmmessages:OpenDataChannel",
 ]
+
+
+class NodeRole(iam.Role):
+    """The nodes' instance role, with what Session Manager's agent needs in its default policy.
+
+    Session Manager (the only way into a node: no SSH) needs only the agent's channels. Not the managed
+    AmazonSSMManagedInstanceCore: it also grants ssm:GetParameter(s) on "*", which would let a node (running a
+    team's code) read every parameter in the account, other teams' included.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, description: str) -> None:
+        super().__init__(
+            scope, construct_id, assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"), description=description
+        )
+        # In the role's default policy (not inline on the role: moto's IAM enforcement cannot read those).
+        self.add_to_principal_policy(
+            iam.PolicyStatement(sid="SessionManagerChannels", actions=SESSION_MANAGER_ACTIONS, resources=["*"])
+        )
+        acknowledge(
+            self,
+            "AwsSolutions-IAM5[Resource::*]",
+            "Session Manager's agent registers the node and opens its session channels; AWS's own minimal "
+            "policy for that (AWSCloud9SSMInstanceProfile) grants these actions on '*'. They read no data.",
+        )
+        skip_checkov(
+            self.node.find_child("DefaultPolicy"),
+            "CKV_AWS_111",
+            "Session Manager's channel actions (SESSION_MANAGER_ACTIONS) are authorized on '*' only; they open "
+            "the node's session channels to SSM and read or change no data.",
+        )
+
+
+class NodeSecurityGroup(ec2.SecurityGroup):
+    """Nodes talk to each other on any port (NCCL/gloo, c10d rendezvous); nothing else gets in."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            vpc=vpc,
+            allow_all_outbound=True,
+            description="Training nodes: all traffic between nodes of this cluster, no other ingress",
+        )
+        self.add_ingress_rule(self, ec2.Port.all_traffic(), "Node-to-node traffic within the cluster")
 
 
 class SpotFleet(Construct):
@@ -84,54 +114,43 @@ class SpotFleet(Construct):
             raise ValueError("SpotFleet: instance_types needs at least one instance type")
         if spot_allocation_strategy not in ALLOCATION_STRATEGIES:
             raise ValueError(f"SpotFleet: spot_allocation_strategy must be one of {sorted(ALLOCATION_STRATEGIES)}")
-
-        # Session Manager (the only way into a node: no SSH) needs only the agent's channels. Not the managed
-        # AmazonSSMManagedInstanceCore: it also grants ssm:GetParameter(s) on "*", which would let a node (running a
-        # team's code) read every parameter in the account, other teams' included.
-        self.role: iam.IRole = role or iam.Role(
+        self.role: iam.IRole = role or NodeRole(
             self,
             "InstanceRole",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"Spot training node role for {Stack.of(self).stack_name}/{construct_id}",
         )
-        if role is None:
-            # In the role's default policy (not inline on the role: moto's IAM enforcement cannot read those).
-            self.role.add_to_principal_policy(
-                iam.PolicyStatement(sid="SessionManagerChannels", actions=SESSION_MANAGER_ACTIONS, resources=["*"])
-            )
-            acknowledge(
-                self.role,
-                "AwsSolutions-IAM5[Resource::*]",
-                "Session Manager's agent registers the node and opens its session channels; AWS's own minimal "
-                "policy for that (AWSCloud9SSMInstanceProfile) grants these actions on '*'. They read no data.",
-            )
-            skip_checkov(
-                typing.cast(iam.Role, self.role).node.find_child("DefaultPolicy"),
-                "CKV_AWS_111",
-                "Session Manager's channel actions (SESSION_MANAGER_ACTIONS) are authorized on '*' only; they open "
-                "the node's session channels to SSM and read or change no data.",
-            )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
-
-        # Nodes talk to each other on any port (NCCL/gloo, c10d rendezvous); nothing else gets in.
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "NodeSecurityGroup",
-            vpc=vpc,
-            allow_all_outbound=True,
-            description="Training nodes: all traffic between nodes of this cluster, no other ingress",
-        )
-        self.security_group.add_ingress_rule(
-            self.security_group, ec2.Port.all_traffic(), "Node-to-node traffic within the cluster"
-        )
-
+        self.security_group = NodeSecurityGroup(self, "NodeSecurityGroup", vpc=vpc)
         self.placement_group: Optional[ec2.PlacementGroup] = (
             ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
             if placement_group
             else None
         )
+        self.launch_template = self._launch_template(
+            machine_image, user_data, root_device_name=root_device_name, root_volume_size_gib=root_volume_size_gib
+        )
+        self.asg = self._group(
+            vpc,
+            vpc_subnets,
+            instance_types,
+            max_nodes,
+            autoscaling.InstancesDistribution(
+                on_demand_base_capacity=on_demand_base_capacity,
+                on_demand_percentage_above_base_capacity=on_demand_percentage_above_base,
+                spot_allocation_strategy=ALLOCATION_STRATEGIES[spot_allocation_strategy],
+            ),
+        )
 
-        self.launch_template = ec2.LaunchTemplate(
+    def _launch_template(
+        self,
+        machine_image: ec2.IMachineImage,
+        user_data: ec2.UserData,
+        *,
+        root_device_name: str,
+        root_volume_size_gib: int,
+    ) -> ec2.LaunchTemplate:
+        """IMDSv2 only, instance metadata tags on, an encrypted gp3 root volume, detailed monitoring."""
+        return ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
             machine_image=machine_image,
@@ -157,7 +176,16 @@ class SpotFleet(Construct):
             ],
         )
 
-        self.asg = autoscaling.AutoScalingGroup(
+    def _group(
+        self,
+        vpc: ec2.IVpc,
+        vpc_subnets: ec2.SubnetSelection,
+        instance_types: Sequence[str],
+        max_nodes: int,
+        distribution: autoscaling.InstancesDistribution,
+    ) -> autoscaling.AutoScalingGroup:
+        """The mixed-instances group over ``instance_types``, from 0 to ``max_nodes``, with its drain hook."""
+        group = autoscaling.AutoScalingGroup(
             self,
             "Group",
             vpc=vpc,
@@ -171,15 +199,11 @@ class SpotFleet(Construct):
                 launch_template_overrides=[
                     autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(t)) for t in instance_types
                 ],
-                instances_distribution=autoscaling.InstancesDistribution(
-                    on_demand_base_capacity=on_demand_base_capacity,
-                    on_demand_percentage_above_base_capacity=on_demand_percentage_above_base,
-                    spot_allocation_strategy=ALLOCATION_STRATEGIES[spot_allocation_strategy],
-                ),
+                instances_distribution=distribution,
             ),
         )
         # No notification target: the agent reads autoscaling/target-lifecycle-state from the instance metadata.
-        self.asg.add_lifecycle_hook(
+        group.add_lifecycle_hook(
             "Drain",
             lifecycle_hook_name=DRAIN_HOOK,
             lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
@@ -187,7 +211,7 @@ class SpotFleet(Construct):
             default_result=autoscaling.DefaultResult.CONTINUE,
         )
         acknowledge_all(
-            self.asg,
+            group,
             {
                 "AwsSolutions-EC26": (
                     "The rule cannot read a mixed-instances launch template and errors out; the launch template "
@@ -199,6 +223,7 @@ class SpotFleet(Construct):
                 ),
             },
         )
+        return group
 
     def scale_policy(self, construct_id: str, role: iam.IRole) -> iam.Policy:
         """Let ``role`` change this group's desired capacity (scale to zero when a job ends), hand an instance back

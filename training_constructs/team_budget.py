@@ -25,8 +25,9 @@ from constructs import Construct
 from compliance.checkov import skip_checkov
 from compliance.nag import acknowledge_all
 from team_config.model import BudgetConfig
-from team_config.naming import TEAM_TAG, budget_name, parameter_path
+from team_config.naming import TEAM_TAG, budget_name
 from training_constructs.checkpoint_store import CheckpointStore
+from training_constructs.job_spec_parameter import job_parameter_name
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
@@ -58,16 +59,38 @@ class TeamBudget(Construct):
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
-        stack = Stack.of(self)
-        name = self.name = budget_name(team, config.notify, config.warn_at_percent)
+        self.name = budget_name(team, config.notify, config.warn_at_percent)
+        self.budget = self._budget(team, config)
+        log_group = logs.LogGroup(self, "GuardLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        role = iam.Role(self, "GuardRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.guard = self._guard(team, config, clusters, role, log_group)
+        skip_checkov(log_group, *LOG_GROUP_KMS_SKIP)
+        for check, reason in GUARD_CHECKOV_SKIPS.items():
+            skip_checkov(self.guard, check, reason)
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            # a stop found overdue only at the next run: run at least every force_stop_after_minutes
+            schedule=events.Schedule.rate(
+                Duration.minutes(min(config.check_every_minutes, config.force_stop_after_minutes))
+            ),
+            targets=[targets.LambdaFunction(self.guard, retry_attempts=2)],
+        )
+        policy = self._guard_policy(role, clusters, checkpoint_store)
+        log_group.grant_write(role)
+        self.guard.node.add_dependency(policy, role.node.find_child("DefaultPolicy"))
+
+    def _budget(self, team: str, config: BudgetConfig) -> budgets.CfnBudget:
+        """The monthly cost budget over the team's tagged resources; with a notify list, emails at the warning share
+        and at 100 %. (aws-cdk-lib has no L2 construct for AWS Budgets.)"""
         subscribers = [
             budgets.CfnBudget.SubscriberProperty(subscription_type="EMAIL", address=a) for a in config.notify
         ]
-        self.budget = budgets.CfnBudget(
+        return budgets.CfnBudget(
             self,
             "Budget",
             budget=budgets.CfnBudget.BudgetDataProperty(
-                budget_name=name,
+                budget_name=self.name,
                 budget_type="COST",
                 time_unit="MONTHLY",
                 budget_limit=budgets.CfnBudget.SpendProperty(amount=config.usd_per_month, unit="USD"),
@@ -89,13 +112,20 @@ class TeamBudget(Construct):
             else None,
         )
 
-        log_group = logs.LogGroup(self, "GuardLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
-        role = iam.Role(self, "GuardRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    def _guard(
+        self,
+        team: str,
+        config: BudgetConfig,
+        clusters: Sequence[TrainingCluster],
+        role: iam.Role,
+        log_group: logs.ILogGroup,
+    ) -> lambda_.Function:
+        """The guard function (budget_guard/handler.py), told the budget, the team and its clusters' job specs."""
         # The function takes its role by ARN: the ARN's GetAtt already creates the role first, and a Function given
         # the Role construct adds a DependsOn on it as well (cfn-lint W3005). It depends on the role's policies
-        # instead (below), which nothing else orders before it.
+        # instead (in __init__), which nothing else orders before it.
         role_by_arn = iam.Role.from_role_arn(self, "GuardRoleByArn", role.role_arn, mutable=False)
-        self.guard = lambda_.Function(
+        return lambda_.Function(
             self,
             "Guard",
             runtime=lambda_.Runtime.PYTHON_3_14,
@@ -106,28 +136,22 @@ class TeamBudget(Construct):
             role=role_by_arn,
             log_group=log_group,
             environment={
-                "BUDGET_NAME": name,
+                "BUDGET_NAME": self.name,
                 "TEAM": team,
                 "TEAM_TAG": TEAM_TAG,
-                "JOB_SPEC_PARAMETERS": ",".join(f"{parameter_path(team, c.name)}/job-spec" for c in clusters),
+                "JOB_SPEC_PARAMETERS": ",".join(job_parameter_name(team, c.name) for c in clusters),
                 "FORCE_AFTER_S": str(config.force_stop_after_minutes * 60),
             },
-            description=f"Stops team {team}'s training jobs once budget {name} is spent",
-        )
-        skip_checkov(log_group, *LOG_GROUP_KMS_SKIP)
-        for check, reason in GUARD_CHECKOV_SKIPS.items():
-            skip_checkov(self.guard, check, reason)
-        self.schedule = events.Rule(
-            self,
-            "Schedule",
-            # a stop found overdue only at the next run: run at least every force_stop_after_minutes
-            schedule=events.Schedule.rate(
-                Duration.minutes(min(config.check_every_minutes, config.force_stop_after_minutes))
-            ),
-            targets=[targets.LambdaFunction(self.guard, retry_attempts=2)],
+            description=f"Stops team {team}'s training jobs once budget {self.name} is spent",
         )
 
-        budget_arn = stack.format_arn(service="budgets", region="", resource="budget", resource_name=name)
+    def _guard_policy(
+        self, role: iam.IRole, clusters: Sequence[TrainingCluster], checkpoint_store: CheckpointStore
+    ) -> iam.Policy:
+        """Read the budget and the clusters' job parameters, ask their jobs to stop, set their groups to 0."""
+        bucket = checkpoint_store.bucket
+        prefixes = [CheckpointStore.cluster_prefix(c.name) for c in clusters]
+        budget_arn = Stack.of(self).format_arn(service="budgets", region="", resource="budget", resource_name=self.name)
         policy = iam.Policy(
             self,
             "GuardPolicy",
@@ -142,18 +166,13 @@ class TeamBudget(Construct):
                 iam.PolicyStatement(
                     sid="ListJobMarkers",
                     actions=["s3:ListBucket"],
-                    resources=[checkpoint_store.bucket.bucket_arn],
-                    conditions={
-                        "StringLike": {"s3:prefix": [f"{CheckpointStore.cluster_prefix(c.name)}*" for c in clusters]}
-                    },
+                    resources=[bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in prefixes]}},
                 ),
                 iam.PolicyStatement(
                     sid="WriteStopRequests",
                     actions=["s3:PutObject"],
-                    resources=[
-                        checkpoint_store.bucket.arn_for_objects(f"{CheckpointStore.cluster_prefix(c.name)}*/STOP")
-                        for c in clusters
-                    ],
+                    resources=[bucket.arn_for_objects(f"{prefix}*/STOP") for prefix in prefixes],
                 ),
                 iam.PolicyStatement(
                     sid="ScaleClusterGroups",
@@ -165,18 +184,23 @@ class TeamBudget(Construct):
                 ),
             ],
         )
-        log_group.grant_write(role)
-        self.guard.node.add_dependency(policy, role.node.find_child("DefaultPolicy"))
+        acknowledge_all(policy, self._guard_policy_findings(clusters, checkpoint_store))
+        return policy
+
+    def _guard_policy_findings(
+        self, clusters: Sequence[TrainingCluster], checkpoint_store: CheckpointStore
+    ) -> dict[str, str]:
+        """cdk-nag's IAM5 findings on the guard's policy, and why each wildcard is there."""
         findings: dict[str, str] = {}
         for cluster in clusters:
             findings.update(cluster.fleet.group_arn_finding())
         findings["AwsSolutions-IAM5[Resource::*]"] = (
             "autoscaling:DescribeAutoScalingGroups supports no resource-level permissions; IAM requires '*'."
         )
-        bucket_id = stack.get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
+        bucket_id = Stack.of(self).get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
         for cluster in clusters:
             stop = f"{CheckpointStore.cluster_prefix(cluster.name)}*/STOP"
             findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{stop}]"] = (
                 "The * is the job id: the guard writes the STOP request of the cluster's current job."
             )
-        acknowledge_all(policy, findings)
+        return findings

@@ -12,8 +12,8 @@ from constructs import Construct
 from compliance.nag import acknowledge, acknowledge_all
 from team_config.naming import POOL_TAG
 
-# The size every pool had before volume_size_gib existed: a pool of this size keeps its volumes' logical ids of
-# those releases (no size in the id), whatever team_config's default (also 200) becomes; another size is in the id.
+# A pool of this size has no size in its volumes' logical ids, so a deployed pool of it keeps its volumes whatever
+# team_config's default (also 200) becomes; another size is part of the id.
 DEFAULT_VOLUME_GIB = 200
 
 

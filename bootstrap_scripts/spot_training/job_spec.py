@@ -1,7 +1,8 @@
-"""The job spec's rules, shared by the node agent (which refuses a bad job) and the tools that write one.
+"""The job spec's schema and rules, shared by the node agent (which refuses a bad job), the stack (which writes the
+job spec) and the tools that write a job.
 
-A job on a cluster is the stack's job spec (SSM ``.../job-spec``) merged with the submitted job (SSM
-``.../current-job``, written by ``trainctl submit``). The node agent checks the merged job before it runs
+A job on a cluster is the stack's job spec (SSM ``.../job-spec``, a :class:`JobSpec`) merged with the submitted job
+(SSM ``.../current-job``, written by ``trainctl submit``). The node agent checks the merged job before it runs
 anything; ``trainctl submit`` and the team file loader run the same checks first, so a job the agent would
 refuse is refused where it is written, before any node starts. Standard library only: it runs on the node too.
 """
@@ -11,11 +12,63 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List, Optional
 
 
 class JobSpecError(ValueError):
     """A job setting the agent refuses; ``str()`` is one line: the key, what is wrong, what it got."""
+
+
+SPEC_VERSION = 1  # the job spec's schema version: the agent refuses any other
+
+
+@dataclass(frozen=True)
+class WarmPoolSpec:
+    """The cluster's warm volume pool, for a node's claim: the tag key and value (``pool``) its volumes carry, where
+    the node attaches the volume it claims, and the pool's volume ids."""
+
+    tag_key: str
+    pool: str
+    device_name: str
+    volumes: List[str]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The stack's job spec: where the cluster's jobs keep their state (bucket, prefix, log group, current-job
+    parameter), and the defaults of the job settings (:data:`JOB_SETTINGS`) a submitted job may override.
+
+    The stack writes :meth:`as_dict` as the parameter's JSON (deploy-time values are CDK tokens then, and a None is
+    left out of the JSON); :func:`check_job` reads it back by the same field names.
+    """
+
+    team: str
+    cluster: str
+    region: str
+    bucket: str
+    prefix: str  # '<cluster>/'
+    log_group: str
+    current_job_parameter: str
+    command: str
+    python: str
+    nproc_per_node: int
+    min_nodes: int
+    desired_nodes: int
+    max_nodes: int
+    checkpoint_dir: str
+    checkpoint_interval_s: Optional[float]  # None: the agent picks the Young/Daly interval
+    checkpoint_wait_for_upload: bool
+    mean_time_between_interruptions_s: float
+    max_restarts: int
+    interruption_grace_s: float
+    rendezvous_port: int
+    stall_timeout_s: int  # 0: the stall watchdog is off
+    warm_pool: Optional[WarmPoolSpec]
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The job spec as its JSON object: ``version`` first, then the fields in their order."""
+        return {"version": SPEC_VERSION, **asdict(self)}
 
 
 # Job settings: the stack's job spec holds their defaults (from the team file), a submitted job may override them.
@@ -35,19 +88,9 @@ JOB_SETTINGS = {
 }
 # Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
 JOB_KEYS = JOB_SETTINGS | {"job_id", "code_key", "nodes"}
-SPEC_KEYS = JOB_SETTINGS | {
-    "version",
-    "team",
-    "cluster",
-    "region",
-    "bucket",
-    "prefix",
-    "log_group",
-    "current_job_parameter",
-    "checkpoint_dir",
-    "rendezvous_port",
-    "warm_pool",
-}
+SPEC_KEYS = {f.name for f in fields(JobSpec)} | {"version"}
+# The keys a warm_pool entry must hold; its volumes may be missing (the node claims a volume by its tag then).
+WARM_POOL_KEYS = {f.name for f in fields(WarmPoolSpec)} - {"volumes"}
 
 CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objects are under <cluster>/<job>/)
 CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
@@ -71,8 +114,8 @@ SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")
 # stall_timeout_s: seconds without progress (an output line or a checkpoint write on any node of the job, or a new
 # durable checkpoint of the job) before the agent ends a hung trainer (a DataLoader deadlock, a collective that never
 # returns). Off unless set: it cannot tell a silent healthy phase (a data download, a long evaluation, torch.compile)
-# from a hang. Absent (a job spec from before the watchdog, or a team file that leaves it unset: CDK leaves null out
-# of the JSON), null (a submitted job) or 0 (the stack's job spec for off): off.
+# from a hang. Absent (a job spec without the key), null (a submitted job) or 0 (what the stack writes for a team
+# file that leaves it unset: CDK leaves a null out of the JSON): off.
 STALL_TIMEOUT_MIN_S, STALL_TIMEOUT_MAX_S = 300, 86400
 
 
@@ -146,10 +189,20 @@ def parse_command(command: Any) -> List[str]:
 def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     """The stack's job spec merged with a submitted job (``current``, read from ``current_name``), checked: the
     merged dict with ``argv`` added, or :class:`JobSpecError` naming the first wrong key."""
+    merged = _merged(spec, current, current_name)
+    _check_places(merged)
+    merged["argv"] = parse_command(merged.get("command"))
+    _check_numbers(merged)
+    _check_warm_pool(merged.get("warm_pool"))
+    return merged
+
+
+def _merged(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
+    """The job spec updated with the submitted job, both JSON objects of known keys; unset values filled in."""
     if not isinstance(spec, dict):
         raise JobSpecError("job spec is not a JSON object")
-    if spec.get("version") != 1:
-        raise JobSpecError(f"job spec version {spec.get('version')!r} is not supported (expected 1)")
+    if spec.get("version") != SPEC_VERSION:
+        raise JobSpecError(f"job spec version {spec.get('version')!r} is not supported (expected {SPEC_VERSION})")
     unknown = sorted(set(spec) - SPEC_KEYS)
     if unknown:
         raise JobSpecError(f"job spec has unknown key(s): {', '.join(unknown)}")
@@ -164,9 +217,14 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     merged.update(current)
     for key in ("checkpoint_interval_s", "warm_pool"):  # the stack leaves unset values out of the JSON
         merged.setdefault(key, None)
-    wait = merged.setdefault("checkpoint_wait_for_upload", False)  # a job spec from before the option: off
+    wait = merged.setdefault("checkpoint_wait_for_upload", False)  # a job spec without the option: off
     if not isinstance(wait, bool):
         raise JobSpecError(f"checkpoint_wait_for_upload must be true or false, got {wait!r}")
+    return merged
+
+
+def _check_places(merged: Dict[str, Any]) -> None:
+    """The job's id, where its state lives (bucket, prefix, log group, code archive) and its paths on the node."""
     job_id = merged.get("job_id")
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise JobSpecError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
@@ -188,7 +246,10 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
         value = merged.get(key)
         if not isinstance(value, str) or not value.startswith("/") or ".." in value.split("/"):
             raise JobSpecError(f"{key} must be an absolute path, got {value!r}")
-    merged["argv"] = parse_command(merged.get("command"))
+
+
+def _check_numbers(merged: Dict[str, Any]) -> None:
+    """The node counts, restarts, port and intervals; a stall timeout of 0 becomes None (the watchdog is off)."""
     _int(merged, "nproc_per_node", 1, 64)
     _int(merged, "min_nodes", 1, 1000)
     _int(merged, "max_nodes", merged["min_nodes"], 1000)
@@ -208,14 +269,15 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
             f"stall_timeout_s must be an integer from {STALL_TIMEOUT_MIN_S} to {STALL_TIMEOUT_MAX_S} (seconds), or "
             f"null or 0 (off), got {stall!r}"
         )
-    warm = merged.get("warm_pool")
-    # volumes: the pool's volume ids; a job spec of a stack deployed before they were listed has none (claim by tag)
+
+
+def _check_warm_pool(warm: Any) -> None:
+    """None, or a :class:`WarmPoolSpec`'s JSON object (its volumes may be missing: the node claims by tag then)."""
     volumes = warm.get("volumes", []) if isinstance(warm, dict) else None
     if warm is not None and not (
         isinstance(warm, dict)
-        and {"tag_key", "pool", "device_name"} <= set(warm)
+        and WARM_POOL_KEYS <= set(warm)
         and isinstance(volumes, list)
         and all(isinstance(v, str) for v in volumes)
     ):
         raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name, volumes: [ids]}}, got {warm!r}")
-    return merged

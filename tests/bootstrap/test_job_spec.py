@@ -11,7 +11,7 @@ import node_agent
 import pytest
 from spot_training.agent.errors import AgentError
 from spot_training.agent.job import load_job
-from spot_training.job_spec import JOB_KEYS
+from spot_training.job_spec import JOB_KEYS, JOB_SETTINGS, SPEC_KEYS, JobSpec, JobSpecError, WarmPoolSpec, check_job
 
 from .conftest import BOOTSTRAP, Cluster, address_map
 from .test_agent_notice import agent_for, raising
@@ -112,7 +112,7 @@ def test_spec_version_and_missing_or_broken_current_job(make_cluster: Any) -> No
 
 def test_valid_job_merges_overrides(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
-    assert "checkpoint_wait_for_upload" not in cluster.spec  # a job spec written before the option: off
+    assert "checkpoint_wait_for_upload" not in cluster.spec  # a job spec without the option: off
     cluster.submit("job-6", {"train.py": ""}, "python train.py")
     assert load_job(cluster.aws.ssm, cluster.spec_parameter).checkpoint_wait_for_upload is False
     cluster.submit(
@@ -127,7 +127,7 @@ def test_valid_job_merges_overrides(make_cluster: Any) -> None:
 
 def test_the_stall_timeout_is_off_when_missing_null_or_0(make_cluster: Any) -> None:
     cluster: Cluster = make_cluster()
-    assert "stall_timeout_s" not in cluster.spec  # a job spec written before the watchdog: off, as by default
+    assert "stall_timeout_s" not in cluster.spec  # a job spec without the key: off, as by default
     found = []
     for submitted in ({}, {"stall_timeout_s": None}, {"stall_timeout_s": 300}):
         cluster.submit("job-1", {"train.py": ""}, "python train.py", **submitted)
@@ -231,9 +231,9 @@ def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nod
 
 
 def test_a_refused_node_whose_group_tag_is_unread_still_leaves_its_group(make_cluster: Any, make_nodes: Any) -> None:
-    """Tags come from the instance metadata, read once (curl's two retries): a tag read that failed left the group's
-    name empty. Before, the user data then handed nothing back and the refused node idled in its group, billed;
-    now Auto Scaling names the group."""
+    """Tags come from the instance metadata, read once (curl's two retries): a tag read that fails leaves the group's
+    name empty. The user data then hands the node back all the same (Auto Scaling names the group), or the refused
+    node would idle in its group, billed."""
     cluster: Cluster = make_cluster()
     (node,) = make_nodes(cluster)
     del node.imds.tags["aws:autoscaling:groupName"]
@@ -250,3 +250,30 @@ def test_on_node_code_parses_as_python_38(path: str) -> None:
     ast.parse(source, feature_version=(3, 8))
     if "def " in source:  # so list[str]-style annotations are never evaluated
         assert "from __future__ import annotations" in source
+
+
+def test_the_job_spec_the_stack_writes_passes_the_agents_check() -> None:
+    """The stack writes a JobSpec's as_dict() (training_constructs/job_spec_parameter.py): as JSON, the agent's
+    check_job takes it by the same field names, a submitted job's settings among them."""
+    pool = WarmPoolSpec(tag_key="spot-training:warm-pool", pool="t-main", device_name="/dev/sdf", volumes=["vol-1"])
+    spec = JobSpec(
+        team="t", cluster="main", region="us-east-1", bucket="bucket", prefix="main/", log_group="logs",
+        current_job_parameter="/spot-training/t/main/current-job", command="python train.py",
+        python="/opt/pytorch/bin/python", nproc_per_node=1, min_nodes=1, desired_nodes=1, max_nodes=2,
+        checkpoint_dir="/opt/ml/checkpoints", checkpoint_interval_s=None, checkpoint_wait_for_upload=False,
+        mean_time_between_interruptions_s=3600, max_restarts=3, interruption_grace_s=90, rendezvous_port=29400,
+        stall_timeout_s=0, warm_pool=pool,
+    )  # fmt: skip
+    written = json.loads(json.dumps(spec.as_dict()))
+    assert set(written) == SPEC_KEYS and JOB_SETTINGS <= SPEC_KEYS
+    merged = check_job(written, {"job_id": "j1", "code_key": "main/code/j1.tar.gz", "max_restarts": 5}, "current")
+    assert (merged["argv"], merged["max_restarts"], merged["stall_timeout_s"]) == (["train.py"], 5, None)
+    assert merged["warm_pool"] == {
+        "tag_key": pool.tag_key,
+        "pool": "t-main",
+        "device_name": "/dev/sdf",
+        "volumes": ["vol-1"],
+    }
+    written.pop("bucket")
+    with pytest.raises(JobSpecError, match=r"^bucket must be a non-empty string, got None$"):
+        check_job(written, {"job_id": "j1", "code_key": "main/code/j1.tar.gz"}, "current")

@@ -18,8 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from spot_training.agent.code_fetch import download_code
 from spot_training.agent.errors import AgentError
-
-from budget_guard.handler import read_marker as guard_marker
+from spot_training.protocol import read_marker
 
 from .conftest import Cluster
 from .test_agent_notice import Imds, agent_for, run
@@ -69,9 +68,9 @@ def test_the_agent_reads_missing_markers_as_none_where_s3_answers_403(cluster: C
 def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
     cluster: Cluster, tmp_path: Path, body: bytes
 ) -> None:
-    """A STOP written by hand (``aws s3 cp /dev/null s3://.../STOP``). Before, its JSON error escaped the trainer's
-    poll loop: the trainer was SIGKILLed without its emergency checkpoint and the job ended FAILED ("node agent
-    error: JSONDecodeError"); a ``null`` body was no marker at all, and the stop was ignored."""
+    """A STOP written by hand (``aws s3 cp /dev/null s3://.../STOP``) is a stop all the same: its JSON error must not
+    escape the trainer's poll loop (the trainer would be SIGKILLed without its emergency checkpoint and the job end
+    FAILED, "node agent error: JSONDecodeError"), and a ``null`` body is a marker too."""
     agent, job, lines = agent_for(cluster)
     key = job.job_prefix + "STOP"
     cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=body)
@@ -105,10 +104,10 @@ def test_a_missing_code_object_is_named_as_missing_where_s3_answers_403(cluster:
     assert str(refused.value) == f"code object s3://{job.bucket}/{job.code_key} does not exist"  # not "... 403"
 
 
-def test_the_budget_guard_reads_missing_markers_as_none_where_s3_answers_403(cluster: Cluster) -> None:
+def test_missing_job_markers_read_as_none_where_s3_answers_403(cluster: Cluster) -> None:
     s3, prefix = Forbidding(cluster.aws.s3), f"{cluster.name}/job-m/"
-    assert guard_marker(s3, cluster.bucket, prefix + "DONE") is None
+    assert read_marker(s3, cluster.bucket, prefix + "DONE") is None
     s3.put_object(Bucket=cluster.bucket, Key=prefix + "DONE-not", Body=b"{}")
-    assert guard_marker(s3, cluster.bucket, prefix + "DONE") is None
+    assert read_marker(s3, cluster.bucket, prefix + "DONE") is None
     s3.put_object(Bucket=cluster.bucket, Key=prefix + "DONE", Body=json.dumps({"step": 7}).encode())
-    assert guard_marker(s3, cluster.bucket, prefix + "DONE") == {"step": 7}
+    assert read_marker(s3, cluster.bucket, prefix + "DONE") == {"step": 7}

@@ -191,7 +191,7 @@ def test_trainctl_status_list_and_logs_of_the_demo_job(
     # group is at 0 between tests).
     for current, shown in ((summary.job_id, 0), ("job-submitted-later", None)):
         with monkeypatch.context() as patch:
-            patch.setattr(jobs, "current_job_id", lambda client, ref, current=current: current)
+            patch.setattr("trainctl.status.current_job_id", lambda client, ref, current=current: current)
             code, out, _ = _trainctl(capsys, "--json", "status", "--cluster", "main", summary.job_id)
         assert code == 0
         info = json.loads(out)

@@ -56,6 +56,16 @@ def test_context_manager_stops_server_and_frees_ports() -> None:
     assert run_dir is not None and not run_dir.exists()  # the temporary run directory is removed
 
 
+def test_the_run_directory_keeps_the_requests_the_endpoint_answered(tmp_path: Path) -> None:
+    with EmulatedCloud(run_dir=tmp_path / "run") as cloud:
+        for _ in range(2):
+            cloud.client("sts").get_caller_identity()
+        requests_file = cloud.requests_file
+    counted = json.loads(requests_file.read_text())  # written whole when the server stops
+    assert counted["by_caller"]["other"]["sts:GetCallerIdentity"] == 2, counted
+    assert counted["total"] == sum(counted["by_action"].values()) >= 2
+
+
 def test_exception_in_block_still_stops_server() -> None:
     pid = ports = None
     with pytest.raises(KeyboardInterrupt), EmulatedCloud() as cloud:

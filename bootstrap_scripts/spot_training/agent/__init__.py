@@ -11,7 +11,8 @@ Modules of this package (leaf duties):
                         ``env_float``
   ``settings``          the environment knobs (``SPOT_TRAINING_POLL_INTERVAL_S``, ..._WORK_DIR, ...) as a frozen
                         ``AgentSettings`` read once at start
-  ``aws_config``        botocore's retries (``RETRIES``) and S3 transfers' parts and concurrency (``TRANSFER``)
+  ``aws_config``        botocore's retries and the node's id in the User-Agent (``client_config``), S3
+                        transfers' parts and concurrency (``TRANSFER``)
   ``s3_objects``        S3 probes: a key exists by listing (``key_listed``), a failed read means the object is gone
                         (``object_gone``), S3's clock of an answer (``answered_at``)
   ``job``               the job spec: the SSM job-spec parameter merged with the submitted job, validated (``Job``,

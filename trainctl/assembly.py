@@ -1,0 +1,93 @@
+"""A cloud assembly (``cdk.out``) as ``trainctl review`` reads it: synthesized here, or given with ``--assembly``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+
+class ReviewError(Exception):
+    """A one-line reason (no assembly, synth failed); bad team files: one line per problem."""
+
+
+@dataclass
+class Stack:
+    name: str
+    template: dict[str, Any]
+    acknowledged: list[tuple[str, str, str]]  # (construct path, finding, reason)
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return dict(self.template.get("Resources", {}))
+
+
+def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
+    """Synthesize every team (cdk-nag and the SpotTraining checks run, as in ``cdk synth``) into ``outdir``."""
+    from aws_cdk import App
+
+    from team_config import ConfigError, load_teams
+    from training_app import wiring as cdk_app
+
+    try:
+        teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)
+    except ConfigError as exc:  # every problem of every team file, one line each (as `cdk synth` prints them)
+        raise ReviewError(str(exc)) from None
+    application = App(outdir=str(outdir), context=cdk_app.cdk_json_context())
+    cdk_app.add_teams(application, teams)
+    try:
+        application.synth()
+    except RuntimeError as exc:
+        too_many = cdk_app.too_many_resources(exc, teams)
+        if too_many is not None:
+            raise ReviewError(too_many) from None
+        if "ValidationFailed" not in str(exc):
+            raise
+        raise ReviewError(  # not the report file: without --assembly, the folder is removed before this is read
+            "synth found cdk-nag or SpotTraining violations, listed above (`npx cdk synth` lists them too)"
+        ) from None
+    return outdir
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file of the assembly; a missing or unreadable one is a one-line :class:`ReviewError` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReviewError(f"{path}: missing from the assembly; synthesize it again (`npx cdk synth`)") from None
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0]
+        raise ReviewError(f"{path}: cannot read it as JSON ({why}); synthesize the assembly again") from None
+
+
+def load_assembly(directory: Path) -> dict[str, Stack]:
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file():
+        raise ReviewError(f"{directory} is not a cloud assembly (no manifest.json); run `npx cdk synth` first")
+    manifest = _read_json(manifest_path)
+    stacks = {}
+    try:
+        for name, artifact in sorted(manifest.get("artifacts", {}).items()):
+            if artifact.get("type") != "aws:cloudformation:stack":
+                continue
+            template = _read_json(directory / artifact["properties"]["templateFile"])
+            metadata = dict(artifact.get("metadata", {}))
+            extra = artifact.get("additionalMetadataFile")
+            if extra and (directory / extra).is_file():
+                metadata.update(_read_json(directory / extra))
+            acknowledged = [
+                (path, finding, reason)
+                for path, entries in sorted(metadata.items())
+                for entry in entries
+                if entry.get("type") == "aws:cdk:acknowledged-rules"
+                for finding, reason in sorted(entry["data"].items())
+            ]
+            stacks[name] = Stack(name, template, acknowledged)
+    except (AttributeError, KeyError, TypeError) as exc:  # valid JSON, but not the cloud assembly schema
+        raise ReviewError(
+            f"{manifest_path}: not a cloud assembly manifest ({type(exc).__name__}: {exc}); synthesize it again"
+        ) from None
+    if not stacks:
+        raise ReviewError(f"{directory}: the assembly holds no CloudFormation stack")
+    return stacks

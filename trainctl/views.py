@@ -1,0 +1,67 @@
+"""The text output of trainctl's commands (``--json`` prints their data as it is)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from trainctl.cost import redone_text
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(c).upper() for c in columns]] + [
+        ["" if r.get(c) is None else str(r[c]) for c in columns] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def format_status(info: dict[str, Any]) -> str:
+    shown = dict(info)
+    if isinstance(info["budget"], dict):
+        b = info["budget"]
+        shown["budget"] = f"spent {b['spent_usd']:.2f} of {b['limit_usd']:.2f} USD this month ({b['name']})"
+    if info["last_flat_checkpoint"] is None:
+        del shown["last_flat_checkpoint"]
+    if info["eta_s"] is None and info["state"] == "RUNNING" and info["planned_steps"]:
+        shown["eta_s"] = (
+            "unknown (flat checkpoints: the agent cannot tell their step)"
+            if info["last_flat_checkpoint"] is not None
+            else "unknown (fewer than 2 checkpoints since the last node boot, restart or interruption)"
+        )
+    if info["reason"] is None:
+        del shown["reason"]  # only a FAILED job has one
+    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))
+    nodes = table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
+    if info["group_job"] not in (None, info["job_id"]):
+        nodes = f"no nodes: the group belongs to the current job {info['group_job']}"
+    return f"{head}\n\n{nodes}"
+
+
+def format_cost(info: dict[str, Any]) -> str:
+    def money(v: float) -> str:
+        return f"{v:.4f}"
+
+    types = [
+        dict(r, hours=f"{r['hours']:.3f}", usd_per_hour=money(r["usd_per_hour"]), cost_usd=money(r["cost_usd"]),
+             on_demand_usd=money(r["on_demand_usd"]))
+        for r in info["by_type"]
+    ]  # fmt: skip
+    nodes = [dict(n, hours=f"{n['hours']:.3f}", cost_usd=money(n["cost_usd"])) for n in info["nodes"]]
+    return "\n".join(
+        [
+            f"job {info['job_id']}: {len(info['nodes'])} instance(s)",
+            "",
+            table(types, ["type", "market", "nodes", "hours", "usd_per_hour", "cost_usd", "on_demand_usd"]),
+            "",
+            table(nodes, ["instance", "type", "market", "az", "hours", "cost_usd", "timed_by"]),
+            "",
+            f"total: {money(info['total_usd'])} USD; the same hours on demand: {money(info['on_demand_usd'])} USD; "
+            f"savings {info['savings_pct']:.1f} %",
+            f"interruptions: {info['interruptions']}; {redone_text(info['redone'])}",
+            f"on-demand prices: {info['on_demand_prices']}",
+            f"spot prices: {info['spot_prices']}",
+            *(f"warning: {w}" for w in info["warnings"]),
+        ]
+    )
