@@ -19,7 +19,7 @@ export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 
-# cdk.json runs `python3 -O app.py` (README: "Synth speed"). pip writes only plain bytecode, and where
+# cdk.json runs `python3 -O app.py` (docs/benchmarks.md, "Synth speed"). pip writes only plain bytecode, and where
 # PYTHONDONTWRITEBYTECODE is set every -O synth would compile aws-cdk-lib's modules again. One import of the app
 # and every module of training_app, compliance and training_constructs under -O, bytecode writing on, writes the
 # optimized bytecode of all they use (tests/test_app.py checks the venv for it).

@@ -7,7 +7,7 @@ line per problem (file, field, what is wrong, what to do) and exit code 2.
 
 The wiring is :mod:`training_app.wiring`; this file starts aws-cdk-lib's CloudFormation validation engine in a
 process of its own first, before the wiring's import loads aws-cdk-lib (about 1 s), so that the engine is ready
-when the templates are (README: "Synth speed"). A module that imports this file starts nothing.
+when the templates are (docs/benchmarks.md, "Synth speed"). A module that imports this file starts nothing.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ node process of its own as the app starts (:func:`start_engine`, stdlib only, be
 machine's other core, and turns aws-cdk-lib's copy off; once the templates are written,
 :class:`cfn_validate.plugin.CloudFormationValidateWorker` has the worker check them with aws-cdk-lib's options and
 mapping (``worker.js``). The plugin has aws-cdk-lib's name, so acknowledgements such as
-``CloudFormation-Validate::W3010`` apply as before, and ``CDK_VALIDATION=false`` (``cdk synth --no-validation``)
-turns it off as it turns off aws-cdk-lib's.
+``CloudFormation-Validate::W3010`` apply to it as to aws-cdk-lib's, and ``CDK_VALIDATION=false``
+(``cdk synth --no-validation``) turns it off as it turns off aws-cdk-lib's.
 
 The engine is the one aws-cdk-lib bundles (the npm registry does not carry that version): ``make run-deps`` copies
 it, with aws-cdk-lib's default rules, out of aws-cdk-lib's jsii bundle into the venv (``python -m cfn_validate``).

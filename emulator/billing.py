@@ -25,18 +25,17 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 from moto.ec2.responses.spot_instances import SpotInstances
 
+from emulator.moto_patch import original, patch
 from trainctl.prices import ON_DEMAND
 
 SPOT_PRICE_FRACTION = 0.35
 _PRICES_FROM = datetime.now(UTC) - timedelta(days=1)
 _TERMINATED_AT = re.compile(r"User initiated \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:UTC|GMT)\)")
-_ORIGINAL_REPLACE = FakeAutoScalingGroup.replace_autoscaling_group_instances
-_ORIGINAL_HISTORY = SpotInstances.describe_spot_price_history
 
 
 def _replace_instances(self: FakeAutoScalingGroup, count_needed: int, propagated_tags: dict[str, str]) -> None:
     before = {s.instance.id for s in self.instance_states}
-    _ORIGINAL_REPLACE(self, count_needed, propagated_tags)
+    original(FakeAutoScalingGroup, "replace_autoscaling_group_instances")(self, count_needed, propagated_tags)
     policy = self.mixed_instances_policy or {}
     overrides = [
         o["InstanceType"] for o in policy.get("LaunchTemplate", {}).get("Overrides", []) if "InstanceType" in o
@@ -95,7 +94,7 @@ def _activity(group: str, instance_id: str, what: str, at: datetime) -> dict[str
 
 
 def _spot_price_history(self: SpotInstances) -> ActionResult:
-    result = _ORIGINAL_HISTORY(self)
+    result: ActionResult = original(SpotInstances, "describe_spot_price_history")(self)
     history = result.result["SpotPriceHistory"]  # type: ignore[index]
     for entry in history:
         if entry["InstanceType"] in ON_DEMAND:
@@ -107,6 +106,6 @@ def _spot_price_history(self: SpotInstances) -> ActionResult:
 
 def install() -> None:
     """Idempotent: spot lifecycle, scaling activities and spot prices in every backend of this process."""
-    FakeAutoScalingGroup.replace_autoscaling_group_instances = _replace_instances  # type: ignore[method-assign]
-    AutoScalingResponse.describe_scaling_activities = _activities  # type: ignore[method-assign]
-    SpotInstances.describe_spot_price_history = _spot_price_history  # type: ignore[method-assign]
+    patch(FakeAutoScalingGroup, "replace_autoscaling_group_instances", _replace_instances)
+    patch(AutoScalingResponse, "describe_scaling_activities", _activities)
+    patch(SpotInstances, "describe_spot_price_history", _spot_price_history)

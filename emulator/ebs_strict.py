@@ -15,8 +15,9 @@ from typing import Any
 from moto.ec2.exceptions import EC2ClientError, VolumeInUseError
 from moto.ec2.models.elastic_block_store import EBSBackend
 
+from emulator.moto_patch import original, patch
+
 _LOCK = threading.Lock()
-_ORIGINAL = EBSBackend.attach_volume
 
 
 def _strict_attach_volume(
@@ -37,9 +38,10 @@ def _strict_attach_volume(
                 "InvalidParameterValue",
                 f"Invalid value '{device_path}' for unixDevice. Attachment point {device_path} is already in use",
             )
-        return _ORIGINAL(self, volume_id, instance_id, device_path, delete_on_termination)
+        moto_attach = original(EBSBackend, "attach_volume")
+        return moto_attach(self, volume_id, instance_id, device_path, delete_on_termination)
 
 
 def install() -> None:
     """Idempotent: make every EBS backend in this process answer like EC2."""
-    EBSBackend.attach_volume = _strict_attach_volume  # type: ignore[method-assign]
+    patch(EBSBackend, "attach_volume", _strict_attach_volume)

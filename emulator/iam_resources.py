@@ -21,7 +21,7 @@ emulator.iam: refused s3:PutObject on arn:aws:s3:::bucket/key for ASIA...: Acces
 swallow the error (the node agent tolerates a failed log upload, for one): :func:`refusals` reads them back.
 
 Installed by ``python -m emulator.server --iam-enforcement`` only; enforcement itself stays off until
-:meth:`emulator.cloud.EmulatedCloud.enforce_iam` switches it on, so deploys run unauthenticated as before.
+:meth:`emulator.cloud.EmulatedCloud.enforce_iam` switches it on, so the deploys before that run unauthenticated.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from moto.utilities.utils import get_partition
+
+from emulator.moto_patch import original, patch
 
 REFUSALS = logging.getLogger("emulator.iam")
 _REFUSED = re.compile(r"^WARNING emulator\.iam: refused (\S+) on (\S+) for (\S+): (\S+)$", re.MULTILINE)
@@ -132,13 +134,11 @@ def _log_refusals() -> None:
     one place S3 and every other service go through) to log what it refuses; the refusal itself is unchanged."""
     from moto.core.authorization import ActionAuthenticatorMixin
 
-    original = ActionAuthenticatorMixin._authenticate_and_authorize_action
-    if getattr(original, "emulator_iam_resources", False):
-        return
+    checked = "_authenticate_and_authorize_action"
 
     def authenticate_and_authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
         try:
-            original(self, iam_request_cls, resource)
+            original(ActionAuthenticatorMixin, checked)(self, iam_request_cls, resource)
         except Exception as exc:
             scope = _between(str(self.headers.get("Authorization", "")), "Credential=", ",").split("/")
             key, service = (scope[0], scope[3]) if len(scope) > 3 else ("?", "?")
@@ -150,8 +150,7 @@ def _log_refusals() -> None:
             REFUSALS.warning("refused %s:%s on %s for %s: %s", service, action, resource, key, type(exc).__name__)
             raise
 
-    authenticate_and_authorize.emulator_iam_resources = True  # type: ignore[attr-defined]
-    ActionAuthenticatorMixin._authenticate_and_authorize_action = authenticate_and_authorize  # type: ignore[method-assign]
+    patch(ActionAuthenticatorMixin, checked, authenticate_and_authorize)
 
 
 def install() -> None:
@@ -172,4 +171,4 @@ def install() -> None:
         current = vars(cls).get("_determine_resource")
         if current is not None and not getattr(current, "emulator_iam_resources", False):
             raise RuntimeError(f"moto's {cls.__name__} now determines resources itself: revisit emulator/iam_resources")
-        setattr(cls, "_determine_resource", _safe(resolver))  # noqa: B010 (adding a method to moto's class)
+        patch(cls, "_determine_resource", _safe(resolver))

@@ -10,7 +10,7 @@ hook, :func:`install` makes moto do what EC2 Auto Scaling does:
   instances, a waiting one included) and puts them in ``Terminating:Wait`` instead of terminating them; so does
   **TerminateInstanceInAutoScalingGroup**, with or without decrement. A waiting instance stays in the group
   (DescribeAutoScalingGroups, DescribeAutoScalingInstances) with that state, its EC2 instance keeps running, and it
-  no longer counts toward capacity: without decrement a replacement launches at once. Terminating an instance that
+  does not count toward capacity: without decrement a replacement launches at once. Terminating an instance that
   is not InService or Standby answers ``ValidationError`` "The instance i-... is not in InService or Standby.".
 - **CompleteLifecycleAction** (by InstanceId or LifecycleActionToken; CONTINUE and ABANDON both end a terminating
   wait, ABANDON also ends the instance's waits for the group's other hooks) terminates the EC2 instance and removes
@@ -57,6 +57,8 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult, EmptyResult
 from moto.ec2.models import EC2Backend
 
+from emulator.moto_patch import original, patch
+
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 WAIT = "Terminating:Wait"
 RESULTS = ("CONTINUE", "ABANDON")
@@ -69,10 +71,6 @@ _scale = 1.0
 # Set while a group is deleted: its hooks hold nothing (ForceDelete).
 _FORCE: contextvars.ContextVar[bool] = contextvars.ContextVar("emulator_lifecycle_force", default=False)
 
-_ORIGINAL_SET_DESIRED = FakeAutoScalingGroup.set_desired_capacity
-_ORIGINAL_TERMINATE = AutoScalingBackend.terminate_instance
-_ORIGINAL_DELETE_GROUP = AutoScalingBackend.delete_auto_scaling_group
-_ORIGINAL_DELETE_HOOK = AutoScalingBackend.delete_lifecycle_hook
 _EC2_TERMINATE = EC2Backend.terminate_instances
 
 
@@ -187,7 +185,7 @@ def _end(action: _Action, result: str) -> None:
 def _set_desired_capacity(self: FakeAutoScalingGroup, new_capacity: Optional[int]) -> None:
     hooks = _terminating_hooks(self)
     if not hooks:
-        _ORIGINAL_SET_DESIRED(self, new_capacity)
+        original(FakeAutoScalingGroup, "set_desired_capacity")(self, new_capacity)
         return
     with _LOCK:
         # The instances above the new capacity (InService, unprotected, in the group's order) are held in place, so
@@ -199,7 +197,7 @@ def _set_desired_capacity(self: FakeAutoScalingGroup, new_capacity: Optional[int
         excess = len(active) - (target or 0)
         if excess > 0:
             _hold(self, [s for s in active if not s.protected_from_scale_in][:excess], hooks)
-        _ORIGINAL_SET_DESIRED(self, new_capacity)
+        original(FakeAutoScalingGroup, "set_desired_capacity")(self, new_capacity)
 
 
 def _terminate_instance(self: AutoScalingBackend, instance_id: str, should_decrement: bool) -> Any:
@@ -213,7 +211,7 @@ def _terminate_instance(self: AutoScalingBackend, instance_id: str, should_decre
         group = state.auto_scaling_group if state is not None else None
         hooks = _terminating_hooks(group) if group is not None else []
         if state is None or group is None or not hooks or state.instance.state in EC2_GONE:
-            return _ORIGINAL_TERMINATE(self, instance_id, should_decrement)
+            return original(AutoScalingBackend, "terminate_instance")(self, instance_id, should_decrement)
         original_size = group.desired_capacity
         if should_decrement:
             group.desired_capacity = original_size - 1
@@ -229,7 +227,7 @@ def _delete_auto_scaling_group(self: AutoScalingBackend, group_name: str) -> Non
                 _end(action, "ABANDON")
         token = _FORCE.set(True)
         try:
-            _ORIGINAL_DELETE_GROUP(self, group_name)
+            original(AutoScalingBackend, "delete_auto_scaling_group")(self, group_name)
         finally:
             _FORCE.reset(token)
 
@@ -239,7 +237,7 @@ def _delete_lifecycle_hook(self: AutoScalingBackend, as_name: str, name: str) ->
         for action in [a for a in _actions(self).values() if a.group.name == as_name and a.hook.name == name]:
             if _live(action):
                 _end(action, "CONTINUE")
-        _ORIGINAL_DELETE_HOOK(self, as_name, name)
+        original(AutoScalingBackend, "delete_lifecycle_hook")(self, as_name, name)
 
 
 # --- new Auto Scaling actions -------------------------------------------------------------------------------------
@@ -297,9 +295,9 @@ def install() -> None:
     """Idempotent: terminating lifecycle hooks in every Auto Scaling backend of this process (see the module doc)."""
     global _scale
     _scale = _heartbeat_scale()
-    FakeAutoScalingGroup.set_desired_capacity = _set_desired_capacity  # type: ignore[method-assign]
-    AutoScalingBackend.terminate_instance = _terminate_instance  # type: ignore[method-assign]
-    AutoScalingBackend.delete_auto_scaling_group = _delete_auto_scaling_group  # type: ignore[method-assign]
-    AutoScalingBackend.delete_lifecycle_hook = _delete_lifecycle_hook  # type: ignore[method-assign]
-    AutoScalingResponse.complete_lifecycle_action = _complete_lifecycle_action  # type: ignore[attr-defined]
-    AutoScalingResponse.record_lifecycle_action_heartbeat = _record_lifecycle_action_heartbeat  # type: ignore[attr-defined]
+    patch(FakeAutoScalingGroup, "set_desired_capacity", _set_desired_capacity)
+    patch(AutoScalingBackend, "terminate_instance", _terminate_instance)
+    patch(AutoScalingBackend, "delete_auto_scaling_group", _delete_auto_scaling_group)
+    patch(AutoScalingBackend, "delete_lifecycle_hook", _delete_lifecycle_hook)
+    patch(AutoScalingResponse, "complete_lifecycle_action", _complete_lifecycle_action)
+    patch(AutoScalingResponse, "record_lifecycle_action_heartbeat", _record_lifecycle_action_heartbeat)

@@ -4,31 +4,9 @@
         ...                                  # scale a group up: its instances boot as nodes
         nodes.interrupt(instance_id)         # a spot interruption notice, as AWS delivers it
 
-A node is a process tree running that instance's actual user data (read back through the EC2 API), with:
-- its own instance-metadata mock (:class:`emulator.imds.ImdsMock`: IMDSv2 tokens, instance id, AZ, launch
-  index, instance type, instance tags, spot notices) on its own loopback address 127.X.Y.N (X.Y chosen at random
-  per launcher, so launchers of other runs on the same machine never share an address and port);
-- its own root directory: absolute paths under ``/opt/`` in the user data are relocated to
-  ``<work_dir>/<instance-id>/root/opt/`` (the only change made to the user data), and the node agent gets
-  ``SPOT_TRAINING_NODE_ROOT`` for the job's checkpoint directory, so nodes never share files;
-- the emulator's AWS endpoint and, by default, its fake root credentials (no instance profile credentials: see
-  the README). With ``NodeLauncher(instance_credentials=True)`` a node gets its instance role's credentials
-  instead, the way an instance does: its metadata mock serves them under ``iam/security-credentials/<role>``,
-  and the node's environment holds no AWS keys and leaves instance metadata lookups on, so botocore and the AWS
-  CLI take them from there. The role is the instance profile's of the group's launch template (moto records no
-  profile on the instances a group launches); the launcher assumes it (``sts:AssumeRole``, for one hour, not
-  refreshed) once per watched group when it starts, and every node of the group gets those credentials. Start
-  the launcher before :meth:`EmulatedCloud.enforce_iam` switches enforcement on: EC2 itself assumes an instance
-  role, trusted as the service ``ec2.amazonaws.com``, and moto (5.2.5) answers an ``AssumeRole`` of such a role
-  under enforcement with a 500 (its trust-policy check fails on a principal without an ``AWS`` key). With
-  enforcement on, every AWS call of the node is then checked against the role's policies; the launcher's own
-  calls need credentials moto's IAM knows (:meth:`EmulatedCloud.use_admin_user` before creating the launcher);
-- ``SPOT_TRAINING_WARM_VOLUME_MOUNT=0``: a claimed warm-pool volume is attached through the EC2 API, but
-  there is no block device to mount;
-- ``SPOT_TRAINING_PER_BOOT_DIR=<root>/var/lib/cloud/scripts/per-boot``: the user data's reboot hook is installed
-  there, not in the host's cloud-init directory (nodes are never rebooted: the hook does not run by itself);
-- ``SPOT_TRAINING_PEER_ADDRESS_MAP``: a file mapping every instance's private 10.x address to its node's
-  loopback address. The 10.x addresses are labels: nothing ever connects to them.
+A node is a process tree running that instance's actual user data, with its own metadata mock, loopback address,
+root directory and environment (:mod:`emulator.node_boot` says what it boots with; :mod:`emulator.node_process` how
+its processes start and end).
 
 The launcher polls the groups (every ``poll_s``) and mirrors what EC2 would do:
 - an InService instance with no node boots one (once per instance, like a real boot);
@@ -44,73 +22,43 @@ The launcher polls the groups (every ``poll_s``) and mirrors what EC2 would do:
 An instance terminated in EC2, or taken out of its group without decrementing, makes moto launch a replacement,
 which boots as a new node.
 
-Signals reach only the node's own processes: the user data's process is not reaped until its node is shut down
-(a zombie keeps its pid and process group id from being reused), and its descendants are signalled through
-pidfds taken while they were its descendants. A node whose process was reaped elsewhere gets no signal at all.
 An instance that fails to boot is reported (``on_event``, ``errors``) and not tried again; a poll round that
 fails is reported, and becomes an error after ``FAILED_ROUNDS_FATAL`` failed rounds in a row.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ipaddress
 import json
 import os
 import re
 import secrets
-import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional
 
-from bootstrap_scripts.spot_training.proctree import process_tree
 from emulator.cloud import EmulatedCloud, EmulatorError
 from emulator.imds import ImdsMock
+from emulator.node_boot import (
+    Node,
+    RoleCredentials,
+    instance_role_credentials,
+    metadata_mock,
+    read_instance,
+    user_data_environment,
+)
+from emulator.node_process import SHUTDOWN_GRACE_S, end_process_tree, exit_status, start_user_data
 
-SHUTDOWN_GRACE_S = 10.0
+__all__ = ["FAILED_ROUNDS_FATAL", "SHUTDOWN_GRACE_S", "Node", "NodeLauncher"]
+
 FAILED_ROUNDS_FATAL = 5  # poll rounds failing in a row before wait_for gives up (one failed round is a hiccup)
-BASH = shutil.which("bash") or "/bin/bash"
 FIRST_HOST = ipaddress.ip_address("127.0.0.10")  # plus a random 127.X.Y.0 per launcher, see NodeLauncher
 _OPT_PATH = re.compile(r"(?<![\w./-])/opt/")
-
-
-@dataclass
-class Node:
-    """One emulated instance and the process tree running its user data."""
-
-    instance_id: str
-    group: str
-    private_ip: str
-    host: str
-    root: Path
-    console: Path
-    imds: ImdsMock
-    imds_url: str
-    proc: subprocess.Popen[bytes]
-    booted_at: float
-    notice_at: Optional[float] = None
-    notice_deadline: Optional[float] = None  # time.monotonic() when the notice's time is up: EC2 takes the instance
-    rebalance_at: Optional[float] = None
-    draining_at: Optional[float] = None  # time.time() its group started ending it (Terminating:Wait)
-    exited_at: Optional[float] = None
-    exit_code: Optional[int] = None
-    terminated_at: Optional[float] = None
-    shut_down: bool = False  # the launcher ended the process tree (instance gone), as opposed to exiting by itself
-    cleaned_up: bool = False  # the launcher ended what was left, reaped the user data's process, stopped the IMDS
-    events: list[str] = field(default_factory=list)
-
-    @property
-    def running(self) -> bool:
-        return _exit_status(self.proc) is None
 
 
 class NodeLauncher:
@@ -150,7 +98,7 @@ class NodeLauncher:
         self.instance_credentials = instance_credentials
         self._asg = cloud.client("autoscaling")
         self._ec2 = cloud.client("ec2")
-        self._role_credentials: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}  # group -> role, ...
+        self._role_credentials: dict[str, RoleCredentials] = {}  # watched group -> its instance role
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -163,7 +111,9 @@ class NodeLauncher:
                 for g in page["AutoScalingGroups"]
             ]
             for group in groups:
-                self._role_credentials[group] = self._assume_instance_role(group)
+                self._role_credentials[group] = instance_role_credentials(
+                    cloud=self.cloud, asg=self._asg, ec2=self._ec2, group=group
+                )
         self._write_address_map()
         self._thread = threading.Thread(target=self._loop, name="node-launcher", daemon=True)
         self._thread.start()
@@ -308,7 +258,7 @@ class NodeLauncher:
                     self._report(message)
             for node in self.nodes.values():
                 if node.exit_code is None and not node.running:
-                    node.exit_code, node.exited_at = _exit_status(node.proc), time.time()
+                    node.exit_code, node.exited_at = exit_status(node.proc), time.time()
                     self._event(node, f"user data exited with code {node.exit_code}")
                 if node.instance_id in draining and node.draining_at is None and node.terminated_at is None:
                     node.draining_at = time.time()
@@ -352,12 +302,7 @@ class NodeLauncher:
         return found, draining
 
     def _boot(self, instance_id: str, group: str) -> None:
-        reservations = self._ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
-        inst = reservations[0]["Instances"][0]
-        raw = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-        user_data = base64.b64decode(raw.get("UserData", {}).get("Value", "")).decode()
-        if not user_data.strip():
-            raise EmulatorError(f"instance {instance_id} of {group} has no user data")
+        inst, user_data = read_instance(self._ec2, instance_id, group)
         host = str(self._next_host)
         self._next_host += 1
         node_dir = self.work_dir / instance_id
@@ -365,27 +310,18 @@ class NodeLauncher:
         root.mkdir(parents=True, exist_ok=True)
         script = node_dir / "user-data.sh"
         script.write_text(_OPT_PATH.sub(f"{root}/opt/", user_data))
-        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
         instance_type = inst.get("InstanceType") or self._group_type.get(group, "")
         console = node_dir / "console.log"
-        imds = ImdsMock(
-            host=host,
-            instance_id=instance_id,
-            region=self.cloud.region,
-            availability_zone=inst["Placement"]["AvailabilityZone"],
-            launch_index=int(inst.get("AmiLaunchIndex", 0)),
-            local_ipv4=inst["PrivateIpAddress"],
-            instance_type=instance_type,
-            lifecycle="spot" if inst.get("InstanceLifecycle") == "spot" else "on-demand",
-            tags=tags,
-        )
+        imds = metadata_mock(host, self.cloud.region, inst, instance_type)
         if self.instance_credentials:
             if group not in self._role_credentials:
                 raise EmulatorError(
                     f"no instance role credentials for {group}: it did not exist when the launcher started"
                 )
-            role_name, credentials, profile = self._role_credentials[group]
-            imds.set_role_credentials(role_name, credentials, profile["Arn"], profile["InstanceProfileId"])
+            role = self._role_credentials[group]
+            imds.set_role_credentials(
+                role.role_name, role.credentials, role.profile["Arn"], role.profile["InstanceProfileId"]
+            )
         imds.start()
         try:
             proc = self._start_user_data(script, root, console, imds)
@@ -399,63 +335,15 @@ class NodeLauncher:
         self._write_address_map()
         self._event(node, f"booted on {host} (private {node.private_ip}, {instance_type})")
 
-    def _assume_instance_role(self, group: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        """The role of the instance profile in the group's launch template, its credentials (``sts:AssumeRole``)
-        and the profile."""
-        ref = self._launch_template_profile(group)
-        name = ref.get("Name") or str(ref["Arn"]).rsplit("/", 1)[-1]
-        profile = self.cloud.client("iam").get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
-        [role] = profile["Roles"]  # EC2 allows exactly one role per instance profile
-        answer = self.cloud.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="emulated-node")
-        return str(role["RoleName"]), dict(answer["Credentials"]), dict(profile)
-
-    def _launch_template_profile(self, group: str) -> dict[str, str]:
-        [found] = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
-        spec = (
-            found.get("LaunchTemplate")
-            or found["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]
-        )
-        [version] = self._ec2.describe_launch_template_versions(
-            LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec.get("Version") or "$Default"]
-        )["LaunchTemplateVersions"]
-        profile = version["LaunchTemplateData"].get("IamInstanceProfile")
-        if not profile:
-            raise EmulatorError(f"the launch template of {group} has no instance profile: no role credentials")
-        return dict(profile)
-
     def _start_user_data(self, script: Path, root: Path, console: Path, imds: ImdsMock) -> subprocess.Popen[bytes]:
-        env = self.cloud.client_env()
-        if self.instance_credentials:
-            # As on an instance: no keys in the environment; botocore and the AWS CLI find the role's credentials
-            # in the instance metadata (AWS_EC2_METADATA_SERVICE_ENDPOINT below). A loaded machine gets more than
-            # botocore's default 1 s and 1 attempt for the metadata mock to answer.
-            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_EC2_METADATA_DISABLED"):
-                env.pop(key, None)
-            env.update({"AWS_METADATA_SERVICE_TIMEOUT": "5", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "3"})
-        env.update(
-            {
-                # the node's python3 and aws: this environment's (boto3, torch, the AWS CLI)
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-                "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url,
-                "SPOT_TRAINING_PEER_ADDRESS_MAP": str(self.address_map_file),
-                "SPOT_TRAINING_NODE_ROOT": str(root),
-                # warm-pool volumes are attached through the EC2 API; there is no block device to mount
-                "SPOT_TRAINING_WARM_VOLUME_MOUNT": "0",
-                # the user data's reboot hook goes to the node's own cloud-init directory, never the host's
-                "SPOT_TRAINING_PER_BOOT_DIR": str(root / "var" / "lib" / "cloud" / "scripts" / "per-boot"),
-                **self.node_env,
-            }
+        env = user_data_environment(
+            self.cloud.client_env(),
+            imds_url=imds.url,
+            address_map=self.address_map_file,
+            root=root,
+            instance_credentials=self.instance_credentials,
         )
-        with open(console, "ab") as out:
-            return subprocess.Popen(  # noqa: S603 - the instance's own user data, as cloud-init runs it
-                [BASH, str(script)],
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        return start_user_data(script, root, console, {**env, **self.node_env})
 
     def _write_address_map(self) -> None:
         mapping = {n.private_ip: n.host for n in self.nodes.values()}
@@ -465,34 +353,15 @@ class NodeLauncher:
 
     def _shutdown(self, node: Node, *, hard: bool = False) -> None:
         """End the node's process tree (SIGTERM, SIGKILL after ``SHUTDOWN_GRACE_S``; ``hard``: SIGKILL at once, a
-        power cut), reap the user data's process and stop the metadata mock. Once per node: later calls do nothing.
-
-        While the user data's process is unreaped its pid and process group id are the node's; once reaped (by
-        someone else), they may belong to anything on the machine, so nothing is signalled."""
+        power cut), reap the user data's process and stop the metadata mock. Once per node: later calls do nothing."""
         if node.cleaned_up:
             return
         node.cleaned_up = True
-        leader = node.proc.pid
-        if node.proc.returncode is None:
-            # torchrun starts its workers in sessions of their own: take the whole tree, not just the group,
-            # and take it before anything dies (an orphan's parent is no longer ours to follow).
-            with contextlib.ExitStack() as fds:
-                tree = _pidfds(process_tree(leader) - {leader}, fds)
-                try:
-                    if node.running:
-                        node.shut_down = True
-                        if not hard:
-                            _signal_group(node.proc, signal.SIGTERM)
-                            deadline = time.monotonic() + SHUTDOWN_GRACE_S
-                            while node.running and time.monotonic() < deadline:
-                                time.sleep(0.05)
-                            tree += _pidfds(process_tree(leader) - {leader}, fds)
-                finally:  # also when the grace is cut short (a second Ctrl-C)
-                    _signal_group(node.proc, signal.SIGKILL)  # whatever the tree left behind
-                    for fd in tree:
-                        with contextlib.suppress(ProcessLookupError):
-                            signal.pidfd_send_signal(fd, signal.SIGKILL)
-            node.proc.wait(timeout=SHUTDOWN_GRACE_S)
+
+        def mark_shut_down() -> None:
+            node.shut_down = True
+
+        end_process_tree(node.proc, hard=hard, on_running=mark_shut_down)
         if node.exit_code is None:
             node.exit_code, node.exited_at = node.proc.returncode, time.time()
         node.imds.stop()
@@ -505,39 +374,3 @@ class NodeLauncher:
         if self.on_event is not None:
             with contextlib.suppress(OSError):  # a terminal that hung up: the nodes must still be stopped
                 self.on_event(line)
-
-
-def _exit_status(proc: subprocess.Popen[bytes]) -> Optional[int]:
-    """The process's exit code (negative: the signal that ended it) once it exited, else None; without reaping it
-    (``WNOWAIT``): until the launcher reaps it, its pid and process group id cannot be reused."""
-    if proc.returncode is not None:
-        return proc.returncode
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # reaped elsewhere
-        return proc.poll()
-    if info is None:
-        return None
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-
-
-def _pidfds(pids: set[int], fds: contextlib.ExitStack) -> list[int]:
-    """pidfds of ``pids`` (closed with ``fds``): a signal through one reaches that process or none, never a
-    process that got its pid later."""
-    found = []
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        fds.callback(os.close, fd)
-        found.append(fd)
-    return found
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    """Only while ``proc`` is unreaped (see :func:`_exit_status`): its process group is then the node's."""
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

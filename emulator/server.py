@@ -27,8 +27,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
+from werkzeug.serving import BaseWSGIServer
+
 from emulator import billing, cfn_compat, ebs_strict, http_serving, lifecycle
-from emulator.request_counts import RequestCounts
+from emulator.request_counts import RequestCounts, WsgiApp
 from emulator.settings import ACCOUNT_ID, REGION
 
 
@@ -59,27 +61,10 @@ def serve(
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
     # go to stderr, i.e. the server log that emulator.deploy checks.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    cfn_compat.install()
-    ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
-    billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
-    lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
-    if iam_enforcement:
-        # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
-        # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.
-        from emulator import iam_resources
-
-        iam_resources.install()
+    _install(iam_enforcement)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
-
     counts = None if requests_file is None else RequestCounts(Path(requests_file))
-    app = http_serving.moto_app(counts)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(tls_cert, tls_key)
-    servers = [
-        http_serving.make_server(host, port, _with_transport(app, True), ssl_context=context),
-        http_serving.make_server(host, insecure_port, _with_transport(app, False)),
-    ]
+    servers = _bind(host, port, insecure_port, tls_cert, tls_key, http_serving.moto_app(counts))
     stopping = threading.Event()
 
     def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
@@ -98,17 +83,8 @@ def serve(
         t.start()
     if counts is not None:
         counts.start()
-    print(
-        json.dumps(
-            {
-                "port": servers[0].server_port,
-                "insecure_port": servers[1].server_port,
-                "pid": os.getpid(),
-                "seeded": seeded,
-            }
-        ),
-        flush=True,
-    )
+    ports = {"port": servers[0].server_port, "insecure_port": servers[1].server_port}
+    print(json.dumps({**ports, "pid": os.getpid(), "seeded": seeded}), flush=True)
     try:
         while not stopping.wait(0.5):
             pass
@@ -121,6 +97,31 @@ def serve(
             s.server_close()
         if counts is not None:
             counts.stop()
+
+
+def _install(iam_enforcement: bool) -> None:
+    """What the emulator adds to moto, before the first request."""
+    cfn_compat.install()
+    ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
+    billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
+    lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
+    if iam_enforcement:
+        # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
+        # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.
+        from emulator import iam_resources
+
+        iam_resources.install()
+
+
+def _bind(host: str, port: int, insecure_port: int, tls_cert: str, tls_key: str, app: WsgiApp) -> list[BaseWSGIServer]:
+    """The HTTPS listener (the endpoint) and the plain-HTTP one, both serving ``app`` (moto's)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(tls_cert, tls_key)
+    return [
+        http_serving.make_server(host, port, _with_transport(app, True), ssl_context=context),
+        http_serving.make_server(host, insecure_port, _with_transport(app, False)),
+    ]
 
 
 def _stop_on_eof(stop: Callable[[], None]) -> None:

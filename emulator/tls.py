@@ -35,6 +35,23 @@ def make_tls_files(directory: Path) -> TlsFiles:
     now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1)
 
+    ca_key, ca_cert = _ca(not_before, not_after)
+    key, cert = _server_cert(ca_key, ca_cert.subject, not_before, not_after)
+    files = TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    pem = serialization.Encoding.PEM
+    files.ca_cert.write_bytes(ca_cert.public_bytes(pem))
+    files.server_cert.write_bytes(cert.public_bytes(pem) + ca_cert.public_bytes(pem))
+    files.server_key.touch(mode=0o600)
+    files.server_key.write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return files
+
+
+def _ca(
+    not_before: datetime.datetime, not_after: datetime.datetime
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """The emulator's own CA: a key and its self-signed certificate, valid for the run."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spot-training emulator CA")])
     ca_cert = (
@@ -63,7 +80,13 @@ def make_tls_files(directory: Path) -> TlsFiles:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_key, ca_cert
 
+
+def _server_cert(
+    ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name, not_before: datetime.datetime, not_after: datetime.datetime
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """The endpoint's key and certificate (localhost and 127.0.0.1), signed by the CA."""
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
@@ -82,13 +105,4 @@ def make_tls_files(directory: Path) -> TlsFiles:
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-
-    files = TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    pem = serialization.Encoding.PEM
-    files.ca_cert.write_bytes(ca_cert.public_bytes(pem))
-    files.server_cert.write_bytes(cert.public_bytes(pem) + ca_cert.public_bytes(pem))
-    files.server_key.touch(mode=0o600)
-    files.server_key.write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return files
+    return key, cert

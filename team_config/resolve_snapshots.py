@@ -188,7 +188,7 @@ def _warm_pool_nodes(root: Optional[yaml.Node]) -> list[tuple[int, yaml.Node]]:
 
 def stale_snapshot_ids(text: str, path: Path) -> list[str]:
     """One line per warm pool whose ``snapshot_id`` carries this helper's comment naming another AMI than the
-    pool's ``ami_id``: the AMI was changed by editing that line only, and the volumes would still copy the old
+    pool's ``ami_id``: someone edited that line alone to change the AMI, and the volumes would still copy the old
     AMI's root under nodes that boot the new one (synth cannot ask AWS; the comment says what was resolved)."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -18,7 +18,7 @@ the same, for the references elsewhere): :mod:`~emulator.cfn_compat.ec2` (1 plac
 :mod:`~emulator.cfn_compat.cloudformation` (4 CDK metadata, 10 ExecuteChangeSet), :mod:`~emulator.cfn_compat.ssm`
 (5 public SSM parameters, 7 SSM parameters with tags), :mod:`~emulator.cfn_compat.autoscaling` (8 Auto Scaling
 groups, 12 lifecycle hooks) and :mod:`~emulator.cfn_compat.budgets` (11 budgets). Each replaces a moto function
-through :func:`emulator.cfn_compat.patching.patch`, which keeps moto's original.
+through :func:`emulator.moto_patch.patch`, which keeps moto's original.
 
 Properties a compat model does not emulate are reported as ``EMULATOR-UNSUPPORTED-PROPERTY`` in the
 server log, and :func:`emulator.deploy.deploy` fails on them (as on moto's own "No Moto

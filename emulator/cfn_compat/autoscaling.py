@@ -23,7 +23,7 @@ from typing import Any
 from moto.autoscaling.models import FakeAutoScalingGroup, autoscaling_backends
 from moto.core.common_models import CloudFormationModel
 
-from emulator.cfn_compat.base import NamedWithoutAttributes, as_bool, report_unsupported
+from emulator.cfn_compat.base import CompatModel, as_bool
 
 # --- 8. Auto Scaling groups with everything the template says ---------------------------------------
 
@@ -34,43 +34,27 @@ ALL_GROUP_METRICS = (
     "WarmPoolDesiredCapacity", "WarmPoolWarmedCapacity", "WarmPoolPendingCapacity", "WarmPoolTerminatingCapacity",
     "WarmPoolTotalCapacity", "GroupAndWarmPoolDesiredCapacity", "GroupAndWarmPoolTotalCapacity",
 )  # fmt: skip
-_ASG_PROPS = {
+_ASG_PROPS = frozenset({
     "AutoScalingGroupName", "AvailabilityZones", "CapacityRebalance", "Cooldown", "DesiredCapacity",
     "HealthCheckGracePeriod", "HealthCheckType", "LaunchConfigurationName", "LaunchTemplate", "LoadBalancerNames",
     "MaxSize", "MetricsCollection", "MinSize", "MixedInstancesPolicy", "NewInstancesProtectedFromScaleIn",
     "PlacementGroup", "Tags", "TargetGroupARNs", "TerminationPolicies", "VPCZoneIdentifier",
-}  # fmt: skip
+})  # fmt: skip
 
 
-class AutoScalingGroup(CloudFormationModel):
+class AutoScalingGroup(CompatModel, CloudFormationModel):
     """``AWS::AutoScaling::AutoScalingGroup`` keeping capacity rebalance, metrics, placement (returns moto's group)."""
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "AutoScalingGroupName"
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::AutoScaling::AutoScalingGroup"
+    CFN_TYPE = "AWS::AutoScaling::AutoScalingGroup"
+    NAME_PROPERTY = "AutoScalingGroupName"
+    MOTO_MODEL = FakeAutoScalingGroup
+    PROPERTIES = _ASG_PROPS
 
     @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return bool(FakeAutoScalingGroup.has_cfn_attr(attr))
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Any:
-        props = cloudformation_json["Properties"]
-        report_unsupported(cls.cloudformation_type(), props, _ASG_PROPS)
+    def create(cls, name: str, props: Any, account_id: str, region_name: str) -> Any:
         backend = autoscaling_backends[account_id][region_name]
         group = backend.create_auto_scaling_group(
-            name=resource_name,
+            name=name,
             availability_zones=props.get("AvailabilityZones", []),
             desired_capacity=props.get("DesiredCapacity"),
             max_size=props.get("MaxSize"),
@@ -97,64 +81,28 @@ class AutoScalingGroup(CloudFormationModel):
             backend.enable_metrics_collection(group.name, list(dict.fromkeys(metrics)))
         return group
 
-    @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: Any,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-    ) -> Any:
-        cls.delete_from_cloudformation_json(original_resource.name, cloudformation_json, account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
-
-    @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        FakeAutoScalingGroup.delete_from_cloudformation_json(
-            resource_name, cloudformation_json, account_id, region_name
-        )
-
-    def is_created(self) -> bool:
-        return True
-
 
 # --- 12. Lifecycle hooks ----------------------------------------------------------------------------
 
-_LIFECYCLE_HOOK_PROPS = {
+_LIFECYCLE_HOOK_PROPS = frozenset({
     "AutoScalingGroupName", "LifecycleTransition", "HeartbeatTimeout", "DefaultResult", "LifecycleHookName",
     "NotificationMetadata",
-}  # fmt: skip
+})  # fmt: skip
 LIFECYCLE_TRANSITIONS = ("autoscaling:EC2_INSTANCE_LAUNCHING", "autoscaling:EC2_INSTANCE_TERMINATING")
 
 
-class LifecycleHook(NamedWithoutAttributes, CloudFormationModel):
+class LifecycleHook(CompatModel, CloudFormationModel):
     """``AWS::AutoScaling::LifecycleHook`` through moto's Auto Scaling backend; ``Ref`` = the hook's name."""
+
+    CFN_TYPE = "AWS::AutoScaling::LifecycleHook"
+    NAME_PROPERTY = "LifecycleHookName"
+    PROPERTIES = _LIFECYCLE_HOOK_PROPS
 
     def __init__(self, account_id: str, region_name: str, group_name: str, name: str) -> None:
         self.account_id, self.region_name, self.group_name, self.name = account_id, region_name, group_name, name
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "LifecycleHookName"
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::AutoScaling::LifecycleHook"
-
     @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> LifecycleHook:
-        props = cloudformation_json["Properties"]
-        report_unsupported(cls.cloudformation_type(), props, _LIFECYCLE_HOOK_PROPS)
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> LifecycleHook:
         backend = autoscaling_backends[account_id][region_name]
         group_name = props["AutoScalingGroupName"]
         if group_name not in backend.autoscaling_groups:
@@ -167,37 +115,28 @@ class LifecycleHook(NamedWithoutAttributes, CloudFormationModel):
                 f"AWS::AutoScaling::LifecycleHook: LifecycleTransition {transition!r}, DefaultResult {result!r}, "
                 f"HeartbeatTimeout {timeout} (30 to 7200)"
             )
-        name = props.get("LifecycleHookName") or resource_name
-        hook = backend.create_lifecycle_hook(name, group_name, transition, timeout, result)
+        hook_name = props.get("LifecycleHookName") or name
+        hook = backend.create_lifecycle_hook(hook_name, group_name, transition, timeout, result)
         hook.role_arn = hook.notification_target_arn = None  # type: ignore[assignment]
         hook.global_timeout = min(100 * timeout, 172800)  # AWS's; moto says 48 h for every hook
         hook.notification_metadata = props.get("NotificationMetadata")  # type: ignore[attr-defined]
-        return cls(account_id, region_name, group_name, name)
+        return cls(account_id, region_name, group_name, hook_name)
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: LifecycleHook,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
+    def update(
+        cls, original: LifecycleHook, new_name: str, props: dict[str, Any], account_id: str, region_name: str
     ) -> LifecycleHook:
-        props = cloudformation_json["Properties"]
-        new_name = props.get("LifecycleHookName") or new_resource_name
-        if (props["AutoScalingGroupName"], new_name) != (original_resource.group_name, original_resource.name):
-            original_resource.delete(account_id, region_name)  # a new name or group: a new hook
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+        hook_name = props.get("LifecycleHookName") or new_name
+        if (props["AutoScalingGroupName"], hook_name) != (original.group_name, original.name):
+            original.delete(account_id, region_name)  # a new name or group: a new hook
+        return cls.create(new_name, props, account_id, region_name)
 
     @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        group_name = cloudformation_json.get("Properties", {}).get("AutoScalingGroupName")
+    def remove(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> None:
+        group_name = props.get("AutoScalingGroupName")
         if not isinstance(group_name, str):  # an unresolved Ref: moto deletes through delete() below
-            raise ValueError(f"lifecycle hook {resource_name}: AutoScalingGroupName {group_name!r} is not a name")
-        autoscaling_backends[account_id][region_name].delete_lifecycle_hook(group_name, resource_name)
+            raise ValueError(f"lifecycle hook {name}: AutoScalingGroupName {group_name!r} is not a name")
+        autoscaling_backends[account_id][region_name].delete_lifecycle_hook(group_name, name)
 
     def delete(self, account_id: str, region_name: str) -> None:
-        properties = {"Properties": {"AutoScalingGroupName": self.group_name}}
-        self.delete_from_cloudformation_json(self.name, properties, self.account_id, self.region_name)
+        self.remove(self.name, {"AutoScalingGroupName": self.group_name}, self.account_id, self.region_name)

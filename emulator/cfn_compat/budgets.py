@@ -13,36 +13,25 @@ from typing import Any
 from moto.core.common_models import CloudFormationModel
 from moto.utilities.utils import get_partition
 
-from emulator.cfn_compat.base import NamedWithoutAttributes, report_unsupported
+from emulator.cfn_compat.base import CompatModel
 
 
-class Budget(NamedWithoutAttributes, CloudFormationModel):
+class Budget(CompatModel, CloudFormationModel):
     """``AWS::Budgets::Budget`` through moto's Budgets backend; ``Ref`` = the budget's name."""
+
+    CFN_TYPE = "AWS::Budgets::Budget"
+    # ResourceTags (the stack's team tag) are accepted and dropped: moto's Budgets has no tag API to keep them.
+    PROPERTIES = frozenset({"Budget", "NotificationsWithSubscribers", "ResourceTags"})
 
     def __init__(self, account_id: str, partition: str, name: str) -> None:
         self.account_id, self.partition, self.name = account_id, partition, name
 
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Budgets::Budget"
-
     @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Budget:
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> Budget:
         from moto.budgets.models import budgets_backends
 
-        props = cloudformation_json.get("Properties", {})
-        # ResourceTags (the stack's team tag) are accepted and dropped: moto's Budgets has no tag API to keep them.
-        handled = {"Budget", "NotificationsWithSubscribers", "ResourceTags"}
-        report_unsupported(cls.cloudformation_type(), props, handled)
         budget = dict(props["Budget"])
-        budget.setdefault("BudgetName", resource_name)
+        budget.setdefault("BudgetName", name)
         if "BudgetLimit" in budget:
             budget["BudgetLimit"] = {**budget["BudgetLimit"], "Amount": str(budget["BudgetLimit"]["Amount"])}
         notifications = [
@@ -57,23 +46,16 @@ class Budget(NamedWithoutAttributes, CloudFormationModel):
         return cls(account_id, partition, budget["BudgetName"])
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: Budget,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
+    def update(
+        cls, original: Budget, new_name: str, props: dict[str, Any], account_id: str, region_name: str
     ) -> Budget:
-        original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+        original.delete(account_id, region_name)  # by its own name: the new properties may name another budget
+        return cls.create(new_name, props, account_id, region_name)
 
     @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        name = cloudformation_json.get("Properties", {}).get("Budget", {}).get("BudgetName", resource_name)
-        cls(account_id, get_partition(region_name), name).delete(account_id, region_name)
+    def remove(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> None:
+        budget_name = props.get("Budget", {}).get("BudgetName", name)
+        cls(account_id, get_partition(region_name), budget_name).delete(account_id, region_name)
 
     def delete(self, account_id: str, region_name: str) -> None:
         from moto.budgets.models import budgets_backends

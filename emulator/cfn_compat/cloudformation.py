@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 from moto.core.common_models import CloudFormationModel
 
-from emulator.cfn_compat.base import NamedWithoutAttributes
-from emulator.cfn_compat.patching import original, patch
+from emulator.cfn_compat.base import CompatModel
+from emulator.moto_patch import original, patch
 
 logger = logging.getLogger(__name__)
 
@@ -29,42 +29,26 @@ logger = logging.getLogger(__name__)
 # --- 4. CDK metadata -------------------------------------------------------------------------------
 
 
-class CdkMetadata(NamedWithoutAttributes, CloudFormationModel):
+class CdkMetadata(CompatModel, CloudFormationModel):
     """``AWS::CDK::Metadata``: the CDK's usage-analytics record; there is nothing to create."""
+
+    CFN_TYPE = "AWS::CDK::Metadata"
 
     def __init__(self, name: str) -> None:
         self.name = name
 
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::CDK::Metadata"
+    @classmethod
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> CdkMetadata:
+        return cls(name)
 
     @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
+    def update(
+        cls, original: CdkMetadata, new_name: str, props: dict[str, Any], account_id: str, region_name: str
     ) -> CdkMetadata:
-        return cls(resource_name)
+        return original
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: CdkMetadata,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-    ) -> CdkMetadata:
-        return original_resource
-
-    @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
+    def remove(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> None:
         return None
 
     def delete(self, account_id: str, region_name: str) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, ClassVar, Optional
 
 from moto.core.common_models import CloudFormationModel
 from moto.core.responses import ActionResult
@@ -24,16 +25,19 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.responses import EC2Response
 from moto.utilities.utils import get_partition
 
-from emulator.cfn_compat.base import as_bool, report_unsupported
-from emulator.cfn_compat.patching import patch
+from emulator.cfn_compat.base import CompatModel, as_bool
+from emulator.moto_patch import patch
 
 PLACEMENT_STRATEGIES = ("cluster", "spread", "partition")
 
 # --- 1. Placement groups -------------------------------------------------------------------------
 
 
-class PlacementGroup(CloudFormationModel):
-    """An EC2 placement group, as ``DescribePlacementGroups`` returns it."""
+class PlacementGroup(CompatModel, CloudFormationModel):
+    """An EC2 placement group, as ``DescribePlacementGroups`` returns it. CloudFormation generates its name."""
+
+    CFN_TYPE = "AWS::EC2::PlacementGroup"
+    ATTRIBUTES: ClassVar[Mapping[str, str]] = {"GroupName": "name"}
 
     def __init__(
         self,
@@ -78,70 +82,22 @@ class PlacementGroup(CloudFormationModel):
             out["SpreadLevel"] = self.spread_level
         return out
 
-    # CloudFormation
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""  # no name property: CloudFormation generates the group name
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::EC2::PlacementGroup"
-
     @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "GroupName"
-
-    def get_cfn_attribute(self, attribute_name: str) -> Any:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        if attribute_name == "GroupName":
-            return self.name
-        raise UnformattedGetAttTemplateException()
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> PlacementGroup:
-        props = cloudformation_json.get("Properties", {})
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> PlacementGroup:
         partition_count = props.get("PartitionCount")
         return placement_groups(account_id, region_name).create(
-            name=resource_name,
+            name=name,
             strategy=props.get("Strategy", "cluster"),
             partition_count=int(partition_count) if partition_count is not None else None,
             spread_level=props.get("SpreadLevel"),
             tags={t["Key"]: t["Value"] for t in props.get("Tags", [])},
         )
 
-    @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: PlacementGroup,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-    ) -> PlacementGroup:
-        # Every property of AWS::EC2::PlacementGroup requires replacement.
-        placement_groups(account_id, region_name).delete(original_resource.name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+    # update: every property of AWS::EC2::PlacementGroup requires replacement (CompatModel.update's default).
 
     @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        placement_groups(account_id, region_name).delete(resource_name)
-
-    def is_created(self) -> bool:
-        return True
+    def remove(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> None:
+        placement_groups(account_id, region_name).delete(name)
 
 
 class PlacementGroupStore:
@@ -278,38 +234,21 @@ _EC2_ACTIONS = {
 # --- 3. EBS volumes with everything the template says ----------------------------------------------
 
 
-_VOLUME_PROPS = {
+_VOLUME_PROPS = frozenset({
     "AvailabilityZone", "Size", "SnapshotId", "VolumeType", "Iops", "Throughput", "Encrypted", "KmsKeyId",
     "MultiAttachEnabled", "Tags", "VolumeInitializationRate",
-}  # fmt: skip
+})  # fmt: skip
 
 
-class Volume(CloudFormationModel):
+class Volume(CompatModel, CloudFormationModel):
     """``AWS::EC2::Volume`` with SnapshotId, type, IOPS, throughput, encryption and tags (returns moto's Volume)."""
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::EC2::Volume"
+    CFN_TYPE = "AWS::EC2::Volume"
+    ATTRIBUTES: ClassVar[Mapping[str, str]] = {"VolumeId": "id"}
+    PROPERTIES = _VOLUME_PROPS
 
     @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "VolumeId"
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Any:
-        props = cloudformation_json["Properties"]
-        report_unsupported(cls.cloudformation_type(), props, _VOLUME_PROPS)
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> Any:
         backend = ec2_backends[account_id][region_name]
 
         def opt_int(key: str) -> Optional[int]:
@@ -332,35 +271,23 @@ class Volume(CloudFormationModel):
             throughput=opt_int("Throughput"),
             multi_attach_enabled=as_bool(props.get("MultiAttachEnabled", False)),
         )
-        tags = {t["Key"]: t["Value"] for t in props.get("Tags", [])}
-        if tags:
-            backend.create_tags([volume.id], tags)
+        _tag_volume(backend, volume.id, props)
         return volume
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: Any,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-    ) -> Any:
-        backend = ec2_backends[account_id][region_name]
-        props = cloudformation_json["Properties"]
-        tags = {t["Key"]: t["Value"] for t in props.get("Tags", [])}
-        if tags:
-            backend.create_tags([original_resource.id], tags)
-        return original_resource
+    def update(cls, original: Any, new_name: str, props: dict[str, Any], account_id: str, region_name: str) -> Any:
+        _tag_volume(ec2_backends[account_id][region_name], original.id, props)
+        return original
 
     @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        ec2_backends[account_id][region_name].delete_volume(resource_name)
+    def remove(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> None:
+        ec2_backends[account_id][region_name].delete_volume(name)
 
-    def is_created(self) -> bool:
-        return True
+
+def _tag_volume(backend: Any, volume_id: str, props: dict[str, Any]) -> None:
+    tags = {t["Key"]: t["Value"] for t in props.get("Tags", [])}
+    if tags:
+        backend.create_tags([volume_id], tags)
 
 
 def patch_moto() -> None:

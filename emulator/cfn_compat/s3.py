@@ -39,8 +39,8 @@ from moto.core.common_models import CloudFormationModel
 from moto.s3.models import FakeBucket, s3_backends
 from moto.utilities.utils import get_partition
 
-from emulator.cfn_compat.base import UNSUPPORTED_PROPERTY, as_bool, report_unsupported
-from emulator.cfn_compat.patching import patch
+from emulator.cfn_compat.base import UNSUPPORTED_PROPERTY, CompatModel, as_bool
+from emulator.moto_patch import patch
 
 logger = logging.getLogger(__name__)
 
@@ -48,45 +48,24 @@ logger = logging.getLogger(__name__)
 # --- 2. Bucket policies --------------------------------------------------------------------------
 
 
-class BucketPolicy(CloudFormationModel):
-    """``AWS::S3::BucketPolicy``: the document becomes the bucket's policy in moto's S3 backend."""
+class BucketPolicy(CompatModel, CloudFormationModel):
+    """``AWS::S3::BucketPolicy``: the document becomes the bucket's policy in moto's S3 backend; ``Ref`` = the
+    bucket's name."""
+
+    CFN_TYPE = "AWS::S3::BucketPolicy"
 
     def __init__(self, account_id: str, region_name: str, bucket_name: str, document: dict[str, Any]) -> None:
         self.account_id = account_id
         self.region_name = region_name
-        self.bucket_name = bucket_name
+        self.name = bucket_name
         self.document = document
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::S3::BucketPolicy"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return False
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.bucket_name
 
     @staticmethod
     def _backend(account_id: str, region_name: str) -> Any:
         return s3_backends[account_id][get_partition(region_name)]
 
     @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> BucketPolicy:
-        props = cloudformation_json["Properties"]
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> BucketPolicy:
         bucket_name = props["Bucket"]
         document = props["PolicyDocument"]
         if isinstance(document, str):
@@ -95,44 +74,32 @@ class BucketPolicy(CloudFormationModel):
         return cls(account_id, region_name, bucket_name, document)
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: BucketPolicy,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
+    def update(
+        cls, original: BucketPolicy, new_name: str, props: dict[str, Any], account_id: str, region_name: str
     ) -> BucketPolicy:
-        new_bucket = cloudformation_json["Properties"]["Bucket"]
-        if new_bucket != original_resource.bucket_name:
-            original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+        if props["Bucket"] != original.name:
+            original.delete(account_id, region_name)
+        return cls.create(new_name, props, account_id, region_name)
 
     @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        bucket = cloudformation_json.get("Properties", {}).get("Bucket", resource_name)
-        cls._backend(account_id, region_name).delete_bucket_policy(bucket)
+    def remove(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> None:
+        cls._backend(account_id, region_name).delete_bucket_policy(props.get("Bucket", name))
 
     def delete(self, account_id: str, region_name: str) -> None:
         from moto.s3.exceptions import MissingBucket
 
         try:
-            self._backend(account_id, region_name).delete_bucket_policy(self.bucket_name)
+            self._backend(account_id, region_name).delete_bucket_policy(self.name)
         except MissingBucket:
             pass  # the bucket went first: its policy went with it
-
-    def is_created(self) -> bool:
-        return True
 
 
 # --- 9. S3 buckets with everything the template says -----------------------------------------------
 
-_BUCKET_PROPS = {
+_BUCKET_PROPS = frozenset({
     "BucketName", "BucketEncryption", "Tags", "VersioningConfiguration", "LifecycleConfiguration",
     "PublicAccessBlockConfiguration", "OwnershipControls", "LoggingConfiguration", "AccessControl",
-}  # fmt: skip
+})  # fmt: skip
 
 
 def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:
@@ -218,61 +185,27 @@ def _apply_bucket_properties(backend: Any, bucket: Any, props: dict[str, Any]) -
         bucket.logging = config
 
 
-class Bucket(CloudFormationModel):
+class Bucket(CompatModel, CloudFormationModel):
     """``AWS::S3::Bucket`` with versioning, lifecycle, public access block, ownership, logging (moto's bucket)."""
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "BucketName"
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::S3::Bucket"
+    CFN_TYPE = "AWS::S3::Bucket"
+    NAME_PROPERTY = "BucketName"
+    MOTO_MODEL = FakeBucket
+    PROPERTIES = _BUCKET_PROPS
 
     @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return bool(FakeBucket.has_cfn_attr(attr))
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Any:
-        props = cloudformation_json.get("Properties", {})
-        report_unsupported(cls.cloudformation_type(), props, _BUCKET_PROPS)
-        bucket = FakeBucket.create_from_cloudformation_json(resource_name, cloudformation_json, account_id, region_name)
+    def create(cls, name: str, props: dict[str, Any], account_id: str, region_name: str) -> Any:
+        bucket = FakeBucket.create_from_cloudformation_json(name, {"Properties": props}, account_id, region_name)
         _apply_bucket_properties(s3_backends[account_id][get_partition(region_name)], bucket, props)
         return bucket
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: Any,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-    ) -> Any:
-        props = cloudformation_json.get("Properties", {})
-        report_unsupported(cls.cloudformation_type(), props, _BUCKET_PROPS)
+    def update(cls, original: Any, new_name: str, props: dict[str, Any], account_id: str, region_name: str) -> Any:
         bucket = FakeBucket.update_from_cloudformation_json(
-            original_resource, new_resource_name, cloudformation_json, account_id, region_name
+            original, new_name, {"Properties": props}, account_id, region_name
         )
         _apply_bucket_properties(s3_backends[account_id][get_partition(region_name)], bucket, props)
         return bucket
-
-    @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        FakeBucket.delete_from_cloudformation_json(resource_name, cloudformation_json, account_id, region_name)
-
-    def is_created(self) -> bool:
-        return True
 
 
 # --- 6. Bucket policies evaluated with the request's transport -------------------------------------

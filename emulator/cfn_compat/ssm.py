@@ -14,11 +14,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from moto.core.common_models import CloudFormationModel
 from moto.ec2.models import ec2_backends
 from moto.ssm.models import Parameter, ssm_backends
+
+from emulator.cfn_compat.base import CompatModel
 
 # --- 5. Public SSM parameters ----------------------------------------------------------------------
 
@@ -74,37 +77,21 @@ def seed_public_ami_parameters(account_id: str, region_name: str, names: list[st
 # --- 7. SSM parameters with tags -------------------------------------------------------------------
 
 
-class SsmParameter(CloudFormationModel):
+class SsmParameter(CompatModel, CloudFormationModel):
     """``AWS::SSM::Parameter`` with CloudFormation's map-shaped ``Tags`` (returns moto's Parameter)."""
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "Name"
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::SSM::Parameter"
+    CFN_TYPE = "AWS::SSM::Parameter"
+    NAME_PROPERTY = "Name"
+    ATTRIBUTES: ClassVar[Mapping[str, str]] = {"Type": "parameter_type", "Value": "value"}
 
     @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr in ("Type", "Value")
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Any:
-        props = cloudformation_json["Properties"]
+    def create(cls, name: str, props: Any, account_id: str, region_name: str) -> Any:
         raw_tags = props.get("Tags") or {}
         tags: list[dict[str, str]] = (
             [{"Key": k, "Value": v} for k, v in raw_tags.items()] if isinstance(raw_tags, dict) else list(raw_tags)
         )
         return ssm_backends[account_id][region_name].put_parameter(
-            name=props.get("Name") or resource_name,
+            name=props.get("Name") or name,
             description=props.get("Description"),
             value=props.get("Value"),
             parameter_type=props.get("Type"),
@@ -118,23 +105,5 @@ class SsmParameter(CloudFormationModel):
         )
 
     @classmethod
-    def update_from_cloudformation_json(
-        cls,
-        original_resource: Any,
-        new_resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-    ) -> Any:
-        cls.delete_from_cloudformation_json(original_resource.name, cloudformation_json, account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
-
-    @classmethod
-    def delete_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        name = resource_name or cloudformation_json.get("Properties", {}).get("Name")
-        ssm_backends[account_id][region_name].delete_parameter(name)
-
-    def is_created(self) -> bool:
-        return True
+    def remove(cls, name: str, props: Any, account_id: str, region_name: str) -> None:
+        ssm_backends[account_id][region_name].delete_parameter(name or props.get("Name"))

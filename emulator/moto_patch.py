@@ -1,5 +1,5 @@
-"""The one way the compatibility layer changes moto's behaviour: replace a function on one of moto's classes and
-keep moto's own, for the replacement to call."""
+"""The one way the emulator changes moto's behaviour (the compatibility layer, EBS, billing, lifecycle hooks, IAM):
+replace a function on one of moto's classes and keep moto's own, for the replacement to call."""
 
 from __future__ import annotations
 
