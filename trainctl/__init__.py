@@ -1,1 +1,1 @@
-"""trainctl: submit, watch and stop spot training jobs (see README)."""
+"""trainctl: submit, watch and stop spot training jobs (docs/reference/trainctl.md)."""

@@ -1,5 +1,5 @@
 """aws-cdk-lib's CloudFormation validation engine, started in a process of its own (stdlib only: ``app.py`` calls
-it before anything loads aws-cdk-lib; cfn_validate/__init__.py and the README's "Synth speed" say why)."""
+it before anything loads aws-cdk-lib; cfn_validate/__init__.py and docs/benchmarks.md ("Synth speed") say why)."""
 
 from __future__ import annotations
 

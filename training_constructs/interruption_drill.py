@@ -1,5 +1,5 @@
 """InterruptionDrill: an AWS Fault Injection Service experiment template that sends real spot interruption notices
-to a cluster's running spot instances, for a drill on a real account (README: "Interruption drill")."""
+to a cluster's running spot instances, for a drill on a real account (docs/how-to/drills.md)."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ class WarmVolumePool(Construct):
 
     CloudFormation cannot update a volume's snapshot, AZ or initialization rate (the update fails), EBS cannot
     shrink a volume, and a volume grown in place gives a node nothing (the copy's filesystem keeps the snapshot's
-    size), so the volumes sit under a scope named after these and the size (when not the default, so that the
-    default pool's logical ids stay those of earlier releases): a change creates new volumes with new logical ids
+    size), so the volumes sit under a scope named after these and the size (when not the default, so that a
+    deployed pool of the default size keeps its logical ids): a change creates new volumes with new logical ids
     and removes the old ones. IOPS and throughput are updated in place. ``removal_policy`` DESTROY (the default)
     deletes removed volumes and those of a deleted stack: they are only copies of the snapshot, and a retained set
     would stay billed (64 x 200 GiB of gp3 is about $1k a month). RETAIN keeps them. The cluster makes its group
