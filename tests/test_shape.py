@@ -1,0 +1,78 @@
+"""The code's shape stays small: no source file outside tests/ over 400 lines, no function over 60 lines.
+
+Cyclomatic complexity (at most 15) is ruff's C901 in ``make lint`` (pyproject.toml); ruff has no rule for lines, so
+these two limits are measured here, from git's list of tracked files."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# Being split (issue 42); each entry goes when its file is
+LONG_FILES: set[str] = {
+    "bootstrap_scripts/node_agent.py",
+    "bootstrap_scripts/spot_training/agent/checkpoint_store.py",
+    "benchmarks/bench.py",
+}
+LONG_FUNCTION_FILES: set[str] = {
+    "bootstrap_scripts/node_agent.py",
+    "bootstrap_scripts/spot_training/agent/checkpoint_store.py",
+    "bootstrap_scripts/spot_training/agent/checkpoint_sync.py",
+    "benchmarks/bench.py",
+    "benchmarks/notice.py",
+    "benchmarks/synth_phases.py",
+    "bootstrap_scripts/spot_training/warm_volume.py",
+}
+
+
+def sources() -> list[str]:
+    """Tracked Python files outside tests/."""
+    listed = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return sorted(path for path in listed if not path.startswith("tests/") and (REPO / path).is_file())
+
+
+def long_functions(path: str) -> list[str]:
+    """``path:line name (N lines)`` of each function or method over the limit, decorators included."""
+    tree = ast.parse((REPO / path).read_text(), filename=path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines = (node.end_lineno or node.lineno) - first + 1
+            if lines > MAX_FUNCTION_LINES:
+                found.append(f"{path}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_source_file_is_over_400_lines() -> None:
+    too_long = {path: n for path in sources() if (n := len((REPO / path).read_text().splitlines())) > MAX_FILE_LINES}
+    assert set(too_long) <= LONG_FILES, f"over {MAX_FILE_LINES} lines (split by duty): " + ", ".join(
+        f"{path} ({n})" for path, n in sorted(too_long.items()) if path not in LONG_FILES
+    )
+    assert set(too_long) == LONG_FILES, f"no longer over {MAX_FILE_LINES} lines: drop from LONG_FILES: " + ", ".join(
+        sorted(LONG_FILES - set(too_long))
+    )
+
+
+def test_no_function_is_over_60_lines() -> None:
+    found = [line for path in sources() if path not in LONG_FUNCTION_FILES for line in long_functions(path)]
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines (split into small functions): " + "; ".join(found)
+    listed = [path for path in sorted(LONG_FUNCTION_FILES) if not long_functions(path)]
+    assert not listed, f"no function over {MAX_FUNCTION_LINES} lines: drop from LONG_FUNCTION_FILES: {listed}"
+
+
+def test_the_measure_counts_a_long_function(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    sample = REPO / "benchmarks" / f"_shape_probe_{tmp_path.name}.py"
+    sample.write_text(f"@staticmethod\ndef short():\n    pass\n\n\ndef long():\n{body}\n")
+    try:
+        found = long_functions(str(sample.relative_to(REPO)))
+    finally:
+        sample.unlink()
+    assert found == [f"{sample.relative_to(REPO)}:6 long ({MAX_FUNCTION_LINES + 1} lines)"]
