@@ -37,9 +37,9 @@ def sources() -> list[str]:
     return sorted(path for path in listed if not path.startswith("tests/") and (REPO / path).is_file())
 
 
-def long_functions(path: str) -> list[str]:
+def long_functions(path: str, root: Path = REPO) -> list[str]:
     """``path:line name (N lines)`` of each function or method over the limit, decorators included."""
-    tree = ast.parse((REPO / path).read_text(), filename=path)
+    tree = ast.parse((root / path).read_text(), filename=path)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -69,10 +69,5 @@ def test_no_function_is_over_60_lines() -> None:
 
 def test_the_measure_counts_a_long_function(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
-    sample = REPO / "benchmarks" / f"_shape_probe_{tmp_path.name}.py"
-    sample.write_text(f"@staticmethod\ndef short():\n    pass\n\n\ndef long():\n{body}\n")
-    try:
-        found = long_functions(str(sample.relative_to(REPO)))
-    finally:
-        sample.unlink()
-    assert found == [f"{sample.relative_to(REPO)}:6 long ({MAX_FUNCTION_LINES + 1} lines)"]
+    (tmp_path / "probe.py").write_text(f"@staticmethod\ndef short():\n    pass\n\n\ndef long():\n{body}\n")
+    assert long_functions("probe.py", tmp_path) == [f"probe.py:6 long ({MAX_FUNCTION_LINES + 1} lines)"]
