@@ -30,9 +30,10 @@ from emulator.demo_summary import Summary, summarize
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
 from trainctl import jobs
-from trainctl.cli import format_cost, format_status, status
 from trainctl.cost import job_cost
 from trainctl.prices import load_prices
+from trainctl.status import status
+from trainctl.views import format_cost, format_status
 
 # What the tests and benchmarks import from here: the scenario's pieces live in demo_logs, demo_run, demo_summary.
 __all__ = [
