@@ -16,10 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-import node_agent
 import pytest
 from botocore.exceptions import ClientError
 from moto.autoscaling.models import FakeAutoScalingGroup
+from spot_training.agent import errors, supervisor
 from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.local_checkpoints import local_steps
@@ -30,7 +30,7 @@ from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
 from .conftest import REGION, TEAM, Cluster, address_map
-from .test_agent_notice import agent_for, raising, restarting, store_of
+from .test_agent_notice import agent_for, raising, restarting, store_of, tune
 
 
 def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(make_cluster: Any) -> None:
@@ -38,12 +38,12 @@ def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(mak
     cluster.submit("stop-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, _ = restarting(cluster, b, started=time.time() - 5)
-    agent.put_marker(job, "STOP", {})
+    agent.markers.put_marker(job, "STOP", {})
     agent.attempt = lambda *args: (143, False)  # the ranks stopped together before this agent polled STOP
 
     def a_syncs_later() -> None:
         time.sleep(1.0)
-        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+        agent.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
 
     threading.Thread(target=a_syncs_later, daemon=True).start()
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
@@ -60,14 +60,14 @@ def test_the_done_barrier_leaves_a_slow_peer_to_finish_instead_of_scaling_to_zer
     (a, _), (b, _) = cluster.instances()
     started = time.time()  # both trainers ran together
     agent, job, _ = restarting(cluster, b, started=started)
-    agent.barrier_s = 0.5
-    assert agent.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
+    tune(agent, barrier_s=0.5)
+    assert agent.endings.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
     assert cluster.marker("done-run", "DONE") is None
     assert [i for i, _ in cluster.instances()] == [a]  # B left, A keeps going
     assert cluster.desired_capacity() == 1
     # A finishes: B's done marker is there, so A does not wait; A writes DONE and scales to 0.
     slow, job_a, slow_lines = restarting(cluster, a, started=started)
-    assert slow.finish(job_a, cluster.group)
+    assert slow.endings.finish(job_a, cluster.group)
     assert cluster.marker("done-run", "DONE") is not None
     assert cluster.desired_capacity() == 0
     assert not any("did not report done" in line for line in slow_lines)
@@ -80,9 +80,9 @@ def test_a_done_marker_of_an_earlier_attempt_does_not_count_in_the_barrier(make_
     cluster.submit("again-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = restarting(cluster, b, started=time.time() + 3600)
-    agent.put_marker(job, f"nodes/{a}/done", {})  # before this attempt's trainer started
-    agent.barrier_s = 0.5
-    assert agent.finish(job, cluster.group)
+    agent.markers.put_marker(job, f"nodes/{a}/done", {})  # before this attempt's trainer started
+    tune(agent, barrier_s=0.5)
+    assert agent.endings.finish(job, cluster.group)
     assert cluster.marker("again-run", "DONE") is None
     assert any(line.startswith(f"peers {a} did not report done within") for line in lines), lines
 
@@ -123,19 +123,19 @@ def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_
         attempts.append(len(attempts))
         if len(attempts) == 1:
             return 0, False
-        raise node_agent.LeavingBeforeTraining("the test ends here")  # bounded: the next attempt never trains
+        raise errors.LeavingBeforeTraining("the test ends here")  # bounded: the next attempt never trains
 
     agent.attempt = attempt
     job.max_restarts = 0  # a retrain for a lost final checkpoint is no restart without progress
     if synced is not None:
-        agent.put_marker(job, f"nodes/{a}/synced", dict(synced, attempt=0))
-    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
+        agent.markers.put_marker(job, f"nodes/{a}/synced", dict(synced, attempt=0))
+    agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
     if done:
         assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
         assert cluster.marker("final-run", "DONE") is not None and cluster.desired_capacity() == 0
         assert f"peers {a} left the group after their final sync; not waiting for them" in lines
         return
-    with pytest.raises(node_agent.LeavingBeforeTraining, match="the test ends here"):
+    with pytest.raises(errors.LeavingBeforeTraining, match="the test ends here"):
         agent.attempts(job, cluster.group, "/tmp", store_of(agent, job))
     assert attempts == [0, 1]
     assert cluster.marker("final-run", "DONE") is None and cluster.desired_capacity() == 2
@@ -159,10 +159,10 @@ def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_
     """Before, the node of rank 0 wrote its done marker even when its final sync had failed: a peer then wrote DONE
     and scaled the group to 0 without the final checkpoint."""
     cluster, _, agent, job, lines = trained_well(make_cluster, "pending-run")
-    agent.syncer = Pending()
-    agent.barrier_s = 0.3
-    assert not agent.finish(job, cluster.group)
-    assert cluster.marker("pending-run", f"nodes/{agent.instance_id}/done") is None
+    agent.syncs.syncer = Pending()
+    tune(agent, barrier_s=0.3)
+    assert not agent.endings.finish(job, cluster.group)
+    assert cluster.marker("pending-run", f"nodes/{agent.node.instance_id}/done") is None
     assert lines[-1] == "checkpoint 9 (model.pt) not durable in S3 within 0 s: not reporting done; training again"
 
 
@@ -179,17 +179,17 @@ def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_
     a large checkpoint A's new trainer marker comes after the barrier's 120 s: the exit code says it. A trainer A
     started before B's ended (it failed mid-run and rejoined B's training) finishes with B: B waits for it."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "again-run")
-    agent.barrier_s = 1
+    tune(agent, barrier_s=1)
     other, _, _ = agent_for(cluster, a)
     training = {"attempt": 1, "address": "127.0.0.1", "private_ip": "10.0.0.1"}
-    other.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None, "rc": 1, "interrupted": False})
+    other.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None, "rc": 1, "interrupted": False})
     time.sleep(0.01)
     if peer == "restored and runs a trainer again":
-        other.put_marker(job, f"nodes/{a}/training", training)
+        other.markers.put_marker(job, f"nodes/{a}/training", training)
     elif peer == "failed mid-run and rejoined":
-        other.put_marker(job, f"nodes/{a}/training", training)
-        agent.trainer_ended = time.time() + 0.01  # ours ended after A's new trainer started
-    assert agent.finish(job, cluster.group) is (peer == "failed mid-run and rejoined")
+        other.markers.put_marker(job, f"nodes/{a}/training", training)
+        agent.syncs.trainer_ended = time.time() + 0.01  # ours ended after A's new trainer started
+    assert agent.endings.finish(job, cluster.group) is (peer == "failed mid-run and rejoined")
     if peer == "failed mid-run and rejoined":
         assert any(line.startswith(f"peers {a} did not report done within") for line in lines), lines
         return
@@ -208,18 +208,19 @@ def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrai
     cluster: Cluster = make_cluster(nodes=1, interruption_grace_s=1)
     cluster.submit("refused-run", {"train.py": ""}, "python train.py")
     agent, job, _ = restarting(cluster, started=time.time())
-    agent.syncer, agent.barrier_s = Pending(), 0.05
+    agent.syncs.syncer = Pending()
+    tune(agent, barrier_s=0.05)
     runs: list[int] = []
 
     def attempt(*_: Any) -> tuple[int, bool]:
         runs.append(len(runs))
         if len(runs) > 6:
-            raise node_agent.LeavingBeforeTraining("bounded: the test ends here")
+            raise errors.LeavingBeforeTraining("bounded: the test ends here")
         return 0, False
 
     agent.attempt = attempt
     job.max_restarts = 1
-    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == node_agent.EXIT_FAILED
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == errors.EXIT_FAILED
     assert len(runs) == 3  # max_restarts + 1 retrains after the first finish
     failed = cluster.marker("refused-run", "FAILED")
     assert failed is not None
@@ -236,8 +237,8 @@ def test_a_stop_that_s3_refuses_to_mark_leaves_the_group_instead_of_failing_the_
     """Before, the S3 error escaped to the agent's catch-all, which wrote FAILED (or tried to) over a stopped job and
     set the group to 0 under peers still making their final checkpoint durable."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "stop-refused-run")
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
-    assert agent.stopped(job, cluster.group, store_of(agent, job)) == 0
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))
+    assert agent.endings.stopped(job, cluster.group, store_of(agent, job)) == 0
     assert any(line.startswith("the stop failed to finish (") and "SlowDown" in line for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # this node left
 
@@ -248,11 +249,11 @@ def test_a_stop_whose_final_checkpoint_was_lost_still_ends_stopped(make_cluster:
     cluster, a, agent, job, _ = trained_well(make_cluster, "stop-final-run")
 
     def attempt(*_: Any) -> tuple[int, bool]:
-        agent.stop_requested, agent.notice_at = True, time.monotonic()
+        agent.trainer.stop_requested, agent.trainer.notice_at = True, time.monotonic()
         return 0, True
 
     agent.attempt = attempt
-    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
+    agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("stop-final-run", "STOPPED") is not None and cluster.marker("stop-final-run", "DONE") is None
     assert cluster.desired_capacity() == 0
@@ -262,7 +263,7 @@ def test_an_s3_outage_in_the_done_barrier_does_not_mark_a_finished_job_failed(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster, a, agent, job, lines = trained_well(make_cluster, "outage-run")
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # S3 still refuses after the retries
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))  # S3 still refuses after the retries
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("outage-run", "FAILED") is None  # the catch-all of _run never sees it
     assert any(line.startswith("done barrier failed (") and "SlowDown" in line for line in lines), lines
@@ -274,15 +275,15 @@ def test_done_written_but_its_answer_lost_still_scales_the_group_to_zero(
 ) -> None:
     """The peers saw DONE and exited, leaving the scaling to this node: an error after DONE must not leave them."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "lost-run")
-    agent.put_marker(job, f"nodes/{a}/done", {})
-    put = agent.s3.put_object
+    agent.markers.put_marker(job, f"nodes/{a}/done", {})
+    put = agent.node.s3.put_object
 
     def answer_lost(**kwargs: Any) -> Any:
         put(**kwargs)
         if kwargs["Key"].endswith("/DONE"):
             raising("PutObject")(**kwargs)
 
-    monkeypatch.setattr(agent.s3, "put_object", answer_lost)
+    monkeypatch.setattr(agent.node.s3, "put_object", answer_lost)
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("lost-run", "DONE") is not None and cluster.marker("lost-run", "FAILED") is None
     assert cluster.desired_capacity() == 0
@@ -306,8 +307,9 @@ def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the
     cluster.submit("key-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    agent.join_timeout_s = 0.3
-    agent.work_dir, job.checkpoint_dir = str(cluster.root / "work-b"), str(cluster.root / "ckpt-b")
+    tune(agent, join_timeout_s=0.3)
+    tune(agent, work_dir=str(cluster.root / "work-b"))
+    job.checkpoint_dir = str(cluster.root / "ckpt-b")
     assert agent._run(job) == 0
     assert "2 InService, more than max_nodes 1; waiting for a place" in lines
     assert any(line.startswith("still past max_nodes 1 after 0 s (2 InService in ") for line in lines), lines
@@ -324,8 +326,8 @@ def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_id
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
-    with pytest.raises(node_agent.AgentError, match=r"^before training: An error occurred \(SlowDown\)"):
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))
+    with pytest.raises(errors.AgentError, match=r"^before training: An error occurred \(SlowDown\)"):
         agent._run(job)  # one line, exit code 2 (main)
     assert any(line.startswith("error: before training: ") and "SlowDown" in line for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
@@ -337,16 +339,16 @@ def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
     """Before, a failed SetDesiredCapacity at the job's end only logged, and every node stayed up, idle: the node
     that wrote DONE now leaves the group, and its peer, seeing DONE, scales the group to 0 as well."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "scale-run")
-    agent.put_marker(job, f"nodes/{a}/done", {})  # A finished first and waits in its barrier
+    agent.markers.put_marker(job, f"nodes/{a}/done", {})  # A finished first and waits in its barrier
     both = cluster.instances()
-    monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
+    monkeypatch.setattr(agent.node.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("scale-run", "DONE") is not None
     assert any(line.startswith(f"could not scale {cluster.group} to 0 (") for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # B left, one fewer
     peer, peer_job, peer_lines = restarting(cluster, a, started=time.time())
-    peer.peers = both  # A's attempt ran with B
-    peer.finish(peer_job, cluster.group)  # A's next poll of its barrier
+    peer.rendezvous.peers = both  # A's attempt ran with B
+    peer.endings.finish(peer_job, cluster.group)  # A's next poll of its barrier
     assert f"job {job.job_id} is DONE (a peer finished it)" in peer_lines
     assert cluster.desired_capacity() == 0
 
@@ -362,10 +364,9 @@ def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
     cluster.submit("outage-run", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time())
     agent.attempt = lambda *args: (0, False)
-    monkeypatch.setattr(node_agent, "HAND_BACK_PAUSE_S", (0.05, 0.1))
-    monkeypatch.setattr(node_agent, "HAND_BACK_RETRY_S", 3.0)
+    agent.group_exit.pause_s, agent.group_exit.retry_s = (0.05, 0.1), 3.0
     refused: list[Any] = []
-    terminate = agent.asg.terminate_instance_in_auto_scaling_group
+    terminate = agent.node.asg.terminate_instance_in_auto_scaling_group
 
     def until_the_outage_ends(**kwargs: Any) -> Any:
         if len(refused) < outage:
@@ -373,8 +374,8 @@ def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
             raising("TerminateInstanceInAutoScalingGroup")()
         return terminate(**kwargs)
 
-    monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
-    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", until_the_outage_ends)
+    monkeypatch.setattr(agent.node.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
+    monkeypatch.setattr(agent.node.asg, "terminate_instance_in_auto_scaling_group", until_the_outage_ends)
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("outage-run", "DONE") is not None
     retries = [line for line in lines if line.startswith(f"could not leave {cluster.group} (") and "again in" in line]
@@ -399,8 +400,8 @@ def test_a_hand_back_iam_refuses_is_not_tried_again(make_cluster: Any, monkeypat
         error = {"Code": "AccessDenied", "Message": "not authorized to perform TerminateInstanceInAutoScalingGroup"}
         raise ClientError({"Error": error}, "TerminateInstanceInAutoScalingGroup")
 
-    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", denied)
-    agent.leave_group(cluster.group, for_good=True)
+    monkeypatch.setattr(agent.node.asg, "terminate_instance_in_auto_scaling_group", denied)
+    agent.group_exit.leave_group(cluster.group, for_good=True)
     assert len(calls) == 1 and lines[-1].endswith("terminate it by hand")
 
 
@@ -714,15 +715,15 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("aws-run", {"train.py": ""}, "python train.py")
     agent, job, _ = agent_for(cluster)
-    agent.work_dir = str(tmp_path / "work")
+    tune(agent, work_dir=str(tmp_path / "work"))
     refuse = raising("PutObject")
     agent.attempts = lambda *args: refuse()  # say the synced marker, eight SlowDowns in a row
     if not failed_writable:
-        put = agent.s3.put_object
+        put = agent.node.s3.put_object
         monkeypatch.setattr(
-            agent.s3, "put_object", lambda **kw: refuse() if kw["Key"].endswith("/FAILED") else put(**kw)
+            agent.node.s3, "put_object", lambda **kw: refuse() if kw["Key"].endswith("/FAILED") else put(**kw)
         )
-    with pytest.raises(node_agent.JobFailed) as failed:
+    with pytest.raises(errors.JobFailed) as failed:
         agent._run(job)
     reason = str(failed.value)
     assert (
@@ -753,24 +754,25 @@ def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, a_ip), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)  # B: a replacement booting while A's trainer runs (or restarts)
-    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "ckpt")
-    agent.put_marker(job, f"nodes/{a}/training", {"attempt": 0, "address": a_ip, "private_ip": a_ip})
+    tune(agent, work_dir=str(tmp_path / "work"))
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.markers.put_marker(job, f"nodes/{a}/training", {"attempt": 0, "address": a_ip, "private_ip": a_ip})
     if peer == "restarting":  # A's attempt ended (a lost peer): it waits for B in its next rendezvous
         time.sleep(0.01)
-        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
-    monkeypatch.setattr(node_agent, "download_code", lambda *args: raising("GetObject")())
-    with pytest.raises(node_agent.AgentError) as error:
+        agent.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+    monkeypatch.setattr(supervisor, "download_code", lambda *args: raising("GetObject")())
+    with pytest.raises(errors.AgentError) as error:
         agent._run(job)
     assert "AWS did not answer after the retries: An error occurred (SlowDown)" in str(error.value)
     if leaves:
-        assert not isinstance(error.value, node_agent.JobFailed)
+        assert not isinstance(error.value, errors.JobFailed)
         assert cluster.marker("boot-run", "FAILED") is None
         assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
         assert any(
             f"(peers {a} train on without this node); leaving the group (one node fewer)" in line for line in lines
         )
     else:
-        assert isinstance(error.value, node_agent.JobFailed)
+        assert isinstance(error.value, errors.JobFailed)
         assert cluster.marker("boot-run", "FAILED") is not None and cluster.desired_capacity() == 0
 
 
@@ -783,8 +785,8 @@ def test_s3_errors_after_a_failed_attempt_count_as_no_progress_instead_of_ending
     cluster.submit("list-run", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time())
     agent.attempt = lambda *args: (1, False)
-    monkeypatch.setattr(agent.s3, "list_objects_v2", raising("ListObjectsV2"))
-    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == node_agent.EXIT_FAILED
+    monkeypatch.setattr(agent.node.s3, "list_objects_v2", raising("ListObjectsV2"))
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == errors.EXIT_FAILED
     assert any(line.startswith("could not read the STOP marker (") for line in lines), lines
     assert any(line.startswith("could not list the checkpoints after the attempt (") for line in lines), lines
     failed = cluster.marker("list-run", "FAILED")
@@ -800,13 +802,13 @@ def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_
     cluster.submit("wait-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    agent.work_dir = str(tmp_path / "work")
+    tune(agent, work_dir=str(tmp_path / "work"))
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.join_timeout_s = 5.0  # a missed stop ends in FAILED after this
+    tune(agent, join_timeout_s=5.0)  # a missed stop ends in FAILED after this
 
     def stop_later() -> None:
         time.sleep(0.5)
-        agent.put_marker(job, "STOP", {"requested_at": time.time()})
+        agent.markers.put_marker(job, "STOP", {"requested_at": time.time()})
 
     threading.Thread(target=stop_later, daemon=True).start()
     assert agent._run(job) == 0
@@ -865,7 +867,8 @@ def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
     cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
     [(node, _)] = cluster.instances()
     agent, job, lines = agent_for(cluster, node)
-    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "checkpoints")
+    tune(agent, work_dir=str(tmp_path / "work"))
+    job.checkpoint_dir = str(tmp_path / "checkpoints")
     said: dict[str, Any] = {}
 
     def operator_stops() -> None:

@@ -123,7 +123,7 @@ def test_a_stop_signal_reaches_the_training_process_alone_so_its_dataloader_surv
             while "step 20" not in out.read_text() and launcher.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert "step 20" in out.read_text(), out.read_text()
-            launcher.send_signal(signal.SIGTERM)  # as node_agent.run_trainer does
+            launcher.send_signal(signal.SIGTERM)  # as the agent's Trainer does
             launcher.wait(timeout=90)
         finally:
             kill_all(process_tree(launcher.pid))

@@ -194,12 +194,12 @@ def test_a_trainers_progress_bar_reaches_the_log_as_one_line_per_update(make_clu
     agent, job, lines = agent_for(cluster)
     script = "import sys\nfor i in range(3):\n    sys.stdout.write('\\r%d%%|' % (i * 50) + '\\u2588' * i)\nprint()\n"
     cmd = [sys.executable, "-c", script]
-    rc, interrupted = agent.run_trainer(
+    rc, interrupted = agent.trainer.run(
         job, str(tmp_path), cmd, {"PYTHONIOENCODING": "utf-8"}, NoSync(store_of(agent, job))
     )
     assert (rc, interrupted) == (0, False)
-    trainer = [line for line in lines if line.startswith(f"[trainer {agent.instance_id}]")]
-    prefix = f"[trainer {agent.instance_id}] "
+    trainer = [line for line in lines if line.startswith(f"[trainer {agent.node.instance_id}]")]
+    prefix = f"[trainer {agent.node.instance_id}] "
     assert trainer == [prefix + "0%|", prefix + "50%|\u2588", prefix + "100%|\u2588\u2588"], trainer
 
 
