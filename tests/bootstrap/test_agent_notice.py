@@ -622,14 +622,14 @@ def test_a_notice_during_a_restore_stops_it_at_the_next_part(
     src.write_bytes(bytes(range(32)))
     store.upload(7, {"state.pt": str(src)}, "step")
     started, fetched = threading.Event(), []
-    get_range = store.get_range
+    get_range = store.download.get_range
 
     def counted(*args: Any) -> Any:
         started.set()  # the notice comes once the download is under way
         fetched.append(args)
         return get_range(*args)
 
-    monkeypatch.setattr(store, "get_range", counted)
+    monkeypatch.setattr(store.download, "get_range", counted)
     agent.node.imds = Imds(NOTICE, gate=started)
     job.checkpoint_dir = str(tmp_path / "ckpt")
     with pytest.raises(errors.LeavingBeforeTraining, match="during checkpoint restore"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from spot_training.agent import checkpoint_store, errors
+from spot_training.agent import checkpoint_download, checkpoint_store, errors
 from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import safe_extract
@@ -170,8 +170,8 @@ def test_a_part_that_keeps_breaking_stops_the_restore_with_one_line_never_skippi
     """A stream that breaks is the network's fault, not the checkpoint's: before, 20 was skipped for 10."""
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
-    monkeypatch.setattr(checkpoint_store, "UNANSWERED_PAUSE_S", 0.0)
-    tries = checkpoint_store.RANGE_ATTEMPTS * checkpoint_store.UNANSWERED_TRIES
+    store.unanswered_pause_s = 0.0
+    tries = checkpoint_download.RANGE_ATTEMPTS * checkpoint_store.UNANSWERED_TRIES
     ranges = flaky_streams(store, monkeypatch, failures=tries)  # every attempt at 20's one part
     assert restore_stopped_at_20(store, tmp_path) == (
         f"s3://{store.bucket}/{store.prefix}20/state.pt bytes 0-5: Connection broken: IncompleteRead; "
@@ -208,7 +208,7 @@ def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older
             raise OSError(28, "No space left on device")
         return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(checkpoint_store, "open", full, raising=False)
+    monkeypatch.setattr(checkpoint_download, "open", full, raising=False)
     with pytest.raises(errors.LocalDiskError) as err:
         store.restore_newest(str(dest))
     assert str(err.value) == (
@@ -409,9 +409,9 @@ def test_a_ranged_get_stops_when_the_restore_is_abandoned(store: Any, tmp_path: 
     path.write_bytes(b"\0" * 8)
     abandoned = threading.Event()
     abandoned.set()
-    assert store.get_range(store.prefix + "big", str(path), 0, 8, abandoned) is None
+    assert store.download.get_range(store.prefix + "big", str(path), 0, 8, abandoned) is None
     assert path.read_bytes() == b"\0" * 8  # nothing written
-    assert store.get_range(store.prefix + "big", str(path), 0, 8) == hashlib.sha256(b"abcdefgh").hexdigest()
+    assert store.download.get_range(store.prefix + "big", str(path), 0, 8) == hashlib.sha256(b"abcdefgh").hexdigest()
 
 
 def refusing(store: Any, monkeypatch: pytest.MonkeyPatch, step: int, times: int) -> list[str]:
@@ -429,7 +429,7 @@ def refusing(store: Any, monkeypatch: pytest.MonkeyPatch, step: int, times: int)
         return get(**kwargs)
 
     monkeypatch.setattr(store.s3, "get_object", get_object)
-    monkeypatch.setattr(checkpoint_store, "UNANSWERED_PAUSE_S", 0.0)
+    store.unanswered_pause_s = 0.0
     return refused
 
 
