@@ -2,6 +2,8 @@
 """Node agent: runs one training job on one spot instance and loses nothing when the instance goes.
 
 Started by ``user_data.sh`` (which reads the instance identity from IMDSv2). Python 3.8+, stdlib + boto3 only.
+This file parses the arguments and runs the supervisor (``spot_training.agent.supervisor.Agent``); the duties are
+modules of ``spot_training.agent``, whose docstring maps each one to its module.
 
 What it does, in order: read and validate the job (SSM job-spec parameter merged with the per-job
 ``current-job`` parameter); claim a pre-warmed volume of the pool (if any); download and safely

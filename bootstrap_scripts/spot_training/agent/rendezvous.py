@@ -112,9 +112,10 @@ class Rendezvous:
         marker: a round runs already, which this node joins; a replacement never waits), or ``start_wait_s`` is up.
 
         torchrun's first round closes 30 s (its ``last_call_timeout``) after ``min_nodes`` joined. Instances of one
-        launch boot minutes apart on EC2 (instance types, AMI loading), so without this wait a job started on the
-        first nodes up and restarted its workers for each late one (a save, a restore, NCCL set up again). A peer that
-        leaves the group is no longer waited for; at the bound, the job starts and late peers join as before."""
+        launch boot minutes apart on EC2 (instance types, AMI loading), so without this wait a job would start on the
+        first nodes up and restart its workers for each late one (a save, a restore, NCCL set up again). A peer that
+        leaves the group is not waited for; at the bound, the job starts and late peers join the running training
+        (torchrun restarts the workers)."""
         try:  # best effort: without it the peers wait their bound
             self.markers.put_own(job, READY_MARKER, {})
         except AWS_ERRORS as exc:
