@@ -1,9 +1,9 @@
 """How a node agent ends, against moto: a stop seen late, the DONE barrier, errors, restarts of a flat checkpoint.
 
-Each case used to lose the last checkpoint or leave a billed instance behind: a stop seen only after the trainer
-exited scaled the group to 0 while rank 0's node still uploaded; the DONE barrier did the same to a slow final
-upload; an error other than an unreadable checkpoint left the node idle in the group; a restored flat checkpoint
-was uploaded again as a new step, so a crash-looping trainer "made progress" forever.
+Each case guards against losing the last checkpoint or leaving a billed instance behind: a stop seen only after the
+trainer exited must not scale the group to 0 while rank 0's node still uploads, nor may the DONE barrier do so to a
+slow final upload; an error other than an unreadable checkpoint must not leave the node idle in the group; a restored
+flat checkpoint is no new step to upload, or a crash-looping trainer would "make progress" forever.
 """
 
 from __future__ import annotations
@@ -112,10 +112,9 @@ def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any
 def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_train_again(
     make_cluster: Any, synced: Any, done: bool
 ) -> None:
-    """A (rank 0, say) is reclaimed during the final sync of a training that ended well. Before, B's done barrier
-    stopped waiting for a peer that left the group and wrote DONE: a finished job without its final checkpoint.
-    Now B trains again from the newest durable checkpoint (and the group replaces A), unless A's final sync was
-    reported durable."""
+    """A (rank 0, say) is reclaimed during the final sync of a training that ended well. B's done barrier does not
+    write DONE for a peer that left the group before its final sync was reported durable (a finished job without its
+    final checkpoint): B trains again from the newest durable checkpoint (and the group replaces A)."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "final-run")
     attempts: list[int] = []
 
@@ -156,8 +155,8 @@ class Pending:
 
 
 def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_cluster: Any) -> None:
-    """Before, the node of rank 0 wrote its done marker even when its final sync had failed: a peer then wrote DONE
-    and scaled the group to 0 without the final checkpoint."""
+    """The node of rank 0 whose final sync failed writes no done marker: a peer would then write DONE and scale the
+    group to 0 without the final checkpoint."""
     cluster, _, agent, job, lines = trained_well(make_cluster, "pending-run")
     agent.syncs.syncer = Pending()
     tune(agent, barrier_s=0.3)
@@ -173,11 +172,12 @@ def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_
 def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_finishing(
     make_cluster: Any, peer: str
 ) -> None:
-    """A's trainer failed where B's finished (say at teardown): A reports its final sync (exit code 1), restores
-    and starts a trainer again, which waits for B at its rendezvous. Before, B waited the barrier out and left the
-    group (one fewer): A, short of min_nodes, waited for peers until it wrote FAILED over a finished training. With
-    a large checkpoint A's new trainer marker comes after the barrier's 120 s: the exit code says it. A trainer A
-    started before B's ended (it failed mid-run and rejoined B's training) finishes with B: B waits for it."""
+    """A's trainer failed where B's finished (say at teardown): A reports its final sync (exit code 1), restores and
+    starts a trainer again, which waits for B at its rendezvous. B trains again with A instead of waiting the barrier
+    out and leaving the group (A, short of min_nodes, would wait for peers until it wrote FAILED over a finished
+    training). With a large checkpoint A's new trainer marker comes after the barrier's 120 s: the exit code says it.
+    A trainer A started before B's ended (it failed mid-run and rejoined B's training) finishes with B: B waits for
+    it."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "again-run")
     tune(agent, barrier_s=1)
     other, _, _ = agent_for(cluster, a)
@@ -202,9 +202,10 @@ def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_
 
 
 def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrains(make_cluster: Any) -> None:
-    """Each training ends well, but S3 keeps refusing the final checkpoint (a bucket policy, a KMS grant): the
-    node trains again, and a training that finished is no restart without progress. Before, it looped forever, the
-    instance billed, no FAILED. Each retrain waits the grace (1 s here) for the pending checkpoint first."""
+    """Each training ends well, but S3 keeps refusing the final checkpoint (a bucket policy, a KMS grant): the node
+    trains again, and a training that finished is no restart without progress. The retrains are bounded: the job ends
+    FAILED instead of looping forever, billed. Each retrain waits the grace (1 s here) for the pending checkpoint
+    first."""
     cluster: Cluster = make_cluster(nodes=1, interruption_grace_s=1)
     cluster.submit("refused-run", {"train.py": ""}, "python train.py")
     agent, job, _ = restarting(cluster, started=time.time())
@@ -234,7 +235,7 @@ def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrai
 def test_a_stop_that_s3_refuses_to_mark_leaves_the_group_instead_of_failing_the_job(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the S3 error escaped to the agent's catch-all, which wrote FAILED (or tried to) over a stopped job and
+    """The S3 error does not reach the agent's catch-all, which would write FAILED (or try to) over a stopped job and
     set the group to 0 under peers still making their final checkpoint durable."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "stop-refused-run")
     monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))
@@ -302,7 +303,8 @@ def test_a_node_that_cannot_find_its_peers_fails_the_job_and_scales_to_zero(make
 
 
 def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the_job(make_cluster: Any) -> None:
-    """Before, the wait ended in "fewer than 1 InService peers": FAILED, and the running job's group scaled to 0."""
+    """The wait does not end in "fewer than 1 InService peers", which would mean FAILED and the running job's group
+    scaled to 0."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=1, max_nodes=1)  # capacity rebalancing: one over
     cluster.submit("key-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
@@ -321,7 +323,7 @@ def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the
 def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_idling(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the error escaped the agent before its catch-all: no FAILED, no scaling, an idle billed node."""
+    """The error does not escape the agent before its catch-all (no FAILED, no scaling, an idle billed node)."""
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
@@ -336,8 +338,8 @@ def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_id
 def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, a failed SetDesiredCapacity at the job's end only logged, and every node stayed up, idle: the node
-    that wrote DONE now leaves the group, and its peer, seeing DONE, scales the group to 0 as well."""
+    """A failed SetDesiredCapacity at the job's end does not leave every node up, idle: the node that wrote DONE
+    leaves the group, and its peer, seeing DONE, scales the group to 0 as well."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "scale-run")
     agent.markers.put_marker(job, f"nodes/{a}/done", {})  # A finished first and waits in its barrier
     both = cluster.instances()
@@ -357,9 +359,9 @@ def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
 def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch, outage: int
 ) -> None:
-    """Before, when SetDesiredCapacity and then TerminateInstanceInAutoScalingGroup both failed after botocore's
-    retries, the agent logged "terminate it by hand" and exited: the instance idled in its group, billed, for good.
-    It now tries to leave again, the pause doubling, until ``HAND_BACK_RETRY_S``; "by hand" only after that."""
+    """When SetDesiredCapacity and then TerminateInstanceInAutoScalingGroup both fail after botocore's retries,
+    exiting would leave the instance idle in its group, billed, for good. The agent tries to leave again, the pause
+    doubling (``GroupExit.pause_s``), until ``GroupExit.retry_s``; "terminate it by hand" only after that."""
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("outage-run", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time())
@@ -426,7 +428,7 @@ def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts
     # Attempt 0 uploads its checkpoint (progress); attempt 1 restores it and makes none; attempt 2 neither: FAILED.
     assert node.text.count("training attempt") == 3
     assert cluster.manifests("flat-run") == [1]
-    # its number is no training step (before, "resume step: 1", which trainctl cost took for step 1)
+    # its number is no training step ("resume step: 1" would be taken by trainctl cost for step 1)
     assert node.text.count("resume step: unknown (flat checkpoint 1)") == 2 and "resume step: 1" not in node.text
     assert node.text.count("resumed 1 step ''") == 2  # nor is it handed to the trainer as one (before: '1')
     failed = cluster.marker("flat-run", "FAILED")
@@ -446,8 +448,8 @@ def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     make_cluster: Any, make_nodes: Any, tmp_path: Path
 ) -> None:
     """The newest flat checkpoint (2) fails its sha256, so the node restores 1; its next save is numbered after every
-    step in S3 (3). Before, "progress" compared with the newest listed before the restore (2): that save counted as
-    no new checkpoint, and the job was FAILED one restart early."""
+    step in S3 (3). Progress is compared with the newest listed after the restore (1), not before it (2): that save
+    counts as a new checkpoint, and the job is not FAILED one restart early."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
     log: list[str] = []
     store = CheckpointStore(cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append)
@@ -483,8 +485,8 @@ def flat_syncer(aws: Any, tmp_path: Path, interval_s: Optional[float]) -> tuple[
 
 
 def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
-    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. Before, B's final
-    sync uploaded that copy as the same next step as A's, and whichever came last won."""
+    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. B's final sync does not
+    upload that copy as the same next step as A's (whichever came last would win)."""
     store, _, log = flat_syncer(aws, tmp_path, None)
     (tmp_path / "model.bin").write_text("state at step 4")
     store.upload(4, {"model.bin": str(tmp_path / "model.bin")}, "flat")
@@ -508,8 +510,8 @@ def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any
 
 
 def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unchanged(aws: Any, tmp_path: Path) -> None:
-    """A trainer SIGKILLed after the grace may have been writing its flat file: before, the final sync uploaded
-    whatever was there as the newest checkpoint, and every restore then picked the cut-off file."""
+    """A trainer SIGKILLed after the grace may have been writing its flat file: the final sync does not upload
+    whatever is there as the newest checkpoint, which every restore would then pick."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model.bin").write_text("half of a sta")  # the kill struck mid-write
     syncer.trainer_cut_off = True
@@ -526,8 +528,8 @@ def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_upload
     aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The trainer saves model.bin again while the agent uploads it (s3transfer and the hashing each open it by
-    name): the object and the manifest's hashes may then be of two versions. Before, that step was recorded
-    durable, and pruning deleted the older good checkpoints for it."""
+    name): the object and the manifest's hashes may then be of two versions. That step gets no manifest until it
+    uploads whole; recorded durable, pruning would delete the older good checkpoints for it."""
     store, syncer, log = flat_syncer(aws, tmp_path, 0.01)
     model = tmp_path / "model.bin"
     model.write_text("state at step 10")
@@ -557,8 +559,8 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
     aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The checkpoint helper saves a step a second time (the trainer's final save lands on the step of the last
-    periodic one) while the agent uploads it: the directory is replaced. Before, that step was recorded durable
-    with objects and hashes that could be of two versions, and the job's final checkpoint then failed its check."""
+    periodic one) while the agent uploads it: the directory is replaced. That step is not recorded durable with
+    objects and hashes that could be of two versions (the job's final checkpoint would then fail its check)."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     step = tmp_path / "7"
     step.mkdir()
@@ -613,8 +615,9 @@ def test_a_step_saved_again_after_its_upload_is_uploaded_again(aws: Any, tmp_pat
 
 
 def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tmp_path: Path) -> None:
-    """A script keeps ``last.pt`` pointing at a file it has rotated away. Before, every sync round failed on it (no
-    flat checkpoint uploaded for the rest of the attempt) and ``pending()`` raised, failing a finished job."""
+    """A script keeps ``last.pt`` pointing at a file it has rotated away. The link is left out: failing every sync
+    round on it would upload no flat checkpoint for the rest of the attempt, and ``pending()`` would raise, failing a
+    finished job."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model-20.bin").write_text("state at step 20")
     (tmp_path / "last.bin").symlink_to(tmp_path / "model-10.bin")  # rotated away
@@ -627,8 +630,8 @@ def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tm
 
 
 def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, tmp_path: Path) -> None:
-    """A script saves to ``<dir>/000500/``. Before, the agent took it for step 500, walked ``<dir>/500/`` (absent),
-    and made an empty checkpoint 500 durable, pruning the good ones for it: a restore then got an empty folder."""
+    """A script saves to ``<dir>/000500/``. That is no step folder: taken for step 500, the agent would walk
+    ``<dir>/500/`` (absent) and make an empty checkpoint 500 durable, pruning the good ones for it."""
     ckpt = tmp_path / "ckpt"
     (ckpt / "000500").mkdir(parents=True)
     (ckpt / "000500" / "model.pt").write_text("state at step 500")
@@ -643,9 +646,9 @@ def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, t
 
 
 def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_unchanged(aws: Any, tmp_path: Path) -> None:
-    """A script writes ``<dir>/<step>/`` file by file (as torch.distributed.checkpoint does). Before, the first round
-    after its mkdir uploaded what was there (one file of two, or none) as the newest checkpoint, and pruning
-    deleted the good one before it."""
+    """A script writes ``<dir>/<step>/`` file by file (as torch.distributed.checkpoint does). The first round after
+    its mkdir does not upload what is there (one file of two, or none) as the newest checkpoint, for which pruning
+    would delete the good one before it."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "100").mkdir()
     assert syncer.sync() is None and syncer.pending() is None  # an empty folder: nothing to upload or wait for
@@ -668,9 +671,9 @@ def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_uncha
 
 
 def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_from(aws: Any, tmp_path: Path) -> None:
-    """A script made ``900/`` and crashed; the next attempt resumes from 800 and writes 850. Before, the empty 900 was
-    the newest step: the resume step handed to the trainer, and the only folder the sync looked at, so 850 never
-    went up and was never pending."""
+    """A script made ``900/`` and crashed; the next attempt resumes from 800 and writes 850. The empty 900 is no
+    step: as the newest, it would be the resume step handed to the trainer and the only folder the sync looks at, so
+    850 would never go up nor be pending."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     assert store.complete_steps() == []
     for step in ("800", "900"):
@@ -688,8 +691,8 @@ def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_fr
 
 
 def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path: Path) -> None:
-    """Rank 0 moves to node B during an attempt (a late joiner) after node A uploaded steps 1 and 2. Before, B
-    numbered its save from what it knew at the attempt's start (nothing: step 1) and wrote over A's objects of 1."""
+    """Rank 0 moves to node B during an attempt (a late joiner) after node A uploaded steps 1 and 2. B numbers its
+    save from S3, not from what it knew at the attempt's start (nothing: step 1, over A's objects of 1)."""
     (tmp_path / "A").mkdir()
     store, syncer_a, _ = flat_syncer(aws, tmp_path / "A", None)
     (tmp_path / "B").mkdir()
@@ -710,8 +713,8 @@ def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path
 def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failed_writable: bool
 ) -> None:
-    """Before, a ClientError past the retries ended the agent with a traceback (and, when FAILED could not be
-    written either, with no marker and no one-line reason); the group still goes to 0 either way."""
+    """A ClientError past the retries ends the agent with a one-line reason and FAILED, not a traceback (and, when
+    FAILED cannot be written either, still with the one-line reason); the group goes to 0 either way."""
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("aws-run", {"train.py": ""}, "python train.py")
     agent, job, _ = agent_for(cluster)
@@ -745,11 +748,10 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
 def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: str, min_nodes: int, leaves: bool
 ) -> None:
-    """Before, an error on a node that never started its trainer (here: the code download past S3's retries)
-    marked the whole job FAILED and scaled the group to 0, stopping peers that trained fine (min_nodes <
-    max_nodes). It now leaves the group, one node fewer. With fewer peers training than min_nodes (they wait for
-    this node), or none (a restart after a lost peer, or every node meeting the same error at the first boot) the
-    job still fails."""
+    """An error on a node that never started its trainer (here: the code download past S3's retries) does not mark
+    the whole job FAILED while peers train fine (min_nodes < max_nodes): the node leaves the group, one node fewer.
+    With fewer peers training than min_nodes (they wait for this node), or none (a restart after a lost peer, or
+    every node meeting the same error at the first boot) the job still fails."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=min_nodes, max_nodes=2)
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, a_ip), (b, _) = cluster.instances()
@@ -796,8 +798,8 @@ def test_s3_errors_after_a_failed_attempt_count_as_no_progress_instead_of_ending
 
 
 def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_cluster: Any, tmp_path: Path) -> None:
-    """Before, a node waiting for capacity that never came sat out the whole join timeout after trainctl stop (or
-    the budget guard), then wrote FAILED. Now it leaves the group for good: no replacement, no FAILED."""
+    """A node waiting for capacity that never comes does not sit out the whole join timeout after trainctl stop (or
+    the budget guard) and then write FAILED: it leaves the group for good, no replacement, no FAILED."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=3, max_nodes=3)  # waits for a third node
     cluster.submit("wait-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
@@ -822,9 +824,9 @@ def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_
 def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_entries_not(
     aws: Any, tmp_path: Path
 ) -> None:
-    """torch.distributed.checkpoint writes its index as ``.metadata`` beside the shards. Before, a flat upload left
-    out every dot file at any depth: each checkpoint was recorded durable without its index, and no restore could
-    load it. Only the helper's and the agent's own top-level entries stay out."""
+    """torch.distributed.checkpoint writes its index as ``.metadata`` beside the shards. A flat upload keeps dot
+    files at any depth (without its index, no restore could load a checkpoint); only the helper's and the agent's own
+    top-level entries stay out."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     for rel, text in {
         "latest/.metadata": "dcp index",
@@ -849,10 +851,10 @@ def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_e
 def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
     make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A job of 2 nodes got 1 (no spot capacity for the other); its node waits for its peer when the operator
-    stops it. Before, the node left for good (one fewer: desired 1), no trainer had run to write STOPPED or set 0,
-    so the group kept wanting a node: once capacity came back, a billed node booted into the stopped job, and the
-    job showed STOPPING for good. Now ``trainctl stop`` cancels the launch not made, and the job ends STOPPED."""
+    """A job of 2 nodes got 1 (no spot capacity for the other); its node waits for its peer when the operator stops
+    it. ``trainctl stop`` cancels the launch not made, and the job ends STOPPED: a node leaving for good (desired 1)
+    with no trainer to write STOPPED or set 0 would leave the group wanting a node, and once capacity came back, a
+    billed node would boot into the stopped job, which would show STOPPING for good."""
     cluster = make_cluster(nodes=1, min_nodes=2, max_nodes=2)
     cluster.submit("short-run", {"train.py": "raise SystemExit('the trainer must not run')"}, "python train.py")
     launch = FakeAutoScalingGroup.set_desired_capacity
@@ -893,10 +895,10 @@ def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
 
 def test_step_folders_are_uploaded_though_flat_checkpoints_took_their_numbers_first(aws: Any, tmp_path: Path) -> None:
     """A script keeps a file in the checkpoint directory (a config dump, rewritten as it goes) before writing its
-    first step folder. The agent uploaded that file as flat checkpoints 1 to 4 (3 and 4 kept). Before, step folder
-    1 was never uploaded (1 was "durable" already, and below 4), nothing was pending on a notice, the checkpoint
-    helper read step 4 as durable, and every restore took flat checkpoint 4: the config, no weights. Now the step
-    goes up, the flat ones above it still in S3 are deleted (those pruned long ago are only forgotten)."""
+    first step folder. The agent uploads that file as flat checkpoints 1 to 4 (3 and 4 kept). Step folder 1 still
+    goes up (not taken as "durable" already and below 4, which would leave nothing pending on a notice and every
+    restore taking flat checkpoint 4: the config, no weights), and the flat ones above it still in S3 are deleted
+    (those pruned long ago are only forgotten)."""
     store, syncer, log = flat_syncer(aws, tmp_path, 0.001)
     config = tmp_path / "config.json"
     for version in (1, 2, 3, 4):

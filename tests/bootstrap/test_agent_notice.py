@@ -226,8 +226,9 @@ class OddOnceImds(Imds):
 
 
 def test_an_unexpected_error_in_the_notice_watch_does_not_end_it(cluster: Cluster, tmp_path: Path) -> None:
-    """The notice watch is the only reader of the spot notice while the trainer runs. Before, any error other than
-    a failed metadata read ended its thread, and the trainer ran on through the notice until EC2 took the instance."""
+    """The notice watch is the only reader of the spot notice while the trainer runs: an error other than a failed
+    metadata read must not end its thread, or the trainer would run on through the notice until EC2 took the
+    instance."""
     agent, job, lines = agent_for(cluster)
     agent.node.imds = OddOnceImds(NOTICE, ready=tmp_path / "saved.ready")
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
@@ -262,7 +263,8 @@ class GarbledImds(Imds):
 
 
 def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_path: Path) -> None:
-    """Before, it escaped the loop: the trainer SIGKILLed with no emergency checkpoint, the job FAILED."""
+    """A garbled answer is a failed poll: escaping the loop would SIGKILL the trainer with no emergency checkpoint
+    and FAIL the job."""
     agent, job, lines = agent_for(cluster)
     agent.node.imds = GarbledImds()
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
@@ -274,8 +276,8 @@ def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_
 def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_token_is_renewed(
     cluster: Cluster,
 ) -> None:
-    """Before, a notice read that was not UTF-8 raised UnicodeDecodeError out of ``notice()``: on the notice watcher's
-    thread, that ended the watch, and the trainer ran on through the notice."""
+    """A notice read that is not UTF-8 is a failed poll: a UnicodeDecodeError out of ``notice()`` would end the
+    notice watcher's thread, and the trainer would run on through the notice."""
     agent, _, lines = agent_for(cluster)
     with ImdsMock(instance_id=agent.node.instance_id) as mock:
         mock.terminating()
@@ -341,9 +343,9 @@ def test_a_peers_late_sync_of_its_previous_trainer_is_not_the_sync_of_the_one_it
     cluster: Cluster,
 ) -> None:
     """B (rank 0) synced the previous attempt after the grace: A had restarted without it, and B reported that
-    sync after A's trainer started, then joined A's trainer. Before, that late ``synced`` counted for this attempt:
-    A restarted without waiting for B's emergency checkpoint, and with B hard-killed, A's done barrier counted B's
-    final checkpoint durable (DONE without it)."""
+    sync after A's trainer started, then joined A's trainer. That late ``synced`` is not the sync of this attempt:
+    counted for it, A would restart without waiting for B's emergency checkpoint, and with B hard-killed, A's done
+    barrier would count B's final checkpoint durable (DONE without it)."""
     (a, _), (b, b_ip) = cluster.instances()
     agent, job, _ = restarting(cluster, a, started=time.time() - 10)
     late = agent.syncs.trainer_started + 2
@@ -379,8 +381,8 @@ def test_a_restart_does_not_wait_for_a_peer_that_started_no_trainer_since_its_la
 
 def test_a_restart_judges_progress_after_the_final_sync_of_a_peer_that_stays(make_cluster: Any, tmp_path: Path) -> None:
     """B's trainer failed; A (rank 0, no notice, staying) still uploads the checkpoint its trainer saved in this
-    attempt. Before, only peers leaving on a notice were waited for: B listed S3 before A's upload landed, saw no
-    new checkpoint and, with max_restarts 0, wrote FAILED over a job that had made progress."""
+    attempt. B waits for A's final sync too, not only for peers leaving on a notice: listing S3 before A's upload
+    lands, B would see no new checkpoint and, with max_restarts 0, write FAILED over a job that made progress."""
     cluster: Cluster = make_cluster(nodes=2, max_restarts=0, interruption_grace_s=30)
     cluster.submit("sync-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
@@ -510,9 +512,9 @@ def new_round(agent: Any, *addresses: str) -> None:
 
 
 def test_a_peer_that_joins_the_training_later_is_watched_like_the_first_ones(cluster: Cluster, tmp_path: Path) -> None:
-    """A trained alone; B booted later and joined A's rendezvous (torchrun restarts the workers with it). Before,
-    A's agent knew only the peers it found at its start: B's hard kill went unnoticed until the collective timed
-    out. Now the round's addresses and B's training marker make B a peer of A's attempt."""
+    """A trained alone; B booted later and joined A's rendezvous (torchrun restarts the workers with it). The
+    round's addresses and B's training marker make B a peer of A's attempt: with only the peers found at its start,
+    A's agent would miss B's hard kill until the collective timed out."""
     agent, job, lines, joiner, b, b_ip = joined_later(cluster, tmp_path)
     a_ip = agent.rendezvous.peers[0][1]
     joiner.markers.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
@@ -696,8 +698,8 @@ def held_by_its_group(agent: Any, monkeypatch: pytest.MonkeyPatch, held: str, gr
 
 def test_a_peer_its_group_holds_is_not_lost(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A peer its group ends (capacity rebalancing, a scale-in, on AWS a spot notice too) waits in Terminating:Wait,
-    running: its agent saves and announces ``leaving``, and its trainer's exit stops ours. Before, anything not
-    InService counted as powered off, and ours was stopped at once with a 10 s grace, its checkpoint cut short."""
+    running: its agent saves and announces ``leaving``, and its trainer's exit stops ours. It is not powered off:
+    counted as lost, ours would be stopped at once with a 10 s grace, its checkpoint cut short."""
     (survivor, _), (peer, _) = cluster.instances()
     agent, job, _ = restarting(cluster, survivor, started=time.time())
     held_by_its_group(agent, monkeypatch, peer, cluster.group)
@@ -708,8 +710,8 @@ def test_an_instance_its_group_ends_already_is_let_go_and_its_hook_completed(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a notice the agent hands its instance back; on AWS, under capacity rebalancing, the group may hold it in
-    Terminating:Wait already, and refuses the terminate. Before, the agent logged that someone should terminate it by
-    hand and left the drain hook to time out (the instance billed for 300 s more)."""
+    Terminating:Wait already, and refuses the terminate. The agent lets it go and completes the drain hook, instead
+    of asking for a termination by hand and leaving the hook to time out (the instance billed for 300 s more)."""
     agent, _, lines = agent_for(cluster)
     completed = held_by_its_group(agent, monkeypatch, agent.node.instance_id, "its-group")
     agent.group_exit.hand_back(cluster.group)
@@ -763,9 +765,8 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
 ) -> None:
     """The drain hold (against the hook itself: tests/emulator/test_lifecycle_hooks.py) runs from the job's start. It
     records the hook's heartbeat only while checkpoint bytes go to S3, no trainer runs and the group ends the
-    instance, and stops before the agent completes the hook. Before, nothing extended the hook: an upload longer
-    than its 300 s heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) was
-    cut off."""
+    instance, and stops before the agent completes the hook. Without it, an upload longer than the hook's 300 s
+    heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) would be cut off."""
     agent, job, lines = agent_for(cluster)
     completed = held_by_its_group(agent, monkeypatch, agent.node.instance_id, "its-group")
     beats: list[dict[str, Any]] = []
@@ -854,7 +855,8 @@ def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_i
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """B (rank 0's node) reported its final sync with a checkpoint still pending (S3 refused it); its agent retries.
-    Before, any ``synced`` ended A's wait: A restored the older checkpoint and trained on without B's newer one."""
+    A waits until B reports it durable: ending the wait at any ``synced``, A would restore the older checkpoint and
+    train on without B's newer one."""
     (a, _), (b, _) = cluster.instances()
     agent, job, _ = restarting(cluster, a, started=time.time() - 1)
     peer, peer_job, peer_lines = agent_for(cluster, b)
@@ -874,8 +876,9 @@ def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_i
 
 
 def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, tmp_path: Path) -> None:
-    """The trainer wrote a newer flat checkpoint and crashed; the final sync did not get it to S3. Before, the next
-    attempt's restore wrote S3's older copy over it at once: that progress was lost."""
+    """The trainer wrote a newer flat checkpoint and crashed; the final sync did not get it to S3. The restart first
+    retries that sync: the next attempt's restore would otherwise write S3's older copy over it, and that progress
+    would be lost."""
     cluster = make_cluster(nodes=1, interruption_grace_s=30)
     cluster.submit("job-f", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time() - 1)
@@ -909,8 +912,8 @@ def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, t
 def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the report was taken as written before its PUT: after one SlowDown the peers saw "pending" for good,
-    waited the whole grace, and the done barrier counted this node as lost."""
+    """The report counts as written only once its PUT succeeds: after one SlowDown the peers would otherwise see
+    "pending" for good, wait the whole grace, and the done barrier would count this node as lost."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
     agent.syncs.syncer = Syncer(store_of(agent, job), job, agent.node.log, keep=2)  # nothing pending (any more)
@@ -934,7 +937,7 @@ def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
 
 
 def test_a_notice_during_a_restart_s_retry_of_its_own_final_sync_makes_the_node_leave(cluster: Cluster) -> None:
-    """Before, the retry (at most the grace, plus the upload under way) looked for no notice."""
+    """The retry (at most the grace, plus the upload under way) looks for a notice before each try."""
     agent, _, _ = agent_for(cluster)
     agent.node.imds = Imds(NOTICE)
     with pytest.raises(errors.LeavingBeforeTraining, match="during a restart"):
@@ -945,8 +948,8 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """The trainer creates <dir>/800/ and dies (a crash, or torchrun ending its workers after a peer failed) before
-    its second shard. Before, its final sync took it for complete: 800 went up with one shard of two, every
-    restore took it, and the job crash-looped to FAILED."""
+    its second shard. Its final sync does not take 800 for complete: uploaded with one shard of two, every restore
+    would take it, and the job would crash-loop to FAILED."""
     agent, job, _ = agent_for(cluster)
     ckpt = tmp_path / "ckpt"
     job.checkpoint_dir = str(ckpt)
@@ -973,10 +976,10 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
 def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_new_checkpoint(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. Before, the
-    leave asked the last attempt's syncer, to which the restored files (new inodes and times) looked new: they went
-    up as the next, newest checkpoint, inside the notice's two minutes, and pruning dropped an older distinct one
-    for it."""
+    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. The leave asks
+    the last attempt's syncer, to which the restored files (new inodes and times) must not look new: they would go up
+    as the next, newest checkpoint, inside the notice's two minutes, and pruning would drop an older distinct one for
+    it."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt").mkdir()

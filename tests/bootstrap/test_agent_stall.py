@@ -1,6 +1,6 @@
 """The stall watchdog (job.stall_timeout_s): a hung trainer (a DataLoader deadlock, a collective that never returns)
-used to keep the node billed forever, as the agent waited only for the trainer's exit, a notice, a stop or a lost
-peer. Now a job with no progress for the timeout (no output line and no checkpoint write on any node, no new durable
+would keep the node billed forever if the agent waited only for the trainer's exit, a notice, a stop or a lost peer.
+A job with no progress for the timeout (no output line and no checkpoint write on any node, no new durable
 checkpoint) has its trainer ended and counted like a failed one. Against moto; the agent runs in-process with a
 small trainer in place of torchrun, and SPOT_TRAINING_TEST_STALL_TIMEOUT_S holds the timeout below the job's 300 s
 minimum."""
@@ -381,8 +381,9 @@ def test_a_job_where_no_node_makes_progress_is_ended(
 def test_a_listing_that_keeps_failing_counts_as_no_progress_after_a_further_timeout(
     make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, a watchdog that could not list the job's checkpoints asked again every poll, forever (and logged each
-    time): an S3 outage kept a hung trainer, and every node, running."""
+    """A watchdog that cannot list the job's checkpoints does not ask again every poll forever (logging each time):
+    after a further timeout of failures it counts as no progress, so an S3 outage does not keep a hung trainer, and
+    every node, running."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=0, interruption_grace_s=5)
     cluster.submit("job-unlisted", {"train.py": ""}, "python train.py")
     report = tmp_path / "report"

@@ -231,8 +231,7 @@ def test_user_data_checks_its_arguments_and_identity(make_cluster: Any, make_nod
 
 def test_a_refused_node_whose_group_tag_is_unread_still_leaves_its_group(make_cluster: Any, make_nodes: Any) -> None:
     """Tags come from the instance metadata, read once (curl's two retries): a tag read that failed left the group's
-    name empty. Before, the user data then handed nothing back and the refused node idled in its group, billed;
-    now Auto Scaling names the group."""
+    name empty. Auto Scaling then names the group, so the refused node does not idle in it, billed."""
     cluster: Cluster = make_cluster()
     (node,) = make_nodes(cluster)
     del node.imds.tags["aws:autoscaling:groupName"]

@@ -69,9 +69,9 @@ def test_the_agent_reads_missing_markers_as_none_where_s3_answers_403(cluster: C
 def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
     cluster: Cluster, tmp_path: Path, body: bytes
 ) -> None:
-    """A STOP written by hand (``aws s3 cp /dev/null s3://.../STOP``). Before, its JSON error escaped the trainer's
-    poll loop: the trainer was SIGKILLed without its emergency checkpoint and the job ended FAILED ("node agent
-    error: JSONDecodeError"); a ``null`` body was no marker at all, and the stop was ignored."""
+    """A STOP written by hand (``aws s3 cp /dev/null s3://.../STOP``) is a stop request like any other: its body's
+    JSON error must not escape the trainer's poll loop (the trainer would be SIGKILLed without its emergency
+    checkpoint and the job end FAILED), and a ``null`` body is a marker all the same."""
     agent, job, lines = agent_for(cluster)
     key = job.job_prefix + "STOP"
     cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=body)

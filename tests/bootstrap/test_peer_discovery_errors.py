@@ -1,9 +1,9 @@
 """An AWS error while the agent looks for its peers, against moto.
 
-Before, the error left ``wait_for_peers`` for the agent's catch-all: ``FAILED`` and the group at 0, for a job that
-was fine. DescribeInstances answers ``InvalidInstanceID.NotFound`` for an instance launched a moment ago (EC2 is
-eventually consistent, and botocore does not retry that code); Auto Scaling may throttle. Now a failed poll is
-logged and polled again until the join timeout; one that still fails then ends with that error in the reason.
+DescribeInstances answers ``InvalidInstanceID.NotFound`` for an instance launched a moment ago (EC2 is eventually
+consistent, and botocore does not retry that code); Auto Scaling may throttle. Such an error says nothing about the
+job, so it must not reach the agent's catch-all (``FAILED`` and the group at 0): a failed poll is logged and polled
+again until the join timeout; one that still fails then ends with that error in the reason.
 """
 
 from __future__ import annotations

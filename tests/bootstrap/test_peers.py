@@ -1,8 +1,8 @@
 """Who hosts the rendezvous, against moto: the oldest launch, so an elastic job (min_nodes < max_nodes) never splits.
 
-A survivor that restarted alone (world size 1 is enough with min_nodes 1) hosts a rendezvous. Its replacement,
-launched later, used to host a second one whenever its instance id sorted first (the host was the lowest id):
-two trainings on one checkpoint prefix, each uploading and pruning the other's checkpoints.
+A survivor that restarted alone (world size 1 is enough with min_nodes 1) hosts a rendezvous. Its replacement, launched
+later, must not host a second one because its instance id sorts first: two trainings on one checkpoint prefix would
+each upload and prune the other's checkpoints.
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ def test_a_replacement_joins_the_survivors_rendezvous_even_when_its_id_sorts_fir
 
 def test_a_node_waits_for_the_rendezvous_host_as_long_as_the_join_timeout(make_cluster: Any) -> None:
     """torch's c10d rendezvous connects a non-host node to the host's store within ``read_timeout`` (default 60 s),
-    whatever ``join_timeout`` says. Before, a host that came up more than a minute later (restoring a big checkpoint
-    rank 0's node already held) failed every other node's torchrun, each failure counted as a restart without
-    progress, and enough of them marked the job FAILED. Read as torch's own launcher and backend read it."""
+    whatever ``join_timeout`` says. The agent sets both to its join timeout: a host that comes up more than a minute
+    later (restoring a big checkpoint rank 0's node already held) would otherwise fail every other node's torchrun,
+    each failure a restart without progress, until enough of them marked the job FAILED. Read as torch's own launcher
+    and backend read it."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.run import config_from_args, parse_args
 
@@ -118,8 +119,8 @@ def elastic_pair(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any
 
 
 def test_a_ready_node_of_an_elastic_job_waits_for_its_late_peer_at_the_first_attempt(make_cluster: Any) -> None:
-    """torchrun's first round closes 30 s after min_nodes joined; EC2 boots one launch's instances minutes apart.
-    Before, the first node up started alone and the job restarted its workers when the second joined."""
+    """torchrun's first round closes 30 s after min_nodes joined; EC2 boots one launch's instances minutes apart. The
+    first node up waits for its peer, instead of starting alone and restarting its workers when the second joins."""
     cluster, late, agent, job, lines = elastic_pair(make_cluster, "skew")
 
     def log(message: str) -> None:  # the late peer gets ready once this node said it waits for it
@@ -151,9 +152,9 @@ def test_the_wait_for_a_late_peer_is_bounded_and_ends_when_it_leaves(make_cluste
 
 
 def test_once_a_peer_trains_nobody_waits_for_the_others(make_cluster: Any) -> None:
-    """A replacement (its agent's first attempt) joins peers that train, and once one node trains, waiting for a
-    late one only splits the round again. Before, a replacement waited its bound for a second replacement or a
-    node whose agent never came up, the job one node short meanwhile."""
+    """A replacement (its agent's first attempt) joins peers that train, and once one node trains, waiting for a late
+    one only splits the round again. A replacement does not wait its bound for a second replacement or a node whose
+    agent never came up, which would leave the job one node short meanwhile."""
     cluster: Cluster = make_cluster(nodes=3, min_nodes=1, max_nodes=3)
     cluster.submit("joining", {"train.py": ""}, "python train.py")
     (survivor, _), _, (replacement, _) = cluster.instances()  # the second: no marker at all
@@ -166,8 +167,8 @@ def test_once_a_peer_trains_nobody_waits_for_the_others(make_cluster: Any) -> No
 
 
 def test_a_ready_marker_s3_refuses_does_not_end_the_job(make_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The marker is best effort (peers wait at most their bound without it). Before, S3 refusing it after the
-    retries reached the agent's catch-all: FAILED, and the group to 0 with every healthy peer."""
+    """The marker is best effort (peers wait at most their bound without it): S3 refusing it after the retries does
+    not reach the agent's catch-all (FAILED, and the group to 0 with every healthy peer)."""
     cluster, _, agent, job, lines = elastic_pair(make_cluster, "no-ready")
     put = agent.markers.put_marker
 

@@ -70,7 +70,7 @@ def test_node_claims_a_pool_volume_and_releases_it(make_cluster: Any, make_nodes
 
 def test_a_job_spec_that_does_not_list_the_volumes_claims_by_tag(make_cluster: Any, make_nodes: Any) -> None:
     """A stack deployed before the job spec listed the pool's volumes: its nodes (new scripts, old spec, say a
-    replacement booted during the deploy) claim by tag as before, instead of refusing the job (FAILED, group at 0)."""
+    replacement booted during the deploy) claim by tag, instead of refusing the job (FAILED, group at 0)."""
     cluster, pool = _cluster(make_cluster)
     del cluster.spec["warm_pool"]["volumes"]
     cluster.put_spec()
@@ -108,7 +108,8 @@ def test_no_claim_when_the_volume_would_be_mounted_over_the_agents_own_python(
 def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_its_root(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A failed mount (here the overlay on the environment) used to escape as a traceback and FAIL the job."""
+    """A failed mount (here the overlay on the environment) is logged and undone, and the node boots from its root
+    volume: it neither escapes as a traceback nor FAILs the job."""
     cluster, _, volume, agent, job, lines = _mounting(make_cluster, monkeypatch, "mount-run")
     job.python = "/opt/pytorch/bin/python"  # the DLAMI's environment, not this test's
     ran: list[tuple[list[str], bool]] = []
@@ -138,7 +139,7 @@ def test_a_node_handing_its_instance_back_ships_its_logs_before_the_volume_detac
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a notice the hand-back runs late in the two minutes, and a warm volume's detach may take up to a minute of
-    them. Before, the logs were flushed only after it: the node's last lines were lost when the instance went."""
+    them: the logs are flushed first, or the node's last lines would be lost when the instance goes."""
     cluster, _ = _cluster(make_cluster)
     cluster.submit("order-run", JOB, "python ok.py")
     agent, _, _ = agent_for(cluster)
