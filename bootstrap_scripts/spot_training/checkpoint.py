@@ -155,7 +155,7 @@ class Checkpointer:
                 f"Checkpointer saves rank 0's copy of the state and loads it on every rank; {sharded}, so each rank "
                 "holds a shard and the others' would be lost. It supports one process and DistributedDataParallel; "
                 "save a sharded model with torch.distributed.checkpoint "
-                "(README: 'On the instance', the checkpoint helper)"
+                "(docs/concepts/checkpoint-protocol.md)"
             )
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         self.optimizer, self.scheduler = optimizer, scheduler

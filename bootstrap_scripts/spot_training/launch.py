@@ -89,8 +89,8 @@ def share_store(handler: Any, info: Any) -> None:
     round's keys (``MASTER_ADDR``, ``MASTER_PORT``) only the first time it builds that information, and a node
     that has it already reuses its own. In a round a node joins later, the new node waits for keys rank 0 never
     writes (``wait timeout after 60000ms, keys: /torch.rendezvous.<job>.1/MASTER_ADDR``), or, when the new node
-    takes rank 0, the others keep the old store. After every round rank 0 now writes the keys and every other
-    node reads them."""
+    takes rank 0, the others keep the old store. So here rank 0 writes the keys after every round and every
+    other node reads them."""
     from torch.distributed.elastic.rendezvous import api
 
     shared = getattr(info, "_bootstrap_store_info", None)

@@ -81,6 +81,23 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, poll_s: float, 
         time.sleep(poll_s)
 
 
+def _attach(ec2, volume_id: str, instance_id: str, device: str) -> bool:
+    """Ask EC2 to attach ``volume_id`` to this instance; False when another node won it (or it is not claimable)."""
+    try:
+        ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("VolumeInUse", "IncorrectState") and _attaching_here(ec2, volume_id, instance_id):
+            # A retry of an attach EC2 had taken, its answer lost: the volume is this node's.
+            log.info("warm volume %s is attaching to this instance already (%s to a retry)", volume_id, code)
+        elif code in LOST_RACE or code == "UnauthorizedOperation":  # IAM: not one of the stack's volumes
+            log.info("warm volume %s not claimable (%s); trying the next", volume_id, code)
+            return False
+        else:
+            raise
+    return True
+
+
 def claim_volume(
     ec2,
     *,
@@ -100,18 +117,8 @@ def claim_volume(
     )
     (rng or random.Random(instance_id)).shuffle(candidates)  # noqa: S311 - spreading load, not secrecy
     for volume_id in candidates:
-        try:
-            ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in ("VolumeInUse", "IncorrectState") and _attaching_here(ec2, volume_id, instance_id):
-                # A retry of an attach EC2 had taken, its answer lost: the volume is this node's.
-                log.info("warm volume %s is attaching to this instance already (%s to a retry)", volume_id, code)
-            elif code in LOST_RACE or code == "UnauthorizedOperation":  # IAM: not one of the stack's volumes
-                log.info("warm volume %s not claimable (%s); trying the next", volume_id, code)
-                continue
-            else:
-                raise
+        if not _attach(ec2, volume_id, instance_id, device):
+            continue
         try:
             wait_for(
                 functools.partial(_is_attached, ec2, volume_id, instance_id),

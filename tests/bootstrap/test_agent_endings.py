@@ -1,9 +1,9 @@
 """How a node agent ends, against moto: a stop seen late, the DONE barrier, errors, restarts of a flat checkpoint.
 
-Each case used to lose the last checkpoint or leave a billed instance behind: a stop seen only after the trainer
-exited scaled the group to 0 while rank 0's node still uploaded; the DONE barrier did the same to a slow final
-upload; an error other than an unreadable checkpoint left the node idle in the group; a restored flat checkpoint
-was uploaded again as a new step, so a crash-looping trainer "made progress" forever.
+Each case guards against losing the last checkpoint or leaving a billed instance behind: a stop seen only after the
+trainer exited must not scale the group to 0 while rank 0's node still uploads, nor may the DONE barrier do so to a
+slow final upload; an error other than an unreadable checkpoint must not leave the node idle in the group; a restored
+flat checkpoint is no new step to upload, or a crash-looping trainer would "make progress" forever.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-import node_agent
 import pytest
 from botocore.exceptions import ClientError
 from moto.autoscaling.models import FakeAutoScalingGroup
+from spot_training.agent import errors, supervisor
 from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.local_checkpoints import local_steps
@@ -30,7 +30,7 @@ from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
 from .conftest import REGION, TEAM, Cluster, address_map
-from .test_agent_notice import agent_for, raising, restarting, store_of
+from .test_agent_notice import agent_for, raising, restarting, store_of, tune
 
 
 def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(make_cluster: Any) -> None:
@@ -38,12 +38,12 @@ def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(mak
     cluster.submit("stop-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, _ = restarting(cluster, b, started=time.time() - 5)
-    agent.put_marker(job, "STOP", {})
+    agent.markers.put_marker(job, "STOP", {})
     agent.attempt = lambda *args: (143, False)  # the ranks stopped together before this agent polled STOP
 
     def a_syncs_later() -> None:
         time.sleep(1.0)
-        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+        agent.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
 
     threading.Thread(target=a_syncs_later, daemon=True).start()
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
@@ -60,14 +60,14 @@ def test_the_done_barrier_leaves_a_slow_peer_to_finish_instead_of_scaling_to_zer
     (a, _), (b, _) = cluster.instances()
     started = time.time()  # both trainers ran together
     agent, job, _ = restarting(cluster, b, started=started)
-    agent.barrier_s = 0.5
-    assert agent.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
+    tune(agent, barrier_s=0.5)
+    assert agent.endings.finish(job, cluster.group)  # A (rank 0, say) is still uploading its final checkpoint
     assert cluster.marker("done-run", "DONE") is None
     assert [i for i, _ in cluster.instances()] == [a]  # B left, A keeps going
     assert cluster.desired_capacity() == 1
     # A finishes: B's done marker is there, so A does not wait; A writes DONE and scales to 0.
     slow, job_a, slow_lines = restarting(cluster, a, started=started)
-    assert slow.finish(job_a, cluster.group)
+    assert slow.endings.finish(job_a, cluster.group)
     assert cluster.marker("done-run", "DONE") is not None
     assert cluster.desired_capacity() == 0
     assert not any("did not report done" in line for line in slow_lines)
@@ -80,9 +80,9 @@ def test_a_done_marker_of_an_earlier_attempt_does_not_count_in_the_barrier(make_
     cluster.submit("again-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = restarting(cluster, b, started=time.time() + 3600)
-    agent.put_marker(job, f"nodes/{a}/done", {})  # before this attempt's trainer started
-    agent.barrier_s = 0.5
-    assert agent.finish(job, cluster.group)
+    agent.markers.put_marker(job, f"nodes/{a}/done", {})  # before this attempt's trainer started
+    tune(agent, barrier_s=0.5)
+    assert agent.endings.finish(job, cluster.group)
     assert cluster.marker("again-run", "DONE") is None
     assert any(line.startswith(f"peers {a} did not report done within") for line in lines), lines
 
@@ -112,10 +112,9 @@ def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any
 def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_train_again(
     make_cluster: Any, synced: Any, done: bool
 ) -> None:
-    """A (rank 0, say) is reclaimed during the final sync of a training that ended well. Before, B's done barrier
-    stopped waiting for a peer that left the group and wrote DONE: a finished job without its final checkpoint.
-    Now B trains again from the newest durable checkpoint (and the group replaces A), unless A's final sync was
-    reported durable."""
+    """A (rank 0, say) is reclaimed during the final sync of a training that ended well. B's done barrier does not
+    write DONE for a peer that left the group before its final sync was reported durable (a finished job without its
+    final checkpoint): B trains again from the newest durable checkpoint (and the group replaces A)."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "final-run")
     attempts: list[int] = []
 
@@ -123,19 +122,19 @@ def test_a_peer_that_left_before_its_final_checkpoint_was_durable_makes_the_job_
         attempts.append(len(attempts))
         if len(attempts) == 1:
             return 0, False
-        raise node_agent.LeavingBeforeTraining("the test ends here")  # bounded: the next attempt never trains
+        raise errors.LeavingBeforeTraining("the test ends here")  # bounded: the next attempt never trains
 
     agent.attempt = attempt
     job.max_restarts = 0  # a retrain for a lost final checkpoint is no restart without progress
     if synced is not None:
-        agent.put_marker(job, f"nodes/{a}/synced", dict(synced, attempt=0))
-    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
+        agent.markers.put_marker(job, f"nodes/{a}/synced", dict(synced, attempt=0))
+    agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
     if done:
         assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
         assert cluster.marker("final-run", "DONE") is not None and cluster.desired_capacity() == 0
         assert f"peers {a} left the group after their final sync; not waiting for them" in lines
         return
-    with pytest.raises(node_agent.LeavingBeforeTraining, match="the test ends here"):
+    with pytest.raises(errors.LeavingBeforeTraining, match="the test ends here"):
         agent.attempts(job, cluster.group, "/tmp", store_of(agent, job))
     assert attempts == [0, 1]
     assert cluster.marker("final-run", "DONE") is None and cluster.desired_capacity() == 2
@@ -156,13 +155,13 @@ class Pending:
 
 
 def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_cluster: Any) -> None:
-    """Before, the node of rank 0 wrote its done marker even when its final sync had failed: a peer then wrote DONE
-    and scaled the group to 0 without the final checkpoint."""
+    """The node of rank 0 whose final sync failed writes no done marker: a peer would then write DONE and scale the
+    group to 0 without the final checkpoint."""
     cluster, _, agent, job, lines = trained_well(make_cluster, "pending-run")
-    agent.syncer = Pending()
-    agent.barrier_s = 0.3
-    assert not agent.finish(job, cluster.group)
-    assert cluster.marker("pending-run", f"nodes/{agent.instance_id}/done") is None
+    agent.syncs.syncer = Pending()
+    tune(agent, barrier_s=0.3)
+    assert not agent.endings.finish(job, cluster.group)
+    assert cluster.marker("pending-run", f"nodes/{agent.node.instance_id}/done") is None
     assert lines[-1] == "checkpoint 9 (model.pt) not durable in S3 within 0 s: not reporting done; training again"
 
 
@@ -173,23 +172,24 @@ def test_a_node_whose_final_checkpoint_is_not_durable_does_not_report_done(make_
 def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_finishing(
     make_cluster: Any, peer: str
 ) -> None:
-    """A's trainer failed where B's finished (say at teardown): A reports its final sync (exit code 1), restores
-    and starts a trainer again, which waits for B at its rendezvous. Before, B waited the barrier out and left the
-    group (one fewer): A, short of min_nodes, waited for peers until it wrote FAILED over a finished training. With
-    a large checkpoint A's new trainer marker comes after the barrier's 120 s: the exit code says it. A trainer A
-    started before B's ended (it failed mid-run and rejoined B's training) finishes with B: B waits for it."""
+    """A's trainer failed where B's finished (say at teardown): A reports its final sync (exit code 1), restores and
+    starts a trainer again, which waits for B at its rendezvous. B trains again with A instead of waiting the barrier
+    out and leaving the group (A, short of min_nodes, would wait for peers until it wrote FAILED over a finished
+    training). With a large checkpoint A's new trainer marker comes after the barrier's 120 s: the exit code says it.
+    A trainer A started before B's ended (it failed mid-run and rejoined B's training) finishes with B: B waits for
+    it."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "again-run")
-    agent.barrier_s = 1
+    tune(agent, barrier_s=1)
     other, _, _ = agent_for(cluster, a)
     training = {"attempt": 1, "address": "127.0.0.1", "private_ip": "10.0.0.1"}
-    other.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None, "rc": 1, "interrupted": False})
+    other.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None, "rc": 1, "interrupted": False})
     time.sleep(0.01)
     if peer == "restored and runs a trainer again":
-        other.put_marker(job, f"nodes/{a}/training", training)
+        other.markers.put_marker(job, f"nodes/{a}/training", training)
     elif peer == "failed mid-run and rejoined":
-        other.put_marker(job, f"nodes/{a}/training", training)
-        agent.trainer_ended = time.time() + 0.01  # ours ended after A's new trainer started
-    assert agent.finish(job, cluster.group) is (peer == "failed mid-run and rejoined")
+        other.markers.put_marker(job, f"nodes/{a}/training", training)
+        agent.syncs.trainer_ended = time.time() + 0.01  # ours ended after A's new trainer started
+    assert agent.endings.finish(job, cluster.group) is (peer == "failed mid-run and rejoined")
     if peer == "failed mid-run and rejoined":
         assert any(line.startswith(f"peers {a} did not report done within") for line in lines), lines
         return
@@ -202,24 +202,26 @@ def test_the_done_barrier_trains_again_with_a_peer_that_trains_again_instead_of_
 
 
 def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrains(make_cluster: Any) -> None:
-    """Each training ends well, but S3 keeps refusing the final checkpoint (a bucket policy, a KMS grant): the
-    node trains again, and a training that finished is no restart without progress. Before, it looped forever, the
-    instance billed, no FAILED. Each retrain waits the grace (1 s here) for the pending checkpoint first."""
+    """Each training ends well, but S3 keeps refusing the final checkpoint (a bucket policy, a KMS grant): the node
+    trains again, and a training that finished is no restart without progress. The retrains are bounded: the job ends
+    FAILED instead of looping forever, billed. Each retrain waits the grace (1 s here) for the pending checkpoint
+    first."""
     cluster: Cluster = make_cluster(nodes=1, interruption_grace_s=1)
     cluster.submit("refused-run", {"train.py": ""}, "python train.py")
     agent, job, _ = restarting(cluster, started=time.time())
-    agent.syncer, agent.barrier_s = Pending(), 0.05
+    agent.syncs.syncer = Pending()
+    tune(agent, barrier_s=0.05)
     runs: list[int] = []
 
     def attempt(*_: Any) -> tuple[int, bool]:
         runs.append(len(runs))
         if len(runs) > 6:
-            raise node_agent.LeavingBeforeTraining("bounded: the test ends here")
+            raise errors.LeavingBeforeTraining("bounded: the test ends here")
         return 0, False
 
     agent.attempt = attempt
     job.max_restarts = 1
-    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == node_agent.EXIT_FAILED
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == errors.EXIT_FAILED
     assert len(runs) == 3  # max_restarts + 1 retrains after the first finish
     failed = cluster.marker("refused-run", "FAILED")
     assert failed is not None
@@ -233,11 +235,11 @@ def test_a_final_checkpoint_s3_keeps_refusing_fails_the_job_after_bounded_retrai
 def test_a_stop_that_s3_refuses_to_mark_leaves_the_group_instead_of_failing_the_job(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the S3 error escaped to the agent's catch-all, which wrote FAILED (or tried to) over a stopped job and
+    """The S3 error does not reach the agent's catch-all, which would write FAILED (or try to) over a stopped job and
     set the group to 0 under peers still making their final checkpoint durable."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "stop-refused-run")
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
-    assert agent.stopped(job, cluster.group, store_of(agent, job)) == 0
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))
+    assert agent.endings.stopped(job, cluster.group, store_of(agent, job)) == 0
     assert any(line.startswith("the stop failed to finish (") and "SlowDown" in line for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # this node left
 
@@ -248,11 +250,11 @@ def test_a_stop_whose_final_checkpoint_was_lost_still_ends_stopped(make_cluster:
     cluster, a, agent, job, _ = trained_well(make_cluster, "stop-final-run")
 
     def attempt(*_: Any) -> tuple[int, bool]:
-        agent.stop_requested, agent.notice_at = True, time.monotonic()
+        agent.trainer.stop_requested, agent.trainer.notice_at = True, time.monotonic()
         return 0, True
 
     agent.attempt = attempt
-    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
+    agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=a, ShouldDecrementDesiredCapacity=False)
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("stop-final-run", "STOPPED") is not None and cluster.marker("stop-final-run", "DONE") is None
     assert cluster.desired_capacity() == 0
@@ -262,7 +264,7 @@ def test_an_s3_outage_in_the_done_barrier_does_not_mark_a_finished_job_failed(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster, a, agent, job, lines = trained_well(make_cluster, "outage-run")
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # S3 still refuses after the retries
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))  # S3 still refuses after the retries
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("outage-run", "FAILED") is None  # the catch-all of _run never sees it
     assert any(line.startswith("done barrier failed (") and "SlowDown" in line for line in lines), lines
@@ -274,15 +276,15 @@ def test_done_written_but_its_answer_lost_still_scales_the_group_to_zero(
 ) -> None:
     """The peers saw DONE and exited, leaving the scaling to this node: an error after DONE must not leave them."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "lost-run")
-    agent.put_marker(job, f"nodes/{a}/done", {})
-    put = agent.s3.put_object
+    agent.markers.put_marker(job, f"nodes/{a}/done", {})
+    put = agent.node.s3.put_object
 
     def answer_lost(**kwargs: Any) -> Any:
         put(**kwargs)
         if kwargs["Key"].endswith("/DONE"):
             raising("PutObject")(**kwargs)
 
-    monkeypatch.setattr(agent.s3, "put_object", answer_lost)
+    monkeypatch.setattr(agent.node.s3, "put_object", answer_lost)
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("lost-run", "DONE") is not None and cluster.marker("lost-run", "FAILED") is None
     assert cluster.desired_capacity() == 0
@@ -301,13 +303,15 @@ def test_a_node_that_cannot_find_its_peers_fails_the_job_and_scales_to_zero(make
 
 
 def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the_job(make_cluster: Any) -> None:
-    """Before, the wait ended in "fewer than 1 InService peers": FAILED, and the running job's group scaled to 0."""
+    """The wait does not end in "fewer than 1 InService peers", which would mean FAILED and the running job's group
+    scaled to 0."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=1, max_nodes=1)  # capacity rebalancing: one over
     cluster.submit("key-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    agent.join_timeout_s = 0.3
-    agent.work_dir, job.checkpoint_dir = str(cluster.root / "work-b"), str(cluster.root / "ckpt-b")
+    tune(agent, join_timeout_s=0.3)
+    tune(agent, work_dir=str(cluster.root / "work-b"))
+    job.checkpoint_dir = str(cluster.root / "ckpt-b")
     assert agent._run(job) == 0
     assert "2 InService, more than max_nodes 1; waiting for a place" in lines
     assert any(line.startswith("still past max_nodes 1 after 0 s (2 InService in ") for line in lines), lines
@@ -319,13 +323,13 @@ def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the
 def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_idling(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the error escaped the agent before its catch-all: no FAILED, no scaling, an idle billed node."""
+    """The error does not escape the agent before its catch-all (no FAILED, no scaling, an idle billed node)."""
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))
-    with pytest.raises(node_agent.AgentError, match=r"^before training: An error occurred \(SlowDown\)"):
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))
+    with pytest.raises(errors.AgentError, match=r"^before training: An error occurred \(SlowDown\)"):
         agent._run(job)  # one line, exit code 2 (main)
     assert any(line.startswith("error: before training: ") and "SlowDown" in line for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
@@ -334,19 +338,19 @@ def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_id
 def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, a failed SetDesiredCapacity at the job's end only logged, and every node stayed up, idle: the node
-    that wrote DONE now leaves the group, and its peer, seeing DONE, scales the group to 0 as well."""
+    """A failed SetDesiredCapacity at the job's end does not leave every node up, idle: the node that wrote DONE
+    leaves the group, and its peer, seeing DONE, scales the group to 0 as well."""
     cluster, a, agent, job, lines = trained_well(make_cluster, "scale-run")
-    agent.put_marker(job, f"nodes/{a}/done", {})  # A finished first and waits in its barrier
+    agent.markers.put_marker(job, f"nodes/{a}/done", {})  # A finished first and waits in its barrier
     both = cluster.instances()
-    monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
+    monkeypatch.setattr(agent.node.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("scale-run", "DONE") is not None
     assert any(line.startswith(f"could not scale {cluster.group} to 0 (") for line in lines), lines
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # B left, one fewer
     peer, peer_job, peer_lines = restarting(cluster, a, started=time.time())
-    peer.peers = both  # A's attempt ran with B
-    peer.finish(peer_job, cluster.group)  # A's next poll of its barrier
+    peer.rendezvous.peers = both  # A's attempt ran with B
+    peer.endings.finish(peer_job, cluster.group)  # A's next poll of its barrier
     assert f"job {job.job_id} is DONE (a peer finished it)" in peer_lines
     assert cluster.desired_capacity() == 0
 
@@ -355,17 +359,16 @@ def test_a_group_that_cannot_be_scaled_to_zero_still_goes_to_zero(
 def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch, outage: int
 ) -> None:
-    """Before, when SetDesiredCapacity and then TerminateInstanceInAutoScalingGroup both failed after botocore's
-    retries, the agent logged "terminate it by hand" and exited: the instance idled in its group, billed, for good.
-    It now tries to leave again, the pause doubling, until ``HAND_BACK_RETRY_S``; "by hand" only after that."""
+    """When SetDesiredCapacity and then TerminateInstanceInAutoScalingGroup both fail after botocore's retries,
+    exiting would leave the instance idle in its group, billed, for good. The agent tries to leave again, the pause
+    doubling (``GroupExit.pause_s``), until ``GroupExit.retry_s``; "terminate it by hand" only after that."""
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("outage-run", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time())
     agent.attempt = lambda *args: (0, False)
-    monkeypatch.setattr(node_agent, "HAND_BACK_PAUSE_S", (0.05, 0.1))
-    monkeypatch.setattr(node_agent, "HAND_BACK_RETRY_S", 3.0)
+    agent.group_exit.pause_s, agent.group_exit.retry_s = (0.05, 0.1), 3.0
     refused: list[Any] = []
-    terminate = agent.asg.terminate_instance_in_auto_scaling_group
+    terminate = agent.node.asg.terminate_instance_in_auto_scaling_group
 
     def until_the_outage_ends(**kwargs: Any) -> Any:
         if len(refused) < outage:
@@ -373,8 +376,8 @@ def test_an_auto_scaling_outage_at_the_jobs_end_is_waited_out(
             raising("TerminateInstanceInAutoScalingGroup")()
         return terminate(**kwargs)
 
-    monkeypatch.setattr(agent.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
-    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", until_the_outage_ends)
+    monkeypatch.setattr(agent.node.asg, "set_desired_capacity", raising("SetDesiredCapacity"))
+    monkeypatch.setattr(agent.node.asg, "terminate_instance_in_auto_scaling_group", until_the_outage_ends)
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
     assert cluster.marker("outage-run", "DONE") is not None
     retries = [line for line in lines if line.startswith(f"could not leave {cluster.group} (") and "again in" in line]
@@ -399,8 +402,8 @@ def test_a_hand_back_iam_refuses_is_not_tried_again(make_cluster: Any, monkeypat
         error = {"Code": "AccessDenied", "Message": "not authorized to perform TerminateInstanceInAutoScalingGroup"}
         raise ClientError({"Error": error}, "TerminateInstanceInAutoScalingGroup")
 
-    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", denied)
-    agent.leave_group(cluster.group, for_good=True)
+    monkeypatch.setattr(agent.node.asg, "terminate_instance_in_auto_scaling_group", denied)
+    agent.group_exit.leave_group(cluster.group, for_good=True)
     assert len(calls) == 1 and lines[-1].endswith("terminate it by hand")
 
 
@@ -425,7 +428,7 @@ def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts
     # Attempt 0 uploads its checkpoint (progress); attempt 1 restores it and makes none; attempt 2 neither: FAILED.
     assert node.text.count("training attempt") == 3
     assert cluster.manifests("flat-run") == [1]
-    # its number is no training step (before, "resume step: 1", which trainctl cost took for step 1)
+    # its number is no training step ("resume step: 1" would be taken by trainctl cost for step 1)
     assert node.text.count("resume step: unknown (flat checkpoint 1)") == 2 and "resume step: 1" not in node.text
     assert node.text.count("resumed 1 step ''") == 2  # nor is it handed to the trainer as one (before: '1')
     failed = cluster.marker("flat-run", "FAILED")
@@ -445,8 +448,8 @@ def test_a_checkpoint_saved_over_an_unreadable_one_counts_as_progress(
     make_cluster: Any, make_nodes: Any, tmp_path: Path
 ) -> None:
     """The newest flat checkpoint (2) fails its sha256, so the node restores 1; its next save is numbered after every
-    step in S3 (3). Before, "progress" compared with the newest listed before the restore (2): that save counted as
-    no new checkpoint, and the job was FAILED one restart early."""
+    step in S3 (3). Progress is compared with the newest listed after the restore (1), not before it (2): that save
+    counts as a new checkpoint, and the job is not FAILED one restart early."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=1)
     log: list[str] = []
     store = CheckpointStore(cluster.aws.s3, cluster.bucket, f"{cluster.name}/bad-run/ckpt/", "bad-run", log.append)
@@ -482,8 +485,8 @@ def flat_syncer(aws: Any, tmp_path: Path, interval_s: Optional[float]) -> tuple[
 
 
 def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any, tmp_path: Path) -> None:
-    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. Before, B's final
-    sync uploaded that copy as the same next step as A's, and whichever came last won."""
+    """Rank 0's node A saves an emergency checkpoint; node B only holds the copy it restored. B's final sync does not
+    upload that copy as the same next step as A's (whichever came last would win)."""
     store, _, log = flat_syncer(aws, tmp_path, None)
     (tmp_path / "model.bin").write_text("state at step 4")
     store.upload(4, {"model.bin": str(tmp_path / "model.bin")}, "flat")
@@ -507,8 +510,8 @@ def test_a_restored_flat_checkpoint_is_not_uploaded_again_as_a_new_step(aws: Any
 
 
 def test_a_flat_file_of_a_killed_trainer_is_uploaded_only_if_it_was_already_unchanged(aws: Any, tmp_path: Path) -> None:
-    """A trainer SIGKILLed after the grace may have been writing its flat file: before, the final sync uploaded
-    whatever was there as the newest checkpoint, and every restore then picked the cut-off file."""
+    """A trainer SIGKILLed after the grace may have been writing its flat file: the final sync does not upload
+    whatever is there as the newest checkpoint, which every restore would then pick."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model.bin").write_text("half of a sta")  # the kill struck mid-write
     syncer.trainer_cut_off = True
@@ -525,8 +528,8 @@ def test_a_flat_file_rewritten_while_it_uploads_gets_no_manifest_until_it_upload
     aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The trainer saves model.bin again while the agent uploads it (s3transfer and the hashing each open it by
-    name): the object and the manifest's hashes may then be of two versions. Before, that step was recorded
-    durable, and pruning deleted the older good checkpoints for it."""
+    name): the object and the manifest's hashes may then be of two versions. That step gets no manifest until it
+    uploads whole; recorded durable, pruning would delete the older good checkpoints for it."""
     store, syncer, log = flat_syncer(aws, tmp_path, 0.01)
     model = tmp_path / "model.bin"
     model.write_text("state at step 10")
@@ -556,8 +559,8 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
     aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The checkpoint helper saves a step a second time (the trainer's final save lands on the step of the last
-    periodic one) while the agent uploads it: the directory is replaced. Before, that step was recorded durable
-    with objects and hashes that could be of two versions, and the job's final checkpoint then failed its check."""
+    periodic one) while the agent uploads it: the directory is replaced. That step is not recorded durable with
+    objects and hashes that could be of two versions (the job's final checkpoint would then fail its check)."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     step = tmp_path / "7"
     step.mkdir()
@@ -612,8 +615,9 @@ def test_a_step_saved_again_after_its_upload_is_uploaded_again(aws: Any, tmp_pat
 
 
 def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tmp_path: Path) -> None:
-    """A script keeps ``last.pt`` pointing at a file it has rotated away. Before, every sync round failed on it (no
-    flat checkpoint uploaded for the rest of the attempt) and ``pending()`` raised, failing a finished job."""
+    """A script keeps ``last.pt`` pointing at a file it has rotated away. The link is left out: failing every sync
+    round on it would upload no flat checkpoint for the rest of the attempt, and ``pending()`` would raise, failing a
+    finished job."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "model-20.bin").write_text("state at step 20")
     (tmp_path / "last.bin").symlink_to(tmp_path / "model-10.bin")  # rotated away
@@ -626,8 +630,8 @@ def test_a_dangling_link_in_a_flat_checkpoint_directory_is_left_out(aws: Any, tm
 
 
 def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, tmp_path: Path) -> None:
-    """A script saves to ``<dir>/000500/``. Before, the agent took it for step 500, walked ``<dir>/500/`` (absent),
-    and made an empty checkpoint 500 durable, pruning the good ones for it: a restore then got an empty folder."""
+    """A script saves to ``<dir>/000500/``. That is no step folder: taken for step 500, the agent would walk
+    ``<dir>/500/`` (absent) and make an empty checkpoint 500 durable, pruning the good ones for it."""
     ckpt = tmp_path / "ckpt"
     (ckpt / "000500").mkdir(parents=True)
     (ckpt / "000500" / "model.pt").write_text("state at step 500")
@@ -642,9 +646,9 @@ def test_a_zero_padded_folder_is_a_flat_checkpoint_not_an_empty_step(aws: Any, t
 
 
 def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_unchanged(aws: Any, tmp_path: Path) -> None:
-    """A script writes ``<dir>/<step>/`` file by file (as torch.distributed.checkpoint does). Before, the first round
-    after its mkdir uploaded what was there (one file of two, or none) as the newest checkpoint, and pruning
-    deleted the good one before it."""
+    """A script writes ``<dir>/<step>/`` file by file (as torch.distributed.checkpoint does). The first round after
+    its mkdir does not upload what is there (one file of two, or none) as the newest checkpoint, for which pruning
+    would delete the good one before it."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "100").mkdir()
     assert syncer.sync() is None and syncer.pending() is None  # an empty folder: nothing to upload or wait for
@@ -667,9 +671,9 @@ def test_a_step_folder_written_in_place_is_uploaded_once_two_rounds_see_it_uncha
 
 
 def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_from(aws: Any, tmp_path: Path) -> None:
-    """A script made ``900/`` and crashed; the next attempt resumes from 800 and writes 850. Before, the empty 900 was
-    the newest step: the resume step handed to the trainer, and the only folder the sync looked at, so 850 never
-    went up and was never pending."""
+    """A script made ``900/`` and crashed; the next attempt resumes from 800 and writes 850. The empty 900 is no
+    step: as the newest, it would be the resume step handed to the trainer and the only folder the sync looks at, so
+    850 would never go up nor be pending."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     assert store.complete_steps() == []
     for step in ("800", "900"):
@@ -687,8 +691,8 @@ def test_an_empty_step_folder_neither_hides_a_later_checkpoint_nor_is_resumed_fr
 
 
 def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path: Path) -> None:
-    """Rank 0 moves to node B during an attempt (a late joiner) after node A uploaded steps 1 and 2. Before, B
-    numbered its save from what it knew at the attempt's start (nothing: step 1) and wrote over A's objects of 1."""
+    """Rank 0 moves to node B during an attempt (a late joiner) after node A uploaded steps 1 and 2. B numbers its
+    save from S3, not from what it knew at the attempt's start (nothing: step 1, over A's objects of 1)."""
     (tmp_path / "A").mkdir()
     store, syncer_a, _ = flat_syncer(aws, tmp_path / "A", None)
     (tmp_path / "B").mkdir()
@@ -709,20 +713,20 @@ def test_a_flat_checkpoint_is_numbered_after_every_step_in_s3(aws: Any, tmp_path
 def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failed_writable: bool
 ) -> None:
-    """Before, a ClientError past the retries ended the agent with a traceback (and, when FAILED could not be
-    written either, with no marker and no one-line reason); the group still goes to 0 either way."""
+    """A ClientError past the retries ends the agent with a one-line reason and FAILED, not a traceback (and, when
+    FAILED cannot be written either, still with the one-line reason); the group goes to 0 either way."""
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("aws-run", {"train.py": ""}, "python train.py")
     agent, job, _ = agent_for(cluster)
-    agent.work_dir = str(tmp_path / "work")
+    tune(agent, work_dir=str(tmp_path / "work"))
     refuse = raising("PutObject")
     agent.attempts = lambda *args: refuse()  # say the synced marker, eight SlowDowns in a row
     if not failed_writable:
-        put = agent.s3.put_object
+        put = agent.node.s3.put_object
         monkeypatch.setattr(
-            agent.s3, "put_object", lambda **kw: refuse() if kw["Key"].endswith("/FAILED") else put(**kw)
+            agent.node.s3, "put_object", lambda **kw: refuse() if kw["Key"].endswith("/FAILED") else put(**kw)
         )
-    with pytest.raises(node_agent.JobFailed) as failed:
+    with pytest.raises(errors.JobFailed) as failed:
         agent._run(job)
     reason = str(failed.value)
     assert (
@@ -744,33 +748,33 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
 def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: str, min_nodes: int, leaves: bool
 ) -> None:
-    """Before, an error on a node that never started its trainer (here: the code download past S3's retries)
-    marked the whole job FAILED and scaled the group to 0, stopping peers that trained fine (min_nodes <
-    max_nodes). It now leaves the group, one node fewer. With fewer peers training than min_nodes (they wait for
-    this node), or none (a restart after a lost peer, or every node meeting the same error at the first boot) the
-    job still fails."""
+    """An error on a node that never started its trainer (here: the code download past S3's retries) does not mark
+    the whole job FAILED while peers train fine (min_nodes < max_nodes): the node leaves the group, one node fewer.
+    With fewer peers training than min_nodes (they wait for this node), or none (a restart after a lost peer, or
+    every node meeting the same error at the first boot) the job still fails."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=min_nodes, max_nodes=2)
     cluster.submit("boot-run", {"train.py": ""}, "python train.py")
     (a, a_ip), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)  # B: a replacement booting while A's trainer runs (or restarts)
-    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "ckpt")
-    agent.put_marker(job, f"nodes/{a}/training", {"attempt": 0, "address": a_ip, "private_ip": a_ip})
+    tune(agent, work_dir=str(tmp_path / "work"))
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.markers.put_marker(job, f"nodes/{a}/training", {"attempt": 0, "address": a_ip, "private_ip": a_ip})
     if peer == "restarting":  # A's attempt ended (a lost peer): it waits for B in its next rendezvous
         time.sleep(0.01)
-        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
-    monkeypatch.setattr(node_agent, "download_code", lambda *args: raising("GetObject")())
-    with pytest.raises(node_agent.AgentError) as error:
+        agent.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+    monkeypatch.setattr(supervisor, "download_code", lambda *args: raising("GetObject")())
+    with pytest.raises(errors.AgentError) as error:
         agent._run(job)
     assert "AWS did not answer after the retries: An error occurred (SlowDown)" in str(error.value)
     if leaves:
-        assert not isinstance(error.value, node_agent.JobFailed)
+        assert not isinstance(error.value, errors.JobFailed)
         assert cluster.marker("boot-run", "FAILED") is None
         assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
         assert any(
             f"(peers {a} train on without this node); leaving the group (one node fewer)" in line for line in lines
         )
     else:
-        assert isinstance(error.value, node_agent.JobFailed)
+        assert isinstance(error.value, errors.JobFailed)
         assert cluster.marker("boot-run", "FAILED") is not None and cluster.desired_capacity() == 0
 
 
@@ -783,8 +787,8 @@ def test_s3_errors_after_a_failed_attempt_count_as_no_progress_instead_of_ending
     cluster.submit("list-run", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time())
     agent.attempt = lambda *args: (1, False)
-    monkeypatch.setattr(agent.s3, "list_objects_v2", raising("ListObjectsV2"))
-    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == node_agent.EXIT_FAILED
+    monkeypatch.setattr(agent.node.s3, "list_objects_v2", raising("ListObjectsV2"))
+    assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == errors.EXIT_FAILED
     assert any(line.startswith("could not read the STOP marker (") for line in lines), lines
     assert any(line.startswith("could not list the checkpoints after the attempt (") for line in lines), lines
     failed = cluster.marker("list-run", "FAILED")
@@ -794,19 +798,19 @@ def test_s3_errors_after_a_failed_attempt_count_as_no_progress_instead_of_ending
 
 
 def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_cluster: Any, tmp_path: Path) -> None:
-    """Before, a node waiting for capacity that never came sat out the whole join timeout after trainctl stop (or
-    the budget guard), then wrote FAILED. Now it leaves the group for good: no replacement, no FAILED."""
+    """A node waiting for capacity that never comes does not sit out the whole join timeout after trainctl stop (or
+    the budget guard) and then write FAILED: it leaves the group for good, no replacement, no FAILED."""
     cluster: Cluster = make_cluster(nodes=2, min_nodes=3, max_nodes=3)  # waits for a third node
     cluster.submit("wait-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    agent.work_dir = str(tmp_path / "work")
+    tune(agent, work_dir=str(tmp_path / "work"))
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.join_timeout_s = 5.0  # a missed stop ends in FAILED after this
+    tune(agent, join_timeout_s=5.0)  # a missed stop ends in FAILED after this
 
     def stop_later() -> None:
         time.sleep(0.5)
-        agent.put_marker(job, "STOP", {"requested_at": time.time()})
+        agent.markers.put_marker(job, "STOP", {"requested_at": time.time()})
 
     threading.Thread(target=stop_later, daemon=True).start()
     assert agent._run(job) == 0
@@ -820,9 +824,9 @@ def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_
 def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_entries_not(
     aws: Any, tmp_path: Path
 ) -> None:
-    """torch.distributed.checkpoint writes its index as ``.metadata`` beside the shards. Before, a flat upload left
-    out every dot file at any depth: each checkpoint was recorded durable without its index, and no restore could
-    load it. Only the helper's and the agent's own top-level entries stay out."""
+    """torch.distributed.checkpoint writes its index as ``.metadata`` beside the shards. A flat upload keeps dot
+    files at any depth (without its index, no restore could load a checkpoint); only the helper's and the agent's own
+    top-level entries stay out."""
     store, syncer, _ = flat_syncer(aws, tmp_path, 3600)
     for rel, text in {
         "latest/.metadata": "dcp index",
@@ -847,10 +851,10 @@ def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_e
 def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
     make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A job of 2 nodes got 1 (no spot capacity for the other); its node waits for its peer when the operator
-    stops it. Before, the node left for good (one fewer: desired 1), no trainer had run to write STOPPED or set 0,
-    so the group kept wanting a node: once capacity came back, a billed node booted into the stopped job, and the
-    job showed STOPPING for good. Now ``trainctl stop`` cancels the launch not made, and the job ends STOPPED."""
+    """A job of 2 nodes got 1 (no spot capacity for the other); its node waits for its peer when the operator stops
+    it. ``trainctl stop`` cancels the launch not made, and the job ends STOPPED: a node leaving for good (desired 1)
+    with no trainer to write STOPPED or set 0 would leave the group wanting a node, and once capacity came back, a
+    billed node would boot into the stopped job, which would show STOPPING for good."""
     cluster = make_cluster(nodes=1, min_nodes=2, max_nodes=2)
     cluster.submit("short-run", {"train.py": "raise SystemExit('the trainer must not run')"}, "python train.py")
     launch = FakeAutoScalingGroup.set_desired_capacity
@@ -865,7 +869,8 @@ def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
     cluster.aws.asg.set_desired_capacity(AutoScalingGroupName=cluster.group, DesiredCapacity=2)
     [(node, _)] = cluster.instances()
     agent, job, lines = agent_for(cluster, node)
-    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "checkpoints")
+    tune(agent, work_dir=str(tmp_path / "work"))
+    job.checkpoint_dir = str(tmp_path / "checkpoints")
     said: dict[str, Any] = {}
 
     def operator_stops() -> None:
@@ -890,10 +895,10 @@ def test_a_stop_while_spot_capacity_is_short_cancels_the_launches_not_made(
 
 def test_step_folders_are_uploaded_though_flat_checkpoints_took_their_numbers_first(aws: Any, tmp_path: Path) -> None:
     """A script keeps a file in the checkpoint directory (a config dump, rewritten as it goes) before writing its
-    first step folder. The agent uploaded that file as flat checkpoints 1 to 4 (3 and 4 kept). Before, step folder
-    1 was never uploaded (1 was "durable" already, and below 4), nothing was pending on a notice, the checkpoint
-    helper read step 4 as durable, and every restore took flat checkpoint 4: the config, no weights. Now the step
-    goes up, the flat ones above it still in S3 are deleted (those pruned long ago are only forgotten)."""
+    first step folder. The agent uploads that file as flat checkpoints 1 to 4 (3 and 4 kept). Step folder 1 still
+    goes up (not taken as "durable" already and below 4, which would leave nothing pending on a notice and every
+    restore taking flat checkpoint 4: the config, no weights), and the flat ones above it still in S3 are deleted
+    (those pruned long ago are only forgotten)."""
     store, syncer, log = flat_syncer(aws, tmp_path, 0.001)
     config = tmp_path / "config.json"
     for version in (1, 2, 3, 4):

@@ -7,6 +7,7 @@ for that peer's final sync before it restores.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import re
@@ -24,11 +25,12 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.retries.standard import ExponentialBackoff
-from spot_training.agent import checkpoint_store
+from spot_training.agent import checkpoint_store, errors
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.drain import DrainHold
 from spot_training.agent.instance_signals import Imds as InstanceMetadata
 from spot_training.agent.job import load_job
+from spot_training.agent.supervisor import Agent
 from spot_training.job_spec import DRAIN_HOOK
 from spot_training.sync_state import COMPLETE
 
@@ -69,7 +71,7 @@ class Imds:
 
 
 class Lines(list[str]):
-    """The agent's log (``node_agent.Log``) as a list of its lines: no CloudWatch shipping."""
+    """The agent's log (``log_shipping.Log``) as a list of its lines: no CloudWatch shipping."""
 
     shipper = None
 
@@ -96,7 +98,7 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
     """The agent of ``instance_id`` (default: the cluster's first instance), its job, and the lines it logs."""
     instance_id = instance_id or cluster.instances()[0][0]
     lines = Lines()
-    agent = node_agent.Agent(
+    agent = Agent(
         node_agent.parse_args(
             [
                 *("--region", REGION, "--team", TEAM, "--cluster", cluster.name),
@@ -104,20 +106,25 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
             ]
         )
     )
-    agent.log = lines
-    agent.imds = Imds()  # no notice; never the real metadata address
-    agent.poll_s = 0.05
-    agent.group = cluster.group
-    return agent, load_job(agent.ssm, cluster.spec_parameter), lines
+    agent.node.log = lines
+    agent.node.imds = Imds()  # no notice; never the real metadata address
+    tune(agent, poll_s=0.05)
+    agent.node.group = cluster.group
+    return agent, load_job(agent.node.ssm, cluster.spec_parameter), lines
+
+
+def tune(agent: Any, **settings: Any) -> None:
+    """Set some of the agent's settings (``AgentSettings``: ``poll_s``, ``barrier_s``, ``work_dir``, ...)."""
+    agent.node.settings = dataclasses.replace(agent.node.settings, **settings)
 
 
 def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: float) -> tuple[Any, Any, list[str]]:
     """``agent_for``, after an attempt with every instance of the cluster whose trainer started at ``started``
     (each wrote its ``training`` marker then) and ended (here) now."""
     agent, job, lines = agent_for(cluster, instance_id)
-    agent.peers = cluster.instances()
-    agent.trainer_started, agent.trainer_ended = started, time.time()
-    for peer, ip in agent.peers:
+    agent.rendezvous.peers = cluster.instances()
+    agent.syncs.trainer_started, agent.syncs.trainer_ended = started, time.time()
+    for peer, ip in agent.rendezvous.peers:
         put_old_marker(agent, job, f"nodes/{peer}/training", {"attempt": 0, "address": ip, "private_ip": ip}, started)
     return agent, job, lines
 
@@ -125,7 +132,7 @@ def restarting(cluster: Cluster, instance_id: Optional[str] = None, *, started: 
 def put_old_marker(agent: Any, job: Any, name: str, body: dict[str, Any], written_at: float) -> None:
     """A marker as a peer's agent wrote it at ``written_at`` (``put_marker`` stamps the current time)."""
     body = dict(body, job_id=job.job_id, time=written_at)
-    agent.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}{name}", Body=json.dumps(body).encode())
+    agent.node.s3.put_object(Bucket=job.bucket, Key=f"{job.job_prefix}{name}", Body=json.dumps(body).encode())
 
 
 def raising(operation: str) -> Any:
@@ -138,13 +145,15 @@ def raising(operation: str) -> Any:
 
 
 def store_of(agent: Any, job: Any) -> Any:
-    return checkpoint_store.CheckpointStore(agent.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.log)
+    return checkpoint_store.CheckpointStore(
+        agent.node.s3, job.bucket, f"{job.job_prefix}ckpt/", job.job_id, agent.node.log
+    )
 
 
 def run(agent: Any, job: Any, tmp_path: Path, seconds: float) -> tuple[int, bool, Path]:
     saved = tmp_path / "saved"
     cmd = [sys.executable, "-c", TRAINER, str(saved), str(seconds)]
-    rc, interrupted = agent.run_trainer(job, str(tmp_path), cmd, {}, NoSync(store_of(agent, job)))
+    rc, interrupted = agent.trainer.run(job, str(tmp_path), cmd, {}, NoSync(store_of(agent, job)))
     return rc, interrupted, saved
 
 
@@ -159,14 +168,14 @@ def test_a_notice_reaches_the_trainer_even_when_s3_fails(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent, job, lines = agent_for(cluster)
-    agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
+    agent.node.imds = Imds(NOTICE, ready=tmp_path / "saved.ready")
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))  # the leaving marker
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
     assert (rc, interrupted) == (143, True)
     assert saved.read_text() == "saved"  # SIGTERM, not the SIGKILL of a crashed agent
     assert any("sending SIGTERM to the trainer" in line for line in lines)
     assert any("could not announce leaving or list checkpoints" in line and "SlowDown" in line for line in lines), lines
-    assert agent.notice_newest is None
+    assert agent.trainer.notice_newest is None
 
 
 def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
@@ -179,14 +188,14 @@ def test_a_notice_reaches_the_trainer_while_an_s3_call_of_the_agent_hangs(
     entered, release = threading.Event(), threading.Event()
     # The notice comes only once the agent's loop is stuck in its S3 call: were it earlier, the loop would end
     # before that call and the test would not show what it is about (it failed that way on a loaded CI machine).
-    agent.imds = Imds(NOTICE, ready=tmp_path / "saved.ready", gate=entered)
+    agent.node.imds = Imds(NOTICE, ready=tmp_path / "saved.ready", gate=entered)
 
     def hanging(**kwargs: Any) -> Any:  # the STOP marker's listing, until the test releases it (bounded)
         entered.set()
         release.wait(60)
         return raising("ListObjectsV2")(**kwargs)
 
-    monkeypatch.setattr(agent.s3, "list_objects_v2", hanging)
+    monkeypatch.setattr(agent.node.s3, "list_objects_v2", hanging)
     result: list[tuple[int, bool, Path]] = []
     trainer = threading.Thread(target=lambda: result.append(run(agent, job, tmp_path, seconds=60)))
     trainer.start()
@@ -217,10 +226,11 @@ class OddOnceImds(Imds):
 
 
 def test_an_unexpected_error_in_the_notice_watch_does_not_end_it(cluster: Cluster, tmp_path: Path) -> None:
-    """The notice watch is the only reader of the spot notice while the trainer runs. Before, any error other than
-    a failed metadata read ended its thread, and the trainer ran on through the notice until EC2 took the instance."""
+    """The notice watch is the only reader of the spot notice while the trainer runs: an error other than a failed
+    metadata read must not end its thread, or the trainer would run on through the notice until EC2 took the
+    instance."""
     agent, job, lines = agent_for(cluster)
-    agent.imds = OddOnceImds(NOTICE, ready=tmp_path / "saved.ready")
+    agent.node.imds = OddOnceImds(NOTICE, ready=tmp_path / "saved.ready")
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
     assert (rc, interrupted) == (143, True)
     assert saved.read_text() == "saved"
@@ -237,8 +247,8 @@ def test_an_s3_error_while_polling_the_job_does_not_end_the_agent(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: Any, says: str
 ) -> None:
     agent, job, lines = agent_for(cluster)
-    agent.imds = Imds()
-    monkeypatch.setattr(agent.s3, "list_objects_v2", failing)  # the STOP marker
+    agent.node.imds = Imds()
+    monkeypatch.setattr(agent.node.s3, "list_objects_v2", failing)  # the STOP marker
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()
@@ -253,9 +263,10 @@ class GarbledImds(Imds):
 
 
 def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_path: Path) -> None:
-    """Before, it escaped the loop: the trainer SIGKILLed with no emergency checkpoint, the job FAILED."""
+    """A garbled answer is a failed poll: escaping the loop would SIGKILL the trainer with no emergency checkpoint
+    and FAIL the job."""
     agent, job, lines = agent_for(cluster)
-    agent.imds = GarbledImds()
+    agent.node.imds = GarbledImds()
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=1)
     assert (rc, interrupted) == (0, False)  # the trainer ran to its end
     assert not saved.exists()
@@ -265,18 +276,18 @@ def test_a_garbled_metadata_answer_does_not_end_the_agent(cluster: Cluster, tmp_
 def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_token_is_renewed(
     cluster: Cluster,
 ) -> None:
-    """Before, a notice read that was not UTF-8 raised UnicodeDecodeError out of ``notice()``: on the notice watcher's
-    thread, that ended the watch, and the trainer ran on through the notice."""
+    """A notice read that is not UTF-8 is a failed poll: a UnicodeDecodeError out of ``notice()`` would end the
+    notice watcher's thread, and the trainer would run on through the notice."""
     agent, _, lines = agent_for(cluster)
-    with ImdsMock(instance_id=agent.instance_id) as mock:
+    with ImdsMock(instance_id=agent.node.instance_id) as mock:
         mock.terminating()
         mock.values["spot/instance-action"] = b"\xff\xfe{"
-        agent.imds = InstanceMetadata(mock.url)
-        assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
+        agent.node.imds = InstanceMetadata(mock.url)
+        assert agent.node.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
         mock.tokens.clear()  # the agent's token no longer counts: 401, a new token, the answer
-        assert agent.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
+        assert agent.node.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
         assert [r for r in mock.requests if r.startswith("PUT")] == ["PUT /latest/api/token"] * 2
-        assert agent.notice() is None
+        assert agent.notices.notice() is None
         assert any(line.startswith("IMDS poll failed: 'utf-8' codec can't decode") for line in lines), lines
 
 
@@ -284,11 +295,11 @@ def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluste
     (survivor, _), (leaver, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
     peer, _, _ = agent_for(cluster, leaver)
-    peer.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
+    peer.markers.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
     events: list[str] = []
 
     def restart() -> None:
-        agent.wait_for_final_syncs(job)
+        agent.syncs.wait_for_final_syncs(job)
         events.append("restoring")
 
     waiter = threading.Thread(target=restart)
@@ -300,7 +311,7 @@ def test_a_restart_waits_for_the_final_sync_of_a_peer_leaving_on_a_notice(cluste
     assert f"waiting for the final checkpoint sync of peer(s) {leaver}" in lines
     assert events == []  # still waiting: the leaving peer has not synced
     events.append("peer synced")
-    peer.put_marker(job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None})
+    peer.markers.put_marker(job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None})
     waiter.join(timeout=20)
     assert events == ["peer synced", "restoring"]
     assert f"peer(s) {leaver} synced their final checkpoints" in lines
@@ -311,18 +322,20 @@ def test_a_leaving_peer_that_never_syncs_holds_a_restart_only_for_the_grace(make
     cluster.submit("job-g", {"train.py": ""}, "python train.py")
     (survivor, _), (leaver, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
-    agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
+    agent.markers.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE})
     # a final sync from before this attempt's trainer started does not count
-    put_old_marker(agent, job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None}, agent.trainer_started - 60)
-    agent.wait_for_final_syncs(job)
+    put_old_marker(
+        agent, job, f"nodes/{leaver}/synced", {"attempt": 0, "pending": None}, agent.syncs.trainer_started - 60
+    )
+    agent.syncs.wait_for_final_syncs(job)
     assert lines[-1] == f"no final sync from peer(s) {leaver} within 1 s; restarting from what S3 holds"
 
 
 def test_a_restart_does_not_wait_for_a_peer_that_left_the_group(cluster: Cluster) -> None:
     (survivor, _), (gone, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time())
-    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
-    agent.wait_for_final_syncs(job)  # unsynced, but gone: a hard kill, it has nothing more to give
+    agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
+    agent.syncs.wait_for_final_syncs(job)  # unsynced, but gone: a hard kill, it has nothing more to give
     assert lines == []
 
 
@@ -330,18 +343,18 @@ def test_a_peers_late_sync_of_its_previous_trainer_is_not_the_sync_of_the_one_it
     cluster: Cluster,
 ) -> None:
     """B (rank 0) synced the previous attempt after the grace: A had restarted without it, and B reported that
-    sync after A's trainer started, then joined A's trainer. Before, that late ``synced`` counted for this attempt:
-    A restarted without waiting for B's emergency checkpoint, and with B hard-killed, A's done barrier counted B's
-    final checkpoint durable (DONE without it)."""
+    sync after A's trainer started, then joined A's trainer. That late ``synced`` is not the sync of this attempt:
+    counted for it, A would restart without waiting for B's emergency checkpoint, and with B hard-killed, A's done
+    barrier would count B's final checkpoint durable (DONE without it)."""
     (a, _), (b, b_ip) = cluster.instances()
     agent, job, _ = restarting(cluster, a, started=time.time() - 10)
-    late = agent.trainer_started + 2
+    late = agent.syncs.trainer_started + 2
     put_old_marker(agent, job, f"nodes/{b}/synced", {"attempt": 0, "pending": None}, late)
     put_old_marker(agent, job, f"nodes/{b}/training", {"attempt": 1, "address": b_ip, "private_ip": b_ip}, late + 2)
-    assert agent.unsynced_peers(job) == [b]
-    assert not agent.synced_durably(job, b)
-    agent.put_marker(job, f"nodes/{b}/synced", {"attempt": 1, "pending": None})  # B's final sync of this one
-    assert agent.unsynced_peers(job) == [] and agent.synced_durably(job, b)
+    assert agent.syncs.unsynced_peers(job) == [b]
+    assert not agent.syncs.synced_durably(job, b)
+    agent.markers.put_marker(job, f"nodes/{b}/synced", {"attempt": 1, "pending": None})  # B's final sync of this one
+    assert agent.syncs.unsynced_peers(job) == [] and agent.syncs.synced_durably(job, b)
 
 
 @pytest.mark.parametrize("last_trainer", ["synced before this attempt", "none (still restoring)"])
@@ -355,21 +368,21 @@ def test_a_restart_does_not_wait_for_a_peer_that_started_no_trainer_since_its_la
     cluster.submit("job-r", {"train.py": ""}, "python train.py")
     (survivor, _), (peer, peer_ip) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
-    agent.s3.delete_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/{peer}/training")
+    agent.node.s3.delete_object(Bucket=job.bucket, Key=f"{job.job_prefix}nodes/{peer}/training")
     if last_trainer == "synced before this attempt":
-        earlier = agent.trainer_started - 60
+        earlier = agent.syncs.trainer_started - 60
         training = {"attempt": 0, "address": peer_ip, "private_ip": peer_ip}
         put_old_marker(agent, job, f"nodes/{peer}/training", training, earlier)
         put_old_marker(agent, job, f"nodes/{peer}/synced", {"attempt": 0, "pending": None}, earlier + 30)
-    agent.wait_for_final_syncs(job)
-    assert agent.unsynced_peers(job) == []
+    agent.syncs.wait_for_final_syncs(job)
+    assert agent.syncs.unsynced_peers(job) == []
     assert lines == []
 
 
 def test_a_restart_judges_progress_after_the_final_sync_of_a_peer_that_stays(make_cluster: Any, tmp_path: Path) -> None:
     """B's trainer failed; A (rank 0, no notice, staying) still uploads the checkpoint its trainer saved in this
-    attempt. Before, only peers leaving on a notice were waited for: B listed S3 before A's upload landed, saw no
-    new checkpoint and, with max_restarts 0, wrote FAILED over a job that had made progress."""
+    attempt. B waits for A's final sync too, not only for peers leaving on a notice: listing S3 before A's upload
+    lands, B would see no new checkpoint and, with max_restarts 0, write FAILED over a job that made progress."""
     cluster: Cluster = make_cluster(nodes=2, max_restarts=0, interruption_grace_s=30)
     cluster.submit("sync-run", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
@@ -382,19 +395,19 @@ def test_a_restart_judges_progress_after_the_final_sync_of_a_peer_that_stays(mak
     def attempt(*_: Any) -> tuple[int, bool]:
         calls.append(len(calls))
         if len(calls) == 1:
-            agent.newest_before = 1  # what the attempt's restore found
+            agent.trainer.newest_before = 1  # what the attempt's restore found
             return 1, False
-        raise node_agent.LeavingBeforeTraining("the test ends here")  # bounded: the second attempt never trains
+        raise errors.LeavingBeforeTraining("the test ends here")  # bounded: the second attempt never trains
 
     def a_uploads_then_syncs() -> None:
         time.sleep(1.0)
         (tmp_path / "model.bin").write_text("state 2")
         store.upload(2, {"model.bin": str(tmp_path / "model.bin")}, "flat")
-        agent.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
+        agent.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})
 
     agent.attempt = attempt
     threading.Thread(target=a_uploads_then_syncs, daemon=True).start()
-    with pytest.raises(node_agent.LeavingBeforeTraining, match="the test ends here"):
+    with pytest.raises(errors.LeavingBeforeTraining, match="the test ends here"):
         agent.attempts(job, cluster.group, "/tmp", store)
     assert f"waiting for the final checkpoint sync of peer(s) {a}" in lines
     assert "trainer exited with code 1; progress was made; restarts without progress: 0/0" in lines
@@ -418,14 +431,14 @@ def test_an_s3_brownout_of_several_seconds_does_not_end_the_agent(
         answered.append(503)
         return AWSResponse(request.url, 503, {}, SlowDownBody())
 
-    agent.s3.meta.events.register("before-send.s3.PutObject", slow_down)
-    agent.put_marker(job, "nodes/i-test/done", {})
+    agent.node.s3.meta.events.register("before-send.s3.PutObject", slow_down)
+    agent.markers.put_marker(job, "nodes/i-test/done", {})
     assert answered == [503] * 7  # the eighth attempt went through
     assert cluster.marker(job.job_id, "nodes/i-test/done") is not None
     answered.clear()
     slow_downs[0] = 8
     with pytest.raises(ClientError, match="SlowDown"):
-        agent.put_marker(job, "nodes/i-test/other", {})
+        agent.markers.put_marker(job, "nodes/i-test/other", {})
     assert answered == [503] * 8  # eight attempts, then the error
 
 
@@ -476,10 +489,10 @@ def test_a_peer_that_left_before_its_trainer_ran_restarts_ours(
     (survivor, _), (peer, _) = cluster.instances()
     agent, job, _ = restarting(cluster, survivor, started=time.time())
     if leaving is not None:
-        agent.put_marker(job, f"nodes/{peer}/leaving", leaving)
-    assert agent.lost_peer(job) is None  # still in the group
-    agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=peer, ShouldDecrementDesiredCapacity=True)
-    assert agent.lost_peer(job) == ((peer, expected) if expected else None)
+        agent.markers.put_marker(job, f"nodes/{peer}/leaving", leaving)
+    assert agent.rendezvous.lost_peer(job) is None  # still in the group
+    agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=peer, ShouldDecrementDesiredCapacity=True)
+    assert agent.rendezvous.lost_peer(job) == ((peer, expected) if expected else None)
 
 
 def joined_later(cluster: Cluster, tmp_path: Path) -> tuple[Any, Any, list[str], Any, str, str]:
@@ -487,24 +500,24 @@ def joined_later(cluster: Cluster, tmp_path: Path) -> tuple[Any, Any, list[str],
     and address. A's torchrun records its rounds in ``tmp_path / "world.json"``."""
     (a, a_ip), (b, b_ip) = cluster.instances()
     agent, job, lines = restarting(cluster, a, started=time.time() - 5)
-    agent.peers = [(a, a_ip)]
-    agent.world_file = str(tmp_path / "world.json")
+    agent.rendezvous.peers = [(a, a_ip)]
+    agent.rendezvous.world_file = str(tmp_path / "world.json")
     joiner, _, _ = agent_for(cluster, b)
     return agent, job, lines, joiner, b, b_ip
 
 
 def new_round(agent: Any, *addresses: str) -> None:
     """What spot_training.launch writes after a rendezvous round."""
-    Path(agent.world_file).write_text(json.dumps({"addresses": sorted(addresses)}))
+    Path(agent.rendezvous.world_file).write_text(json.dumps({"addresses": sorted(addresses)}))
 
 
 def test_a_peer_that_joins_the_training_later_is_watched_like_the_first_ones(cluster: Cluster, tmp_path: Path) -> None:
-    """A trained alone; B booted later and joined A's rendezvous (torchrun restarts the workers with it). Before,
-    A's agent knew only the peers it found at its start: B's hard kill went unnoticed until the collective timed
-    out. Now the round's addresses and B's training marker make B a peer of A's attempt."""
+    """A trained alone; B booted later and joined A's rendezvous (torchrun restarts the workers with it). The
+    round's addresses and B's training marker make B a peer of A's attempt: with only the peers found at its start,
+    A's agent would miss B's hard kill until the collective timed out."""
     agent, job, lines, joiner, b, b_ip = joined_later(cluster, tmp_path)
-    a_ip = agent.peers[0][1]
-    joiner.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
+    a_ip = agent.rendezvous.peers[0][1]
+    joiner.markers.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
     ready = tmp_path / "saved.ready"
 
     def b_joins_then_vanishes() -> None:
@@ -517,12 +530,12 @@ def test_a_peer_that_joins_the_training_later_is_watched_like_the_first_ones(clu
             if f"peer {b} joined the training" in lines:
                 break
             time.sleep(0.05)
-        agent.asg.terminate_instance_in_auto_scaling_group(InstanceId=b, ShouldDecrementDesiredCapacity=False)
+        agent.node.asg.terminate_instance_in_auto_scaling_group(InstanceId=b, ShouldDecrementDesiredCapacity=False)
 
     threading.Thread(target=b_joins_then_vanishes, daemon=True).start()
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=30)
     assert (rc, interrupted, saved.read_text()) == (143, False, "saved")  # restarted at once, not after 30 s
-    assert (b, b_ip) in agent.peers
+    assert (b, b_ip) in agent.rendezvous.peers
     assert f"peer {b} left the group without a notice: restarting with the current peers" in lines
 
 
@@ -534,11 +547,11 @@ def test_the_done_barrier_waits_for_a_peer_that_joined_the_training_later(
     checkpoint). B's trainer started but never made it into a round (the training ended first): not a peer, A
     writes DONE at once."""
     agent, job, lines, joiner, b, b_ip = joined_later(cluster, tmp_path)
-    joiner.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
-    new_round(agent, agent.peers[0][1], *([b_ip] if in_round else []))
-    agent.add_joined_peers(job, agent.node_markers(job))
-    agent.barrier_s = 0.5
-    assert agent.finish(job, cluster.group)
+    joiner.markers.put_marker(job, f"nodes/{b}/training", {"attempt": 0, "address": b_ip, "private_ip": b_ip})
+    new_round(agent, agent.rendezvous.peers[0][1], *([b_ip] if in_round else []))
+    agent.rendezvous.add_joined_peers(job, agent.markers.node_markers(job))
+    tune(agent, barrier_s=0.5)
+    assert agent.endings.finish(job, cluster.group)
     if in_round:
         assert cluster.marker(job.job_id, "DONE") is None
         assert any(line.startswith(f"peers {b} did not report done within") for line in lines), lines
@@ -554,12 +567,12 @@ def test_a_notice_while_waiting_for_a_leaving_peer_ends_the_wait(cluster: Cluste
     (survivor, _), (leaver, _) = cluster.instances()
     agent, job, lines = restarting(cluster, survivor, started=time.time() - 1)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)  # an earlier attempt's
-    agent.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
-    agent.imds = Imds(NOTICE)
-    with pytest.raises(node_agent.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart") as e:
-        agent.wait_for_final_syncs(job)
-    assert agent.leave_before_training(job, cluster.group, str(e.value)) == 0
+    agent.syncs.syncer = Syncer(store_of(agent, job), job, agent.node.log, keep=2)  # an earlier attempt's
+    agent.markers.put_marker(job, f"nodes/{leaver}/leaving", {"notice": NOTICE, "trainer": True})  # never syncs
+    agent.node.imds = Imds(NOTICE)
+    with pytest.raises(errors.LeavingBeforeTraining, match=r"spot interruption notice .* during a restart") as e:
+        agent.syncs.wait_for_final_syncs(job)
+    assert agent.endings.leave_before_training(job, cluster.group, str(e.value)) == 0
     assert not [line for line in lines if "within the grace" in line], lines  # the bug waited 30 s and said so
     assert f"left {cluster.group}: the group launches a replacement" in lines
     assert survivor not in [i for i, _ in cluster.instances()]
@@ -574,11 +587,11 @@ def test_leaving_before_training_makes_the_nodes_own_unsynced_checkpoint_durable
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_bytes(b"weights")
-    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)
+    agent.syncs.syncer = Syncer(store_of(agent, job), job, agent.node.log, keep=2)
     assert cluster.manifests(job.job_id) == []
-    assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
+    assert agent.endings.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
     assert cluster.manifests(job.job_id) == [7]
-    marker = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving")
+    marker = cluster.marker(job.job_id, f"nodes/{agent.node.instance_id}/leaving")
     assert marker is not None and marker["trainer"] is False
     assert lines[-1] == f"left {cluster.group}: the group launches a replacement"
 
@@ -590,13 +603,13 @@ def test_leaving_before_training_hands_the_instance_back_even_when_s3_fails(
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "7").mkdir(parents=True)
     (tmp_path / "ckpt" / "7" / "state.pt").write_text("not in S3 yet")
-    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)
-    monkeypatch.setattr(agent.syncer.store, "listing", raising("ListObjectsV2"))
-    monkeypatch.setattr(agent.s3, "put_object", raising("PutObject"))  # the leaving marker
-    assert agent.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
+    agent.syncs.syncer = Syncer(store_of(agent, job), job, agent.node.log, keep=2)
+    monkeypatch.setattr(agent.syncs.syncer.store, "listing", raising("ListObjectsV2"))
+    monkeypatch.setattr(agent.node.s3, "put_object", raising("PutObject"))  # the leaving marker
+    assert agent.endings.leave_before_training(job, cluster.group, "spot interruption notice x during a restart") == 0
     assert any(line.startswith("could not announce leaving:") and "SlowDown" in line for line in lines), lines
     assert any("could not make this node's last checkpoint durable" in line for line in lines), lines
-    assert agent.instance_id not in [i for i, _ in cluster.instances()]
+    assert agent.node.instance_id not in [i for i, _ in cluster.instances()]
 
 
 def test_a_notice_during_a_restore_stops_it_at_the_next_part(
@@ -611,17 +624,17 @@ def test_a_notice_during_a_restore_stops_it_at_the_next_part(
     src.write_bytes(bytes(range(32)))
     store.upload(7, {"state.pt": str(src)}, "step")
     started, fetched = threading.Event(), []
-    get_range = store.get_range
+    get_range = store.download.get_range
 
     def counted(*args: Any) -> Any:
         started.set()  # the notice comes once the download is under way
         fetched.append(args)
         return get_range(*args)
 
-    monkeypatch.setattr(store, "get_range", counted)
-    agent.imds = Imds(NOTICE, gate=started)
+    monkeypatch.setattr(store.download, "get_range", counted)
+    agent.node.imds = Imds(NOTICE, gate=started)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    with pytest.raises(node_agent.LeavingBeforeTraining, match="during checkpoint restore"):
+    with pytest.raises(errors.LeavingBeforeTraining, match="during checkpoint restore"):
         agent.attempt(job, cluster.group, str(tmp_path), store, 0)
     assert len(fetched) < 8  # not every part: it stopped at the next one
     assert list((tmp_path / "ckpt").iterdir()) == []  # no half-downloaded checkpoint, no temporary directory
@@ -642,7 +655,7 @@ def test_a_failed_upload_is_retried_next_round_not_the_end_of_the_job(
         raise S3UploadFailedError("Failed to upload state.pt: An error occurred (SlowDown) when calling PutObject")
 
     monkeypatch.setattr(store.s3, "upload_file", failed)
-    syncer = Syncer(store, job, agent.log, keep=1)
+    syncer = Syncer(store, job, agent.node.log, keep=1)
     syncer.sync(final=True)
     assert any(line.startswith("checkpoint sync failed (S3UploadFailedError") for line in lines), lines
     assert syncer.pending() is not None  # still to upload: the next round tries again
@@ -651,7 +664,7 @@ def test_a_failed_upload_is_retried_next_round_not_the_end_of_the_job(
 def held_by_its_group(agent: Any, monkeypatch: pytest.MonkeyPatch, held: str, group: str) -> list[dict[str, Any]]:
     """Auto Scaling answers as when the group holds ``held`` in Terminating:Wait (its drain hook; plain moto has no
     hooks): describes say so, a terminate of it is refused, and CompleteLifecycleAction calls are recorded."""
-    describe_groups = agent.asg.describe_auto_scaling_groups
+    describe_groups = agent.node.asg.describe_auto_scaling_groups
     completed: list[dict[str, Any]] = []
 
     def groups(**kwargs: Any) -> Any:
@@ -676,32 +689,32 @@ def held_by_its_group(agent: Any, monkeypatch: pytest.MonkeyPatch, held: str, gr
             "TerminateInstanceInAutoScalingGroup",
         )
 
-    monkeypatch.setattr(agent.asg, "describe_auto_scaling_groups", groups)
-    monkeypatch.setattr(agent.asg, "describe_auto_scaling_instances", instances)
-    monkeypatch.setattr(agent.asg, "terminate_instance_in_auto_scaling_group", terminate)
-    monkeypatch.setattr(agent.asg, "complete_lifecycle_action", lambda **kwargs: completed.append(kwargs))
+    monkeypatch.setattr(agent.node.asg, "describe_auto_scaling_groups", groups)
+    monkeypatch.setattr(agent.node.asg, "describe_auto_scaling_instances", instances)
+    monkeypatch.setattr(agent.node.asg, "terminate_instance_in_auto_scaling_group", terminate)
+    monkeypatch.setattr(agent.node.asg, "complete_lifecycle_action", lambda **kwargs: completed.append(kwargs))
     return completed
 
 
 def test_a_peer_its_group_holds_is_not_lost(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A peer its group ends (capacity rebalancing, a scale-in, on AWS a spot notice too) waits in Terminating:Wait,
-    running: its agent saves and announces ``leaving``, and its trainer's exit stops ours. Before, anything not
-    InService counted as powered off, and ours was stopped at once with a 10 s grace, its checkpoint cut short."""
+    running: its agent saves and announces ``leaving``, and its trainer's exit stops ours. It is not powered off:
+    counted as lost, ours would be stopped at once with a 10 s grace, its checkpoint cut short."""
     (survivor, _), (peer, _) = cluster.instances()
     agent, job, _ = restarting(cluster, survivor, started=time.time())
     held_by_its_group(agent, monkeypatch, peer, cluster.group)
-    assert agent.lost_peer(job) is None
+    assert agent.rendezvous.lost_peer(job) is None
 
 
 def test_an_instance_its_group_ends_already_is_let_go_and_its_hook_completed(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a notice the agent hands its instance back; on AWS, under capacity rebalancing, the group may hold it in
-    Terminating:Wait already, and refuses the terminate. Before, the agent logged that someone should terminate it by
-    hand and left the drain hook to time out (the instance billed for 300 s more)."""
+    Terminating:Wait already, and refuses the terminate. The agent lets it go and completes the drain hook, instead
+    of asking for a termination by hand and leaving the hook to time out (the instance billed for 300 s more)."""
     agent, _, lines = agent_for(cluster)
-    completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
-    agent.hand_back(cluster.group)
+    completed = held_by_its_group(agent, monkeypatch, agent.node.instance_id, "its-group")
+    agent.group_exit.hand_back(cluster.group)
     agent.complete_drain()
     assert f"leaving {cluster.group}: it is ending this instance already (Terminating:Wait)" in lines
     assert not [line for line in lines if "terminate it by hand" in line]
@@ -709,7 +722,7 @@ def test_an_instance_its_group_ends_already_is_let_go_and_its_hook_completed(
         {
             "AutoScalingGroupName": "its-group",  # the group Auto Scaling names, whatever the agent was told
             "LifecycleHookName": DRAIN_HOOK,
-            "InstanceId": agent.instance_id,
+            "InstanceId": agent.node.instance_id,
             "LifecycleActionResult": "CONTINUE",
         }
     ]
@@ -724,16 +737,16 @@ def test_the_drain_is_completed_once_terminating_becomes_the_wait(
     without completing it: the instance stayed billed for the hook's 300 s heartbeat. It waits for the hold, as the
     user data's ``complete_drain`` does."""
     agent, _, lines = agent_for(cluster)
-    completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
+    completed = held_by_its_group(agent, monkeypatch, agent.node.instance_id, "its-group")
     states = iter(["Terminating", "Terminating:Wait"])
 
     def instances(InstanceIds: list[str]) -> Any:
         state = next(states)
         return {"AutoScalingInstances": [{"AutoScalingGroupName": "its-group", "LifecycleState": state}]}
 
-    monkeypatch.setattr(agent.asg, "describe_auto_scaling_instances", instances)
+    monkeypatch.setattr(agent.node.asg, "describe_auto_scaling_instances", instances)
     agent.complete_drain()
-    assert [c["InstanceId"] for c in completed] == [agent.instance_id]
+    assert [c["InstanceId"] for c in completed] == [agent.node.instance_id]
     assert f"completed {DRAIN_HOOK}: its-group terminates this instance now" in lines
 
 
@@ -752,17 +765,17 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
 ) -> None:
     """The drain hold (against the hook itself: tests/emulator/test_lifecycle_hooks.py) runs from the job's start. It
     records the hook's heartbeat only while checkpoint bytes go to S3, no trainer runs and the group ends the
-    instance, and stops before the agent completes the hook. Before, nothing extended the hook: an upload longer
-    than its 300 s heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) was
-    cut off."""
+    instance, and stops before the agent completes the hook. Without it, an upload longer than the hook's 300 s
+    heartbeat (a large final checkpoint, or rank 0's upload when a stop scales the group to 0) would be cut off."""
     agent, job, lines = agent_for(cluster)
-    completed = held_by_its_group(agent, monkeypatch, agent.instance_id, "its-group")
+    completed = held_by_its_group(agent, monkeypatch, agent.node.instance_id, "its-group")
     beats: list[dict[str, Any]] = []
-    monkeypatch.setattr(agent.asg, "record_lifecycle_action_heartbeat", lambda **kw: beats.append(kw))
+    monkeypatch.setattr(agent.node.asg, "record_lifecycle_action_heartbeat", lambda **kw: beats.append(kw))
     agent.drain_hold.look_s, agent.drain_hold.beat_s = 0.05, 0.1
-    agent.imds = ending = Ending()
-    agent.work_dir, job.checkpoint_dir = str(tmp_path / "work"), str(tmp_path / "ckpt")
-    agent.stop_signal.set()  # the agent's SIGTERM: it leaves at boot, once it has made the job's store (and hold)
+    agent.node.imds = ending = Ending()
+    tune(agent, work_dir=str(tmp_path / "work"))
+    job.checkpoint_dir = str(tmp_path / "ckpt")
+    agent.node.stop_signal.set()  # the agent's SIGTERM: it leaves at boot, once it has made the job's store (and hold)
     assert agent._run(job) == 0
     store = agent.store
     checkpoint = tmp_path / "model.pt"
@@ -773,14 +786,14 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     assert beats == []  # the group keeps the instance: a routine upload extends nothing
 
     ending.on = True
-    agent.trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    agent.trainer.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:  # a trainer still runs: an agent that missed the group's notice does not renew the hook
         store.upload(8, {"model.pt": str(checkpoint)}, "flat")
         time.sleep(0.3)
         assert beats == []
     finally:
-        agent.trainer.kill()
-        agent.trainer.wait(10)
+        agent.trainer.proc.kill()
+        agent.trainer.proc.wait(10)
 
     store.upload(9, {"model.pt": str(checkpoint)}, "flat")  # the final sync: now it does
     beat_line = re.compile(
@@ -795,7 +808,7 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     assert beats[0] == {
         "AutoScalingGroupName": "its-group",
         "LifecycleHookName": DRAIN_HOOK,
-        "InstanceId": agent.instance_id,
+        "InstanceId": agent.node.instance_id,
     }
     time.sleep(0.3)
     after = len(beats)
@@ -803,7 +816,7 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     assert len(beats) == after
 
     agent.complete_drain()
-    assert [c["InstanceId"] for c in completed] == [agent.instance_id]
+    assert [c["InstanceId"] for c in completed] == [agent.node.instance_id]
     store.upload(10, {"model.pt": str(checkpoint)}, "flat")
     time.sleep(0.3)
     assert len(beats) == after  # stopped before the hook was completed
@@ -842,7 +855,8 @@ def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_i
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """B (rank 0's node) reported its final sync with a checkpoint still pending (S3 refused it); its agent retries.
-    Before, any ``synced`` ended A's wait: A restored the older checkpoint and trained on without B's newer one."""
+    A waits until B reports it durable: ending the wait at any ``synced``, A would restore the older checkpoint and
+    train on without B's newer one."""
     (a, _), (b, _) = cluster.instances()
     agent, job, _ = restarting(cluster, a, started=time.time() - 1)
     peer, peer_job, peer_lines = agent_for(cluster, b)
@@ -850,20 +864,21 @@ def test_a_peer_whose_final_sync_left_a_checkpoint_pending_is_waited_for_until_i
     (tmp_path / "b" / "7").mkdir(parents=True)
     (tmp_path / "b" / "7" / "state.pt").write_text("emergency checkpoint 7")
     (tmp_path / "b" / "7" / COMPLETE).touch()
-    peer.syncer = Syncer(store_of(peer, peer_job), peer_job, peer.log, keep=2)
-    report = {"attempt": 0, "pending": peer.syncer.pending(), "rc": 143, "interrupted": True}
+    peer.syncs.syncer = Syncer(store_of(peer, peer_job), peer_job, peer.node.log, keep=2)
+    report = {"attempt": 0, "pending": peer.syncs.syncer.pending(), "rc": 143, "interrupted": True}
     assert report["pending"] == "checkpoint 7"
-    peer.synced_report = peer_job, report
-    peer.put_marker(peer_job, f"nodes/{b}/synced", report)
-    assert agent.unsynced_peers(job) == [b]
-    assert peer.own_pending() is None  # the retry went through: 7 is durable, and B says so
+    peer.syncs.synced_report = peer_job, report
+    peer.markers.put_marker(peer_job, f"nodes/{b}/synced", report)
+    assert agent.syncs.unsynced_peers(job) == [b]
+    assert peer.syncs.own_pending() is None  # the retry went through: 7 is durable, and B says so
     assert "checkpoint 7 is durable in S3 now: reported to the peers" in peer_lines
-    assert agent.unsynced_peers(job) == [] and agent.synced_durably(job, b)
+    assert agent.syncs.unsynced_peers(job) == [] and agent.syncs.synced_durably(job, b)
 
 
 def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, tmp_path: Path) -> None:
-    """The trainer wrote a newer flat checkpoint and crashed; the final sync did not get it to S3. Before, the next
-    attempt's restore wrote S3's older copy over it at once: that progress was lost."""
+    """The trainer wrote a newer flat checkpoint and crashed; the final sync did not get it to S3. The restart first
+    retries that sync: the next attempt's restore would otherwise write S3's older copy over it, and that progress
+    would be lost."""
     cluster = make_cluster(nodes=1, interruption_grace_s=30)
     cluster.submit("job-f", {"train.py": ""}, "python train.py")
     agent, job, lines = restarting(cluster, started=time.time() - 1)
@@ -876,11 +891,11 @@ def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, t
 
     def attempt(job: Any, group: str, code_dir: str, store: Any, attempt: int) -> tuple[int, bool]:
         if attempt == 0:  # trained on, saved, crashed; its final sync did not get the file to S3
-            agent.newest_before = 1
-            syncer = Syncer(store, job, agent.log, keep=2)
+            agent.trainer.newest_before = 1
+            syncer = Syncer(store, job, agent.node.log, keep=2)
             syncer.restored_flat()
             (tmp_path / "ckpt" / "model.bin").write_text("state at step 20")
-            agent.syncer = syncer
+            agent.syncs.syncer = syncer
             return 1, False
         out = tmp_path / f"restore-{attempt}"  # what this attempt's restore would put in place
         out.mkdir()
@@ -897,13 +912,13 @@ def test_a_restart_first_retries_this_node_s_own_final_sync(make_cluster: Any, t
 def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the report was taken as written before its PUT: after one SlowDown the peers saw "pending" for good,
-    waited the whole grace, and the done barrier counted this node as lost."""
+    """The report counts as written only once its PUT succeeds: after one SlowDown the peers would otherwise see
+    "pending" for good, wait the whole grace, and the done barrier would count this node as lost."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.syncer = Syncer(store_of(agent, job), job, agent.log, keep=2)  # nothing pending (any more)
-    agent.synced_report = job, {"attempt": 0, "pending": "checkpoint 7", "rc": 143, "interrupted": True}
-    put_marker, calls = agent.put_marker, []
+    agent.syncs.syncer = Syncer(store_of(agent, job), job, agent.node.log, keep=2)  # nothing pending (any more)
+    agent.syncs.synced_report = job, {"attempt": 0, "pending": "checkpoint 7", "rc": 143, "interrupted": True}
+    put_marker, calls = agent.markers.put_marker, []
 
     def slow_down_once(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[1])
@@ -911,30 +926,30 @@ def test_a_failed_re_report_of_a_durable_checkpoint_is_tried_again(
             raising("PutObject")()
         return put_marker(*args, **kwargs)
 
-    monkeypatch.setattr(agent, "put_marker", slow_down_once)
-    assert agent.own_pending() is None
+    monkeypatch.setattr(agent.markers, "put_marker", slow_down_once)
+    assert agent.syncs.own_pending() is None
     assert any(line.startswith("could not report this node's final sync again") for line in lines), lines
-    assert agent.own_pending() is None
-    synced = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/synced")
+    assert agent.syncs.own_pending() is None
+    synced = cluster.marker(job.job_id, f"nodes/{agent.node.instance_id}/synced")
     assert synced is not None and synced["pending"] is None and synced["rc"] == 143
-    assert calls == [f"nodes/{agent.instance_id}/synced"] * 2
-    assert agent.own_pending() is None and len(calls) == 2  # reported: not again
+    assert calls == [f"nodes/{agent.node.instance_id}/synced"] * 2
+    assert agent.syncs.own_pending() is None and len(calls) == 2  # reported: not again
 
 
 def test_a_notice_during_a_restart_s_retry_of_its_own_final_sync_makes_the_node_leave(cluster: Cluster) -> None:
-    """Before, the retry (at most the grace, plus the upload under way) looked for no notice."""
+    """The retry (at most the grace, plus the upload under way) looks for a notice before each try."""
     agent, _, _ = agent_for(cluster)
-    agent.imds = Imds(NOTICE)
-    with pytest.raises(node_agent.LeavingBeforeTraining, match="during a restart"):
-        agent.own_pending_until(time.monotonic() + 30, during="a restart")
+    agent.node.imds = Imds(NOTICE)
+    with pytest.raises(errors.LeavingBeforeTraining, match="during a restart"):
+        agent.syncs.own_pending_until(time.monotonic() + 30, during="a restart")
 
 
 def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_short(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """The trainer creates <dir>/800/ and dies (a crash, or torchrun ending its workers after a peer failed) before
-    its second shard. Before, its final sync took it for complete: 800 went up with one shard of two, every
-    restore took it, and the job crash-looped to FAILED."""
+    its second shard. Its final sync does not take 800 for complete: uploaded with one shard of two, every restore
+    would take it, and the job would crash-loop to FAILED."""
     agent, job, _ = agent_for(cluster)
     ckpt = tmp_path / "ckpt"
     job.checkpoint_dir = str(ckpt)
@@ -947,12 +962,12 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
         def sync(self, final: bool = False) -> Optional[int]:
             return super().sync(final) if final else self.newest
 
-    syncer = FinalOnly(store, job, agent.log, keep=2)
+    syncer = FinalOnly(store, job, agent.node.log, keep=2)
     crash = (
         "import os, sys; os.makedirs(sys.argv[1]); open(sys.argv[1] + '/shard0.distcp', 'w').write('0'); sys.exit(1)"
     )
     cmd = [sys.executable, "-c", crash, str(ckpt / "800")]
-    assert agent.run_trainer(job, str(tmp_path), cmd, {}, syncer) == (1, False)
+    assert agent.trainer.run(job, str(tmp_path), cmd, {}, syncer) == (1, False)
     assert syncer.trainer_cut_off
     syncer.sync(final=True)
     assert store.complete_steps() == [] and not (ckpt / "800").exists()
@@ -961,17 +976,17 @@ def test_a_trainer_that_fails_on_its_own_may_have_cut_its_checkpoint_folder_shor
 def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_new_checkpoint(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. Before, the
-    leave asked the last attempt's syncer, to which the restored files (new inodes and times) looked new: they went
-    up as the next, newest checkpoint, inside the notice's two minutes, and pruning dropped an older distinct one
-    for it."""
+    """A restart restores the flat checkpoint its last attempt uploaded; a notice comes right after. The leave asks
+    the last attempt's syncer, to which the restored files (new inodes and times) must not look new: they would go up
+    as the next, newest checkpoint, inside the notice's two minutes, and pruning would drop an older distinct one for
+    it."""
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
     (tmp_path / "ckpt").mkdir()
     store = store_of(agent, job)
     (tmp_path / "ckpt" / "model.bin").write_text("state of the last attempt")
-    agent.syncer = Syncer(store, job, agent.log, keep=2)  # the last attempt's
-    assert agent.syncer.sync(final=True) == 1
+    agent.syncs.syncer = Syncer(store, job, agent.node.log, keep=2)  # the last attempt's
+    assert agent.syncs.syncer.sync(final=True) == 1
     restored = threading.Event()
     restore_newest = store.restore_newest
 
@@ -981,9 +996,9 @@ def test_a_notice_after_a_flat_restore_does_not_upload_the_restored_copy_as_a_ne
         return found
 
     monkeypatch.setattr(store, "restore_newest", restore_then_notice)
-    agent.imds = Imds(NOTICE, gate=restored)
-    with pytest.raises(node_agent.LeavingBeforeTraining, match="during checkpoint restore"):
+    agent.node.imds = Imds(NOTICE, gate=restored)
+    with pytest.raises(errors.LeavingBeforeTraining, match="during checkpoint restore"):
         agent.attempt(job, cluster.group, str(tmp_path), store, 1)
     assert any(line.startswith("restoring checkpoint 1 from") for line in lines), lines
-    assert agent.own_pending() is None
+    assert agent.syncs.own_pending() is None
     assert store.complete_steps() == [1]

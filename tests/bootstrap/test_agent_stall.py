@@ -1,6 +1,6 @@
 """The stall watchdog (job.stall_timeout_s): a hung trainer (a DataLoader deadlock, a collective that never returns)
-used to keep the node billed forever, as the agent waited only for the trainer's exit, a notice, a stop or a lost
-peer. Now a job with no progress for the timeout (no output line and no checkpoint write on any node, no new durable
+would keep the node billed forever if the agent waited only for the trainer's exit, a notice, a stop or a lost peer.
+A job with no progress for the timeout (no output line and no checkpoint write on any node, no new durable
 checkpoint) has its trainer ended and counted like a failed one. Against moto; the agent runs in-process with a
 small trainer in place of torchrun, and SPOT_TRAINING_TEST_STALL_TIMEOUT_S holds the timeout below the job's 300 s
 minimum."""
@@ -73,13 +73,15 @@ def stall_agent(
     monkeypatch.setenv("SPOT_TRAINING_TEST_STALL_TIMEOUT_S", str(STALL_S))
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.world_file = str(tmp_path / "world.json")
+    agent.rendezvous.world_file = str(tmp_path / "world.json")
     if agents_env:
-        torchrun_command = agent.torchrun_command
-        monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, torchrun_command(job, peers)[1]))
+        torchrun_command = agent.rendezvous.torchrun_command
+        monkeypatch.setattr(
+            agent.rendezvous, "torchrun_command", lambda job, peers: (trainer, torchrun_command(job, peers)[1])
+        )
     else:
         env = {**os.environ, "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1"}
-        monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, env))
+        monkeypatch.setattr(agent.rendezvous, "torchrun_command", lambda job, peers: (trainer, env))
     run = agent.attempt
 
     def attempt(job: Any, group: str, code_dir: str, store: Any, number: int) -> Any:
@@ -100,13 +102,13 @@ def test_a_trainer_that_hangs_silently_is_ended_and_counted_as_a_failure(
     # 1 s of silence (the clock must start with the trainer, not before), 4 s of output, then silence
     trainer = [sys.executable, "-c", CHATTY_THEN_HUNG, "1", "16", "0.25", "60"]
     agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=max_restarts + 1)
-    find_peers = agent.wait_for_peers
+    find_peers = agent.rendezvous.wait_for_peers
 
     def slow_peers(group: str, job: Any) -> Any:  # longer than the timeout: no trainer runs yet, it does not count
         time.sleep(STALL_S + 0.5)
         return find_peers(group, job)
 
-    agent.wait_for_peers = slow_peers
+    agent.rendezvous.wait_for_peers = slow_peers
 
     assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 1
 
@@ -116,9 +118,9 @@ def test_a_trainer_that_hangs_silently_is_ended_and_counted_as_a_failure(
     for attempt in range(max_restarts + 1):  # the clock starts anew with each attempt's trainer
         expected += [
             f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)",
-            f"[trainer {agent.instance_id}] attempt {attempt} step 0",
-            f"[trainer {agent.instance_id}] attempt {attempt} step 15",  # output kept it going past the timeout
-            f"[trainer {agent.instance_id}] attempt {attempt} hangs",
+            f"[trainer {agent.node.instance_id}] attempt {attempt} step 0",
+            f"[trainer {agent.node.instance_id}] attempt {attempt} step 15",  # output kept it going past the timeout
+            f"[trainer {agent.node.instance_id}] attempt {attempt} hangs",
             f"{stalled}: ending it (job.stall_timeout_s)",
             "stall watchdog: sending SIGTERM to the trainer, grace 5 s",
             f"{stalled} (job.stall_timeout_s); no new checkpoint; restarts without progress: "
@@ -129,7 +131,7 @@ def test_a_trainer_that_hangs_silently_is_ended_and_counted_as_a_failure(
     failed = cluster.marker("job-hung", "FAILED")
     assert failed is not None and failed["reason"] == reason
     assert cluster.desired_capacity() == 0
-    synced = cluster.marker("job-hung", f"nodes/{agent.instance_id}/synced")
+    synced = cluster.marker("job-hung", f"nodes/{agent.node.instance_id}/synced")
     assert synced is not None and (synced["rc"], synced["interrupted"]) == (-signal.SIGTERM, False)  # ended by us
 
 
@@ -171,7 +173,7 @@ def test_a_trainer_quiet_on_stdout_that_keeps_writing_checkpoints_is_not_ended(
     saves, ran = report.read_text().split()  # written only by a trainer that ran to its end
     assert int(saves) > 1 and float(ran) >= 3 * STALL_S
     assert cluster.marker("job-quiet", "DONE") is not None and cluster.marker("job-quiet", "FAILED") is None
-    synced = cluster.marker("job-quiet", f"nodes/{agent.instance_id}/synced")
+    synced = cluster.marker("job-quiet", f"nodes/{agent.node.instance_id}/synced")
     assert synced is not None and synced["rc"] == 0
 
 
@@ -185,7 +187,7 @@ open(sys.argv[2], "w").write("ran to its end")
 
 def time_trainer(agent: Any, around: Callable[[], contextlib.AbstractContextManager[None]]) -> list[float]:
     """Each of the agent's trainer runs from now on inside ``around()``; the list gets how long each took."""
-    run_trainer, timed = agent.run_trainer, list[float]()
+    run_trainer, timed = agent.trainer.run, list[float]()
 
     def timed_run(*args: Any) -> Any:
         started = time.monotonic()
@@ -195,7 +197,7 @@ def time_trainer(agent: Any, around: Callable[[], contextlib.AbstractContextMana
         finally:
             timed.append(time.monotonic() - started)
 
-    agent.run_trainer = timed_run
+    agent.trainer.run = timed_run
     return timed
 
 
@@ -275,7 +277,7 @@ def test_a_trainer_that_prints_short_lines_without_flushing_is_not_ended(
 
     assert f"stall timeout {STALL_S} s (SPOT_TRAINING_TEST_STALL_TIMEOUT_S)" in lines  # the watchdog was on
     assert not any("no progress" in line or "stall watchdog" in line for line in lines), lines
-    assert f"[trainer {agent.instance_id}] step 0" in lines
+    assert f"[trainer {agent.node.instance_id}] step 0" in lines
     assert report.read_text() == "ran to its end"
     assert cluster.marker("job-unflushed", "DONE") is not None
 
@@ -287,9 +289,9 @@ def test_a_job_sets_pythonunbuffered_for_its_trainer_unless_it_is_set(
     cluster.submit("job-env", {"train.py": ""}, "python train.py")
     agent, job, _ = agent_for(cluster)
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    assert agent.torchrun_command(job, cluster.instances())[1]["PYTHONUNBUFFERED"] == "1"
+    assert agent.rendezvous.torchrun_command(job, cluster.instances())[1]["PYTHONUNBUFFERED"] == "1"
     monkeypatch.setenv("PYTHONUNBUFFERED", "")  # the operator's choice: kept
-    assert agent.torchrun_command(job, cluster.instances())[1]["PYTHONUNBUFFERED"] == ""
+    assert agent.rendezvous.torchrun_command(job, cluster.instances())[1]["PYTHONUNBUFFERED"] == ""
 
 
 def test_an_agent_whose_trainer_prints_writes_its_progress_marker_at_most_every_quarter_timeout(
@@ -301,21 +303,21 @@ def test_an_agent_whose_trainer_prints_writes_its_progress_marker_at_most_every_
     trainer = [sys.executable, "-c", UNFLUSHED, "0.05", str(2 * STALL_S), str(tmp_path / "report")]
     agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=1, agents_env=True)
     written: list[float] = []
-    put_marker = agent.put_marker
+    put_marker = agent.markers.put_marker
 
     def recording(job: Any, name: str, body: Any) -> None:
-        if name == f"nodes/{agent.instance_id}/progress":
+        if name == f"nodes/{agent.node.instance_id}/progress":
             written.append(time.monotonic())  # before the PUT, as the agent times it
         put_marker(job, name, body)
 
-    monkeypatch.setattr(agent, "put_marker", recording)
+    monkeypatch.setattr(agent.markers, "put_marker", recording)
 
     assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
 
     assert len(written) >= 3, (written, lines)  # printing for 2 timeouts: about every quarter of one
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert min(gaps) >= STALL_S / 4 - 0.01, gaps
-    assert cluster.marker("job-marks", f"nodes/{agent.instance_id}/progress") is not None
+    assert cluster.marker("job-marks", f"nodes/{agent.node.instance_id}/progress") is not None
 
 
 def test_a_silent_node_goes_on_while_a_peer_makes_progress_with_checkpoints_further_apart_than_the_timeout(
@@ -334,7 +336,7 @@ def test_a_silent_node_goes_on_while_a_peer_makes_progress_with_checkpoints_furt
                 store.upload(tick, {"state.pt": str(state)}, "step")
 
     cluster, agent = run_silent_beside(make_cluster, tmp_path, monkeypatch, "job-peer", 4 * STALL_S, peer_node)
-    assert cluster.marker("job-peer", f"nodes/{agent.instance_id}/progress") is None  # it showed nothing itself
+    assert cluster.marker("job-peer", f"nodes/{agent.node.instance_id}/progress") is None  # it showed nothing itself
 
 
 def test_a_job_where_no_node_makes_progress_is_ended(
@@ -379,8 +381,9 @@ def test_a_job_where_no_node_makes_progress_is_ended(
 def test_a_listing_that_keeps_failing_counts_as_no_progress_after_a_further_timeout(
     make_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, a watchdog that could not list the job's checkpoints asked again every poll, forever (and logged each
-    time): an S3 outage kept a hung trainer, and every node, running."""
+    """A watchdog that cannot list the job's checkpoints does not ask again every poll forever (logging each time):
+    after a further timeout of failures it counts as no progress, so an S3 outage does not keep a hung trainer, and
+    every node, running."""
     cluster: Cluster = make_cluster(nodes=1, max_restarts=0, interruption_grace_s=5)
     cluster.submit("job-unlisted", {"train.py": ""}, "python train.py")
     report = tmp_path / "report"
@@ -398,7 +401,9 @@ def test_a_listing_that_keeps_failing_counts_as_no_progress_after_a_further_time
 
         return call
 
-    monkeypatch.setattr(agent, "node_markers", failing_while_training(agent.node_markers, "ListObjectsV2"))
+    monkeypatch.setattr(
+        agent.markers, "node_markers", failing_while_training(agent.markers.node_markers, "ListObjectsV2")
+    )
     monkeypatch.setattr(store, "newest_complete", failing_while_training(store.newest_complete, "ListObjectsV2"))
 
     @contextlib.contextmanager

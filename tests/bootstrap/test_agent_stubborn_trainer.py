@@ -48,12 +48,12 @@ def test_a_trainer_that_ignores_sigterm_is_killed_with_its_tree_after_the_grace(
     cluster.submit("job-k", {"train.py": ""}, "python train.py")
     agent, job, lines = agent_for(cluster)
     job.checkpoint_dir = str(tmp_path / "ckpt")
-    agent.world_file = str(tmp_path / "world.json")
+    agent.rendezvous.world_file = str(tmp_path / "world.json")
     pids = tmp_path / "pids"
-    agent.imds = Imds(NOTICE, ready=pids)  # the notice comes once the trainer ignores SIGTERM and has forked
+    agent.node.imds = Imds(NOTICE, ready=pids)  # the notice comes once the trainer ignores SIGTERM and has forked
     trainer = [sys.executable, "-c", STUBBORN, str(pids), "20"]
     env = {**os.environ, "SPOT_TRAINING_STORE_BIND_ADDRESS": "127.0.0.1"}
-    monkeypatch.setattr(agent, "torchrun_command", lambda job, peers: (trainer, env))
+    monkeypatch.setattr(agent.rendezvous, "torchrun_command", lambda job, peers: (trainer, env))
 
     assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
 
@@ -67,12 +67,12 @@ def test_a_trainer_that_ignores_sigterm_is_killed_with_its_tree_after_the_grace(
         f"left {cluster.group}: the group launches a replacement",
     ]
     assert [line for line in lines if line in expected] == expected, lines
-    assert agent.syncer is not None and agent.syncer.trainer_cut_off
+    assert agent.syncs.syncer is not None and agent.syncs.syncer.trainer_cut_off
     # what the peers read: this node leaves on a notice, its trainer was killed (SIGKILL), nothing is pending
-    leaving = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/leaving")
+    leaving = cluster.marker(job.job_id, f"nodes/{agent.node.instance_id}/leaving")
     assert leaving is not None and (leaving["notice"], leaving["trainer"]) == (notice, True)
-    synced = cluster.marker(job.job_id, f"nodes/{agent.instance_id}/synced")
+    synced = cluster.marker(job.job_id, f"nodes/{agent.node.instance_id}/synced")
     assert synced is not None
     assert (synced["rc"], synced["interrupted"], synced["pending"]) == (-signal.SIGKILL, True, None)
     assert cluster.marker(job.job_id, "FAILED") is None  # an interruption, not a failed job
-    assert agent.instance_id not in [i for i, _ in cluster.instances()]  # handed back: the group replaces it
+    assert agent.node.instance_id not in [i for i, _ in cluster.instances()]  # handed back: the group replaces it

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from spot_training.agent import checkpoint_store, errors
+from spot_training.agent import checkpoint_download, checkpoint_store, errors
 from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import safe_extract
@@ -167,11 +167,11 @@ def test_a_part_whose_stream_breaks_is_fetched_again(
 def test_a_part_that_keeps_breaking_stops_the_restore_with_one_line_never_skipping_its_checkpoint(
     store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A stream that breaks is the network's fault, not the checkpoint's: before, 20 was skipped for 10."""
+    """A stream that breaks is the network's fault, not the checkpoint's: 20 is not skipped for 10."""
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
-    monkeypatch.setattr(checkpoint_store, "UNANSWERED_PAUSE_S", 0.0)
-    tries = checkpoint_store.RANGE_ATTEMPTS * checkpoint_store.UNANSWERED_TRIES
+    store.unanswered_pause_s = 0.0
+    tries = checkpoint_download.RANGE_ATTEMPTS * checkpoint_store.UNANSWERED_TRIES
     ranges = flaky_streams(store, monkeypatch, failures=tries)  # every attempt at 20's one part
     assert restore_stopped_at_20(store, tmp_path) == (
         f"s3://{store.bucket}/{store.prefix}20/state.pt bytes 0-5: Connection broken: IncompleteRead; "
@@ -194,8 +194,8 @@ def restore_stopped_at_20(store: Any, tmp_path: Path) -> str:
 def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older_checkpoint(
     store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """This node's disk still holds its own checkpoint 10, and writing 20's download fills it. Before, 20 was marked
-    unreadable and the restore took the local 10: the job resumed from an older checkpoint than the newest durable
+    """This node's disk still holds its own checkpoint 10, and writing 20's download fills it. 20 is not marked
+    unreadable: the restore taking the local 10 would resume the job from an older checkpoint than the newest durable
     one, without a word of why."""
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
@@ -208,7 +208,7 @@ def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older
             raise OSError(28, "No space left on device")
         return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(checkpoint_store, "open", full, raising=False)
+    monkeypatch.setattr(checkpoint_download, "open", full, raising=False)
     with pytest.raises(errors.LocalDiskError) as err:
         store.restore_newest(str(dest))
     assert str(err.value) == (
@@ -221,7 +221,7 @@ def test_a_full_local_disk_stops_the_restore_instead_of_falling_back_to_an_older
 def test_a_restore_that_cannot_make_its_folder_stops_in_one_line(
     store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, the OSError of the restore's temporary folder ended the agent with a traceback."""
+    """The OSError of the restore's temporary folder is a one-line ``LocalDiskError``, not a traceback."""
     upload(store, tmp_path, 20, b"twenty")
     dest = tmp_path / "ckpt"
     dest.mkdir()
@@ -409,9 +409,9 @@ def test_a_ranged_get_stops_when_the_restore_is_abandoned(store: Any, tmp_path: 
     path.write_bytes(b"\0" * 8)
     abandoned = threading.Event()
     abandoned.set()
-    assert store.get_range(store.prefix + "big", str(path), 0, 8, abandoned) is None
+    assert store.download.get_range(store.prefix + "big", str(path), 0, 8, abandoned) is None
     assert path.read_bytes() == b"\0" * 8  # nothing written
-    assert store.get_range(store.prefix + "big", str(path), 0, 8) == hashlib.sha256(b"abcdefgh").hexdigest()
+    assert store.download.get_range(store.prefix + "big", str(path), 0, 8) == hashlib.sha256(b"abcdefgh").hexdigest()
 
 
 def refusing(store: Any, monkeypatch: pytest.MonkeyPatch, step: int, times: int) -> list[str]:
@@ -429,14 +429,14 @@ def refusing(store: Any, monkeypatch: pytest.MonkeyPatch, step: int, times: int)
         return get(**kwargs)
 
     monkeypatch.setattr(store.s3, "get_object", get_object)
-    monkeypatch.setattr(checkpoint_store, "UNANSWERED_PAUSE_S", 0.0)
+    store.unanswered_pause_s = 0.0
     return refused
 
 
 def test_a_checkpoint_s3_does_not_serve_is_never_skipped_for_an_older_one(
     store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before, a SlowDown read as "unreadable manifest": the agent resumed from 10 and lost the steps up to 20."""
+    """A SlowDown is not an "unreadable manifest": resuming from 10 would lose the steps up to 20."""
     upload(store, tmp_path, 10, b"ten")
     upload(store, tmp_path, 20, b"twenty")
     refused = refusing(store, monkeypatch, 20, times=100)

@@ -414,7 +414,7 @@ def test_a_sharded_model_is_refused_in_one_line_not_saved_as_rank_0s_shard(tmp_p
         "Checkpointer saves rank 0's copy of the state and loads it on every rank; its parameter 0.weight is a "
         "DTensor (fully_shard, tensor parallelism), so each rank holds a shard and the others' would be lost. It "
         "supports one process and DistributedDataParallel; save a sharded model with torch.distributed.checkpoint "
-        "(README: 'On the instance', the checkpoint helper)"
+        "(docs/concepts/checkpoint-protocol.md)"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import node_agent
 import pytest
-from spot_training.agent.errors import AgentError
+from spot_training.agent.errors import AgentError, JobRefused
 from spot_training.agent.job import load_job
 from spot_training.job_spec import JOB_KEYS, JOB_SETTINGS, SPEC_KEYS, JobSpec, JobSpecError, WarmPoolSpec, check_job
 
@@ -179,8 +178,8 @@ def test_a_refused_job_still_hands_the_node_back_when_its_group_cannot_be_found(
     cluster.submit("job-1", {"train.py": ""}, "python train.py")
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
-    agent.asg.describe_auto_scaling_instances = raising("DescribeAutoScalingInstances")
-    agent.refuse_job(node_agent.JobRefused("job spec team 'x' does not match --team 'y'", (job.bucket, "c/job-1/F")))
+    agent.node.asg.describe_auto_scaling_instances = raising("DescribeAutoScalingInstances")
+    agent.endings.refuse_job(JobRefused("job spec team 'x' does not match --team 'y'", (job.bucket, "c/job-1/F")))
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1
     failed = json.loads(cluster.aws.s3.get_object(Bucket=job.bucket, Key="c/job-1/F")["Body"].read())
     assert failed["reason"] == "the node agent refused the job: job spec team 'x' does not match --team 'y'"

@@ -50,8 +50,8 @@ def test_rank_0_writes_its_own_store_and_another_node_reads_it() -> None:
 def test_a_handler_without_the_internals_it_reads_leaves_torchs_own_behaviour(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Another torch (the default DLAMI's is older than 2.13) whose handler has no ``_shared_tcp_store_server``:
-    before, the AttributeError ended torchrun at every round; now the round goes on with torch's store info."""
+    """Another torch (the default DLAMI's is older than 2.13) whose handler has no ``_shared_tcp_store_server``: the
+    round goes on with torch's store info, instead of an AttributeError ending torchrun at every round."""
     old = RendezvousStoreInfo("10.0.0.9", 1111)
     info = SimpleNamespace(rank=0, store=Store(), _bootstrap_store_info=old)
     share_store(SimpleNamespace(_this_node=SimpleNamespace(addr="10.0.0.5")), info)
@@ -95,10 +95,10 @@ for x, y in DataLoader(Pairs(), batch_size=4, num_workers=2):
 
 
 def test_a_stop_signal_reaches_the_training_process_alone_so_its_dataloader_survives_the_save(tmp_path: Path) -> None:
-    """The agent SIGTERMs torchrun on a notice; torchrun signalled each worker's whole process group, so the
-    DataLoader's worker processes died of it and the training process failed at its next batch ("DataLoader worker
-    ... killed by signal: Terminated") without its emergency checkpoint. Now it saves and exits 143, and a process
-    the script started is ended once it has."""
+    """The agent SIGTERMs torchrun on a notice. Signalling each worker's whole process group, as torchrun does, would
+    kill the DataLoader's worker processes and fail the training process at its next batch ("DataLoader worker ...
+    killed by signal: Terminated") without its emergency checkpoint. The training process alone gets the signal: it
+    saves and exits 143, and a process the script started is ended once it has."""
     script = tmp_path / "train.py"
     script.write_text(DATALOADER_TRAINER)
     checkpoints = tmp_path / "checkpoints"
@@ -123,7 +123,7 @@ def test_a_stop_signal_reaches_the_training_process_alone_so_its_dataloader_surv
             while "step 20" not in out.read_text() and launcher.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert "step 20" in out.read_text(), out.read_text()
-            launcher.send_signal(signal.SIGTERM)  # as node_agent.run_trainer does
+            launcher.send_signal(signal.SIGTERM)  # as the agent's Trainer does
             launcher.wait(timeout=90)
         finally:
             kill_all(process_tree(launcher.pid))

@@ -2,10 +2,10 @@
 
 PutLogEvents counts UTF-8 bytes (each message plus 26): at most 262,144 per event and 1,048,576 per batch, and one
 event too large rejects the whole batch. moto does not check either, so the client used here answers a request
-over them as CloudWatch does (400 InvalidParameterException) before it reaches moto. Before, the shipper cut a
-message at 200,000 *characters* and sized batches by characters: a tqdm bar (redrawn with CR, never a newline) of
-block characters became one event of 600 KB and its batch was rejected, and every failure after the first was
-silent. A piece too long for one event now goes in several (before, it was cut, and the rest was lost).
+over them as CloudWatch does (400 InvalidParameterException) before it reaches moto. Sizes are counted in bytes,
+not characters: a tqdm bar (redrawn with CR, never a newline) of block characters would otherwise make one event of
+600 KB and get its batch rejected. Lines are split at CR as well; a piece too long for one event goes in several,
+and every failure is logged.
 """
 
 from __future__ import annotations
@@ -194,12 +194,12 @@ def test_a_trainers_progress_bar_reaches_the_log_as_one_line_per_update(make_clu
     agent, job, lines = agent_for(cluster)
     script = "import sys\nfor i in range(3):\n    sys.stdout.write('\\r%d%%|' % (i * 50) + '\\u2588' * i)\nprint()\n"
     cmd = [sys.executable, "-c", script]
-    rc, interrupted = agent.run_trainer(
+    rc, interrupted = agent.trainer.run(
         job, str(tmp_path), cmd, {"PYTHONIOENCODING": "utf-8"}, NoSync(store_of(agent, job))
     )
     assert (rc, interrupted) == (0, False)
-    trainer = [line for line in lines if line.startswith(f"[trainer {agent.instance_id}]")]
-    prefix = f"[trainer {agent.instance_id}] "
+    trainer = [line for line in lines if line.startswith(f"[trainer {agent.node.instance_id}]")]
+    prefix = f"[trainer {agent.node.instance_id}] "
     assert trainer == [prefix + "0%|", prefix + "50%|\u2588", prefix + "100%|\u2588\u2588"], trainer
 
 
@@ -223,8 +223,8 @@ class HeldLogs:
 
 def test_a_flush_returns_only_once_the_batch_the_shipper_is_sending_is_sent() -> None:
     """The agent flushes before the instance may go (hand-back, drain hook): a batch the background thread was still
-    sending could be cut off by the termination. Before, the flush sent the newer lines at once and returned, and
-    the stream got them before the older batch."""
+    sending could be cut off by the termination. The flush waits for that batch, and the stream gets the lines in
+    order."""
     logs = HeldLogs()
     shipper = LogShipper(logs, "group", "job/i-a", flush_s=0.05)
     try:

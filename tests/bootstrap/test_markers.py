@@ -57,11 +57,11 @@ def cluster(make_cluster: Any) -> Cluster:
 
 def test_the_agent_reads_missing_markers_as_none_where_s3_answers_403(cluster: Cluster) -> None:
     agent, job, _ = agent_for(cluster)
-    agent.s3 = Forbidding(agent.s3)
-    assert agent.marker(job, "STOP") is None
-    agent.put_marker(job, "STOPPED", {"by": "test"})
-    assert agent.marker(job, "STOP") is None  # "STOP" prefixes "STOPPED": not the same marker
-    assert (agent.marker(job, "STOPPED") or {}).get("by") == "test"
+    agent.node.s3 = Forbidding(agent.node.s3)
+    assert agent.markers.marker(job, "STOP") is None
+    agent.markers.put_marker(job, "STOPPED", {"by": "test"})
+    assert agent.markers.marker(job, "STOP") is None  # "STOP" prefixes "STOPPED": not the same marker
+    assert (agent.markers.marker(job, "STOPPED") or {}).get("by") == "test"
 
 
 @pytest.mark.parametrize("body", [b"", b"stop please", b"null", b"[1]"])
@@ -74,9 +74,9 @@ def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
     agent, job, lines = agent_for(cluster)
     key = job.job_prefix + "STOP"
     cluster.aws.s3.put_object(Bucket=cluster.bucket, Key=key, Body=body)
-    assert agent.marker(job, "STOP") == {} and agent.marked(job, "STOP")
+    assert agent.markers.marker(job, "STOP") == {} and agent.markers.marked(job, "STOP")
     cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=key)
-    agent.imds = Imds()  # no spot notice: the STOP alone stops the trainer
+    agent.node.imds = Imds()  # no spot notice: the STOP alone stops the trainer
 
     def stop_once_the_trainer_handles_sigterm() -> None:  # earlier, SIGTERM would find Python's default handler
         for _ in range(400):  # bounded: 20 s
@@ -89,14 +89,14 @@ def test_a_marker_that_is_not_a_json_object_is_there_all_the_same(
     writer.start()
     rc, interrupted, saved = run(agent, job, tmp_path, seconds=60)
     writer.join(30)
-    assert (rc, interrupted, agent.stop_requested) == (143, True, True)
+    assert (rc, interrupted, agent.trainer.stop_requested) == (143, True, True)
     assert saved.read_text() == "saved"  # SIGTERM: the emergency checkpoint, not a SIGKILL
     assert any("sending SIGTERM to the trainer" in line for line in lines), lines
 
 
 def test_a_missing_code_object_is_named_as_missing_where_s3_answers_403(cluster: Cluster, tmp_path: Path) -> None:
     agent, job, _ = agent_for(cluster)
-    s3 = Forbidding(agent.s3)
+    s3 = Forbidding(agent.node.s3)
     assert download_code(s3, job, str(tmp_path))  # there: downloaded and unpacked
     cluster.aws.s3.delete_object(Bucket=cluster.bucket, Key=job.code_key)
     with pytest.raises(AgentError) as refused:

@@ -1,9 +1,9 @@
 """An AWS error while the agent looks for its peers, against moto.
 
-Before, the error left ``wait_for_peers`` for the agent's catch-all: ``FAILED`` and the group at 0, for a job that
-was fine. DescribeInstances answers ``InvalidInstanceID.NotFound`` for an instance launched a moment ago (EC2 is
-eventually consistent, and botocore does not retry that code); Auto Scaling may throttle. Now a failed poll is
-logged and polled again until the join timeout; one that still fails then ends with that error in the reason.
+DescribeInstances answers ``InvalidInstanceID.NotFound`` for an instance launched a moment ago (EC2 is eventually
+consistent, and botocore does not retry that code); Auto Scaling may throttle. Such an error says nothing about the
+job, so it must not reach the agent's catch-all (``FAILED`` and the group at 0): a failed poll is logged and polled
+again until the join timeout; one that still fails then ends with that error in the reason.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import node_agent
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
+from spot_training.agent import errors
 
 from .conftest import Cluster
-from .test_agent_notice import agent_for
+from .test_agent_notice import agent_for, tune
 
 NOT_FOUND = "InvalidInstanceID.NotFound"
 
@@ -43,14 +43,14 @@ def fail_describe_instances(agent: Any, times: Optional[int]) -> list[int]:
         answered.append(400)
         return AWSResponse(request.url, 400, {}, NotFoundBody())
 
-    agent.ec2.meta.events.register("before-send.ec2.DescribeInstances", not_found)
+    agent.node.ec2.meta.events.register("before-send.ec2.DescribeInstances", not_found)
     return answered
 
 
 def throttle_describe_groups(agent: Any, times: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The agent's first ``times`` DescribeAutoScalingGroups fail with Throttling (as after botocore's retries)."""
     answered: list[int] = []
-    describe = agent.asg.describe_auto_scaling_groups
+    describe = agent.node.asg.describe_auto_scaling_groups
 
     def throttled(**kwargs: Any) -> Any:
         if len(answered) < times:
@@ -60,23 +60,23 @@ def throttle_describe_groups(agent: Any, times: int, monkeypatch: pytest.MonkeyP
             )
         return describe(**kwargs)
 
-    monkeypatch.setattr(agent.asg, "describe_auto_scaling_groups", throttled)
+    monkeypatch.setattr(agent.node.asg, "describe_auto_scaling_groups", throttled)
     return answered
 
 
 def prepared(cluster: Cluster, tmp_path: Path) -> tuple[Any, Any, list[str], list[int]]:
     """The agent of the cluster's one node, its job and log; its trainer is a stub that records that it ran."""
     agent, job, lines = agent_for(cluster)
-    agent.work_dir = str(tmp_path / "work")
-    agent.world_file = str(tmp_path / "world.json")
+    tune(agent, work_dir=str(tmp_path / "work"))
+    agent.rendezvous.world_file = str(tmp_path / "world.json")
     job.checkpoint_dir = str(tmp_path / "ckpt")
     trained: list[int] = []
 
     def trainer(*_: Any) -> tuple[int, bool]:
-        trained.append(len(agent.peers))
+        trained.append(len(agent.rendezvous.peers))
         return 0, False
 
-    agent.run_trainer = trainer
+    agent.trainer.run = trainer
     return agent, job, lines, trained
 
 
@@ -87,7 +87,7 @@ def test_an_aws_error_in_the_first_polls_for_peers_does_not_fail_the_job(
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("peers-run", {"train.py": ""}, "python train.py")
     agent, job, lines, trained = prepared(cluster, tmp_path)
-    agent.join_timeout_s = 60.0  # far more than three polls of 0.05 s: the test ends when the fourth poll answers
+    tune(agent, join_timeout_s=60.0)  # far more than three polls of 0.05 s: the test ends when the fourth poll answers
     if error == NOT_FOUND:
         answered = fail_describe_instances(agent, times=3)
     else:
@@ -108,9 +108,9 @@ def test_an_aws_error_that_lasts_past_the_join_timeout_fails_the_job_with_that_e
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("peers-gone", {"train.py": ""}, "python train.py")
     agent, job, lines, trained = prepared(cluster, tmp_path)
-    agent.join_timeout_s = 1.0
+    tune(agent, join_timeout_s=1.0)
     answered = fail_describe_instances(agent, times=None)
-    with pytest.raises(node_agent.JobFailed) as failed:
+    with pytest.raises(errors.JobFailed) as failed:
         agent._run(job)
     reason = str(failed.value)
     assert reason.startswith(
@@ -135,8 +135,9 @@ def test_a_spare_node_whose_last_poll_fails_still_leaves_without_failing_the_job
     (a, _), (b, _) = cluster.instances()
     agent, job, lines = agent_for(cluster, b)
     # Long enough for polls after the first on a loaded machine (a poll is several AWS calls); each poll sleeps poll_s
-    agent.join_timeout_s = 3
-    agent.work_dir, job.checkpoint_dir = str(cluster.root / "work-b"), str(cluster.root / "ckpt-b")
+    tune(agent, join_timeout_s=3)
+    tune(agent, work_dir=str(cluster.root / "work-b"))
+    job.checkpoint_dir = str(cluster.root / "ckpt-b")
     answered: list[int] = []
 
     def not_found_once_spare(request: Any, **_: Any) -> Optional[AWSResponse]:
@@ -145,7 +146,7 @@ def test_a_spare_node_whose_last_poll_fails_still_leaves_without_failing_the_job
         answered.append(400)
         return AWSResponse(request.url, 400, {}, NotFoundBody())
 
-    agent.ec2.meta.events.register("before-send.ec2.DescribeInstances", not_found_once_spare)
+    agent.node.ec2.meta.events.register("before-send.ec2.DescribeInstances", not_found_once_spare)
     assert agent._run(job) == 0
     assert answered, lines  # the polls after it found itself spare failed, up to the deadline
     assert any(line.startswith("still past max_nodes 1 after 3 s (2 InService in ") for line in lines), lines

@@ -10,8 +10,8 @@ import subprocess
 import uuid
 from typing import Any
 
-import node_agent
 import pytest
+from spot_training.agent import warm_claim
 
 from .conftest import Cluster, address_map
 from .test_agent_notice import agent_for
@@ -48,7 +48,7 @@ def _mounting(
     cluster.submit(job_id, JOB, "python ok.py")
     monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_MOUNT", raising=False)
     agent, job, lines = agent_for(cluster)
-    agent.args.availability_zone = "us-east-1a"
+    agent.node.availability_zone = "us-east-1a"
     return cluster, pool, volume, agent, job, lines
 
 
@@ -70,7 +70,7 @@ def test_node_claims_a_pool_volume_and_releases_it(make_cluster: Any, make_nodes
 
 def test_a_job_spec_that_does_not_list_the_volumes_claims_by_tag(make_cluster: Any, make_nodes: Any) -> None:
     """A stack deployed before the job spec listed the pool's volumes: its nodes (new scripts, old spec, say a
-    replacement booted during the deploy) claim by tag as before, instead of refusing the job (FAILED, group at 0)."""
+    replacement booted during the deploy) claim by tag, instead of refusing the job (FAILED, group at 0)."""
     cluster, pool = _cluster(make_cluster)
     del cluster.spec["warm_pool"]["volumes"]
     cluster.put_spec()
@@ -97,18 +97,19 @@ def test_no_claim_when_the_volume_would_be_mounted_over_the_agents_own_python(
     """The job's python is this test's own (its environment, ``.venv``, is where the volume would be mounted), and
     the agent runs from it: mounted over, it could not be unmounted for the next node. No claim, one line why."""
     cluster, pool, volume, agent, job, lines = _mounting(make_cluster, monkeypatch, "own-run")
-    agent.claim_warm_volume(job)
+    agent.warm.claim(job)
     assert any(
         line.startswith(f"not claiming a warm volume of pool {pool}: this agent runs from ") for line in lines
     ), lines
-    assert agent.warm_volume is None
+    assert agent.warm.volume is None
     assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
 
 
 def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_its_root(
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A failed mount (here the overlay on the environment) used to escape as a traceback and FAIL the job."""
+    """A failed mount (here the overlay on the environment) is logged and undone, and the node boots from its root
+    volume: it neither escapes as a traceback nor FAILs the job."""
     cluster, _, volume, agent, job, lines = _mounting(make_cluster, monkeypatch, "mount-run")
     job.python = "/opt/pytorch/bin/python"  # the DLAMI's environment, not this test's
     ran: list[tuple[list[str], bool]] = []
@@ -119,18 +120,18 @@ def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_i
             if check and command[:3] == ["mount", "-t", "overlay"]:
                 raise subprocess.CalledProcessError(32, command)
 
-    monkeypatch.setattr(node_agent.warm_volume, "block_device", lambda volume, device: "/dev/nvme1n1")
-    monkeypatch.setattr(node_agent.warm_volume, "filesystem", lambda block: ("/dev/nvme1n1p1", "xfs"))
-    monkeypatch.setattr(node_agent.warm_volume, "run", run)
-    agent.claim_warm_volume(job)
+    monkeypatch.setattr(warm_claim.warm_volume, "block_device", lambda volume, device: "/dev/nvme1n1")
+    monkeypatch.setattr(warm_claim.warm_volume, "filesystem", lambda block: ("/dev/nvme1n1p1", "xfs"))
+    monkeypatch.setattr(warm_claim.warm_volume, "run", run)
+    agent.warm.claim(job)
     assert any(
         line.startswith(f"mounting warm volume {volume} failed (Command '['mount', '-t', 'overlay', ")
         and line.endswith("; booting from the root volume")
         for line in lines
     ), lines
-    assert ran[1] == (["mount", "-o", "ro,nouuid", "/dev/nvme1n1p1", node_agent.WARM_MOUNT], True)
-    assert ran[-1] == (["umount", node_agent.WARM_MOUNT], False)  # what got mounted is undone, failures or not
-    assert agent.warm_volume is None
+    assert ran[1] == (["mount", "-o", "ro,nouuid", "/dev/nvme1n1p1", warm_claim.WARM_MOUNT], True)
+    assert ran[-1] == (["umount", warm_claim.WARM_MOUNT], False)  # what got mounted is undone, failures or not
+    assert agent.warm.volume is None
     assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
 
 
@@ -138,13 +139,13 @@ def test_a_node_handing_its_instance_back_ships_its_logs_before_the_volume_detac
     make_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a notice the hand-back runs late in the two minutes, and a warm volume's detach may take up to a minute of
-    them. Before, the logs were flushed only after it: the node's last lines were lost when the instance went."""
+    them: the logs are flushed first, or the node's last lines would be lost when the instance goes."""
     cluster, _ = _cluster(make_cluster)
     cluster.submit("order-run", JOB, "python ok.py")
     agent, _, _ = agent_for(cluster)
     steps: list[str] = []
-    agent.log.shipper = type("Shipper", (), {"flush": lambda self: steps.append("flush logs")})()
-    monkeypatch.setattr(agent, "release_warm_volume", lambda: steps.append("detach volume"))
-    monkeypatch.setattr(agent, "leave_group", lambda *args, **kwargs: steps.append("leave group"))
-    agent.hand_back(cluster.group)
+    agent.node.log.shipper = type("Shipper", (), {"flush": lambda self: steps.append("flush logs")})()
+    monkeypatch.setattr(agent.warm, "release", lambda: steps.append("detach volume"))
+    monkeypatch.setattr(agent.group_exit, "leave_group", lambda *args, **kwargs: steps.append("leave group"))
+    agent.group_exit.hand_back(cluster.group)
     assert steps == ["flush logs", "detach volume", "leave group"]

@@ -1,10 +1,11 @@
-"""The node agent's duties, one module each; ``node_agent.py`` is the entry point and the supervisor over them.
+"""The node agent's duties, one module each, and the supervisor over them; ``node_agent.py`` is the entry point
+(arguments, ``main``).
 
-Stdlib + boto3 only, Python 3.8+, as everything on the node. Dependencies point one way: ``node_agent`` imports these
-modules; they import ``errors`` (and the few leaves named below) and ``spot_training``'s shared modules, never
-``node_agent`` nor each other in circles.
+Stdlib + boto3 only, Python 3.8+, as everything on the node. Dependencies point one way: ``node_agent`` imports
+``supervisor``; the supervisor imports the duties; a duty imports leaves and the duties listed before it here, never
+the supervisor nor ``node_agent``, and no two modules import each other in a circle.
 
-Modules of this package (leaf duties):
+Leaf modules:
   ``errors``            the AWS and metadata errors the agent rides out (``AWS_ERRORS``, ``IMDS_ERRORS``), its
                         one-line reasons (``AgentError``, ``JobFailed``, ``JobRefused``, ``S3Unanswered``,
                         ``LocalDiskError``, ``LeavingBeforeTraining``, ``StopBeforeTraining``), ``one_line``,
@@ -23,34 +24,39 @@ Modules of this package (leaf duties):
   ``instance_signals``  IMDSv2 (``Imds``: spot notice, rebalance recommendation, target lifecycle state) and the
                         instance's lifecycle state in its group (``lifecycle_of``)
   ``peers``             the group's InService, running instances in launch order (``discover_peers``; element 0
-                        hosts the rendezvous) and the private-address map (``load_address_map``)
+                        hosts the rendezvous), a group's instances (``group_instances``) and the private-address map
+                        (``load_address_map``)
   ``drain``             the drain hook's hold (``DrainHold``): heartbeats while a final checkpoint upload is under way
+  ``checkpoint_download`` one checkpoint's verified download (``CheckpointDownload``): the manifest (``MANIFEST``)
+                        checked, ranged GETs in parallel, each part's sha256 checked as it streams in
   ``checkpoint_store``  the checkpoint store (``CheckpointStore``): checkpoints in S3 under ``<job>/ckpt/<step>/`` with
-                        the manifest (``MANIFEST``) written last; parallel multipart upload, verified ranged download,
-                        restore of the newest complete checkpoint, prune
+                        the manifest written last; parallel multipart upload, restore of the newest complete
+                        checkpoint (over ``checkpoint_download``), prune
   ``local_checkpoints`` the node's checkpoint directory: step folders with files (``local_steps``, ``step_files``),
                         the agent's and helper's own entries (``agent_entry``), half-written leftovers
                         (``remove_partial_writes``)
   ``checkpoint_sync``   the checkpoint-directory sync (``Syncer``): snapshots of the trainer's checkpoint directory
                         (step and flat layouts) uploaded with the manifest rule, at the Young/Daly interval
                         (``young_daly_s``) or the job's own
-  ``markers``           the names of the node markers the duties share (``progress``, ``ready``, the end-of-training
-                        ones) and a marker's writer time (``stamp``)
-  ``stall``             the stall watchdog (``StallWatch``): job-wide progress from the trainer's output and checkpoint
-                        writes, peers' ``progress`` markers and newly durable checkpoints; it sees the supervisor and
-                        the sync through small protocols (``StallHost``, ``WatchedSync``)
 
-Duties that ``node_agent.py`` still holds (each the next to move here):
-  S3 markers            ``Agent.put_marker``, ``marker``, ``node_markers``: the job's ``DONE``/``FAILED``/``STOPPED``/
-                        ``STOP`` markers and each node's ``nodes/<id>/{done,leaving,synced,save-request,progress,
-                        ready,training}`` markers (JSON with the writer's ``time``)
-  warm volume           ``Agent.claim_warm_volume``, ``release_warm_volume`` (over ``spot_training.warm_volume``)
-  rendezvous            ``Agent.wait_for_peers``, ``wait_for_ready_peers``, ``add_joined_peers``, ``lost_peer``: the
-                        peers of each attempt and the host they meet at
-  trainer               ``Agent.torchrun_command``, ``run_trainer``: torchrun's command line and environment, its
-                        output pumped to the log, SIGTERM with the grace on a notice or a stop
-  leaving               ``Agent.notice``, ``leave_group``, ``hand_back``, ``complete_drain``, ``scale_to_zero``: the
-                        spot notice and rebalance handling, handing the instance back, the drain hook's completion
-  supervisor            ``Agent.run``, ``attempts``, ``attempt``, ``finish``: boot, restore, the attempts loop, the
-                        end (DONE / FAILED / STOPPED / leave the group)
+Duties over one node's shared context (``node``), each an object the supervisor makes once:
+  ``node``              ``Node``: the instance's identity, AWS clients, IMDS, log, settings, group, the agent's SIGTERM
+  ``markers``           ``Markers``: the job's ``DONE``/``FAILED``/``STOPPED``/``STOP`` markers and each node's
+                        ``nodes/<id>/{boot,done,leaving,synced,save-request,progress,ready,training}`` markers (JSON
+                        with the writer's ``time``); the marker names the duties share and ``stamp``
+  ``stall``             the stall watchdog (``StallWatch``): job-wide progress from the trainer's output and checkpoint
+                        writes, peers' ``progress`` markers and newly durable checkpoints; it sees the sync through a
+                        small protocol (``WatchedSync``)
+  ``notices``           ``Notices``: the agent's SIGTERM, the spot notice, the group ending the instance
+  ``warm_claim``        ``WarmClaim``: claim (attach, mount) and release a warm volume of the pool
+  ``group_exit``        ``GroupExit``: leave the group, hand the instance back, scale to 0, complete the drain hook
+  ``rendezvous``        ``Rendezvous``: the peers of each attempt and the host they meet at, peers that join or are
+                        lost while the trainer runs, torchrun's command line and environment
+  ``final_syncs``       ``FinalSyncs``: an attempt's final checkpoint syncs, this node's (reported in ``synced``) and
+                        the peers' (waited for before a restart, a leave, a stop, the done barrier)
+  ``trainer``           ``Trainer``, ``TrainerRun``: one torchrun per attempt, its output to the log, the sync while it
+                        runs, SIGTERM with the grace on a notice, a stop, a lost peer or a stall
+  ``leaving``           ``Endings``: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a refused job, a leave
+                        before this node's trainer started
+  ``supervisor``        ``Agent``: boot, the training attempts (restore, peers, trainer, final sync) and the end
 """

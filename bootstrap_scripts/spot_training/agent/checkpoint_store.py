@@ -1,5 +1,6 @@
 """The checkpoint store: checkpoints in S3 under ``<job>/ckpt/<step>/`` with the manifest written last; parallel
-multipart upload, verified ranged download, restore of the newest complete checkpoint, prune."""
+multipart upload, verified ranged download (``checkpoint_download``), restore of the newest complete checkpoint,
+prune."""
 
 from __future__ import annotations
 
@@ -10,21 +11,19 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from botocore.exceptions import BotoCoreError, ClientError
-from urllib3.exceptions import HTTPError
+from botocore.exceptions import ClientError
 
 from spot_training.agent.aws_config import TRANSFER
-from spot_training.agent.errors import AWS_ERRORS, AgentError, LocalDiskError, S3Unanswered, env_float
+from spot_training.agent.checkpoint_download import MANIFEST, CheckpointDownload
+from spot_training.agent.errors import AgentError, LocalDiskError, S3Unanswered, env_float
 from spot_training.agent.local_checkpoints import step_files
 from spot_training.agent.s3_objects import object_gone
 from spot_training.sync_state import step_number
 
-MANIFEST = "spot-training-manifest.json"
 PART_MIN, PARTS_MAX = 16 * 2**20, 8
-RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3transfer does
 # A checkpoint S3 does not serve (after botocore's own retries) is tried again after a pause, at most this often,
 # before the restore gives up with S3's answer: never skipped for an older one, which would lose progress.
 UNANSWERED_TRIES, UNANSWERED_PAUSE_S = 3, 30.0
@@ -39,14 +38,6 @@ def part_size(size: int) -> int:
 
 
 PARALLEL_FILES = 8
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(2**20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def file_digests(path: str) -> Dict[str, Any]:
@@ -84,6 +75,8 @@ class CheckpointStore:
         self.unreadable: Set[int] = set()
         self.sent_bytes = 0  # checkpoint bytes uploaded so far: the drain hold's sign of an upload under way
         self.sent_lock = threading.Lock()
+        self.download = CheckpointDownload(s3, bucket, prefix, job_id)
+        self.unanswered_pause_s = UNANSWERED_PAUSE_S  # between the tries of a checkpoint S3 does not serve
 
     def count_sent(self, amount: int) -> None:
         """s3transfer's progress callback (from its worker threads; a retry reports a negative amount)."""
@@ -179,77 +172,9 @@ class CheckpointStore:
         return time.monotonic() - start
 
     def download_verified(self, step: int, sizes: Dict[str, int], dest: str) -> Dict[str, Any]:
-        """Download checkpoint ``step`` into ``dest``; raises AgentError unless every object verifies."""
-        base = f"{self.prefix}{step}/"
-        try:
-            body = self.s3.get_object(Bucket=self.bucket, Key=base + MANIFEST)["Body"].read()
-            manifest = json.loads(body)
-            files = manifest["files"]
-            assert isinstance(files, dict) and manifest.get("step") == step
-        except (*AWS_ERRORS, ValueError, KeyError, TypeError, AssertionError) as exc:
-            if isinstance(exc, AWS_ERRORS):
-                self.unanswered(step, MANIFEST, exc)
-            raise AgentError(f"checkpoint {step}: unreadable manifest ({type(exc).__name__})") from None
-        if manifest.get("job_id") != self.job_id:
-            owner = manifest.get("job_id")
-            raise AgentError(f"checkpoint {step}: manifest belongs to job {owner!r}, not {self.job_id!r}")
-        for rel, meta in files.items():
-            if ".." in rel.split("/") or rel.startswith("/") or rel == MANIFEST:
-                raise AgentError(f"checkpoint {step}: manifest lists an unsafe name {rel!r}")
-            if not isinstance(meta.get("size"), int) or sizes.get(rel) != meta["size"]:
-                raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size")
-
-        ranges: List[Tuple[str, Dict[str, Any], int]] = []  # (file, its manifest entry, part index)
-        for rel, meta in files.items():
-            path = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            if "part_sha256" not in meta:  # written by an agent before parts: one download, then one sha256 read
-                ranges.append((rel, meta, -1))
-                continue
-            part, digests = meta.get("part_size"), meta["part_sha256"]
-            parts = -(-meta["size"] // part) if isinstance(part, int) and part > 0 else None
-            if not isinstance(digests, list) or len(digests) != parts:
-                raise AgentError(f"checkpoint {step}: manifest lists bad parts for {rel}")
-            with open(path, "wb") as f:
-                f.truncate(meta["size"])
-            ranges += [(rel, meta, i) for i in range(len(digests))]
-
-        abandoned = threading.Event()  # set when the restore is given up: parts in flight stop at their next MiB
-
-        def get(item: Tuple[str, Dict[str, Any], int]) -> None:
-            rel, meta, i = item
-            key, path = base + rel, os.path.join(dest, rel)
-            if abandoned.is_set():
-                return
-            try:
-                if i < 0:
-                    self.s3.download_file(self.bucket, key, path, Config=TRANSFER)
-                    ok = os.path.getsize(path) == meta["size"] and sha256_file(path) == meta.get("sha256")
-                else:
-                    start = i * meta["part_size"]
-                    length = min(meta["part_size"], meta["size"] - start)
-                    ok = self.get_range(key, path, start, length, abandoned) == meta["part_sha256"][i]
-            except ClientError as exc:
-                self.unanswered(step, rel, exc)
-                raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size") from None
-            if not ok:
-                raise AgentError(f"checkpoint {step}: object {rel} fails its sha256 check")
-
-        with ThreadPoolExecutor(TRANSFER.max_concurrency) as pool:
-            futures = [pool.submit(get, item) for item in ranges]
-            try:
-                pending = set(futures)
-                while pending:  # a part of a big file takes long: look at the interrupt every second meanwhile
-                    done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        future.result()
-                    self.interrupt()
-            except BaseException:
-                abandoned.set()
-                for future in futures:  # a bad part condemns the checkpoint: fetch no more of it
-                    future.cancel()
-                raise
-        return manifest
+        """Download checkpoint ``step`` into ``dest``; raises AgentError unless every object verifies
+        (``CheckpointDownload``; the interrupt is looked at about every second)."""
+        return self.download.download_verified(step, sizes, dest, self.interrupt)
 
     def pause(self, seconds: float) -> None:
         """Sleep, looking at the interrupt (a spot notice) every half second, like the download itself."""
@@ -266,51 +191,9 @@ class CheckpointStore:
             except S3Unanswered as exc:
                 if tries == UNANSWERED_TRIES:
                     raise
-                self.log(f"{exc}; trying again in {UNANSWERED_PAUSE_S:g} s ({tries}/{UNANSWERED_TRIES})")
-                self.pause(UNANSWERED_PAUSE_S)
+                self.log(f"{exc}; trying again in {self.unanswered_pause_s:g} s ({tries}/{UNANSWERED_TRIES})")
+                self.pause(self.unanswered_pause_s)
         raise AssertionError("unreachable")  # the last try returns or raises
-
-    def unanswered(self, step: int, rel: str, exc: Exception) -> None:
-        """Raise ``S3Unanswered`` unless the object is gone (``object_gone``): then the checkpoint is at fault, and
-        the restore skips it for the next older one."""
-        if not object_gone(self.s3, self.bucket, f"{self.prefix}{step}/{rel}", exc):
-            code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
-            raise S3Unanswered(
-                f"checkpoint {step}: S3 did not serve {rel} ({code or type(exc).__name__}); not skipped for an older "
-                "checkpoint: it may be good"
-            ) from None
-
-    def get_range(
-        self, key: str, path: str, start: int, length: int, abandoned: Optional[threading.Event] = None
-    ) -> Optional[str]:
-        """GET ``length`` bytes of ``key`` from ``start`` into the same bytes of ``path``, hashing them as they
-        arrive: their sha256, or None if the object had fewer bytes (or ``abandoned`` was set meanwhile)."""
-        for attempt in range(1, RANGE_ATTEMPTS + 1):
-            h, got = hashlib.sha256(), 0
-            try:
-                rng = f"bytes={start}-{start + length - 1}"
-                body = self.s3.get_object(Bucket=self.bucket, Key=key, Range=rng)["Body"]
-                with open(path, "r+b") as f:
-                    f.seek(start)
-                    for chunk in body.iter_chunks(2**20):
-                        if abandoned is not None and abandoned.is_set():
-                            body.close()
-                            return None
-                        h.update(chunk)
-                        f.write(chunk)
-                        got += len(chunk)
-                return h.hexdigest() if got == length else None
-            except (BotoCoreError, HTTPError, OSError) as exc:  # a broken or stalled stream, a local write error
-                # (older botocore lets urllib3's errors through); ClientError (e.g. NoSuchKey) is not retried
-                if attempt == RANGE_ATTEMPTS:
-                    where = f"s3://{self.bucket}/{key} bytes {start}-{start + length - 1}: {exc}"
-                    local = isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
-                    if local:  # this node's disk
-                        raise LocalDiskError(
-                            f"this node's disk: {where}; not skipped for an older checkpoint"
-                        ) from None
-                    raise S3Unanswered(f"{where}; not skipped for an older checkpoint: it may be good") from None
-        return None
 
     def restore_newest(self, checkpoint_dir: str) -> Optional[Tuple[int, str]]:
         """Put the newest checkpoint whose objects all verify into the checkpoint dir; (step, layout) or None.

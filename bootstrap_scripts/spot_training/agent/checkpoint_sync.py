@@ -180,51 +180,69 @@ class Syncer:
     def _sync(self, final: bool) -> None:
         steps = self.local_steps()
         if steps:
-            newest = steps[-1]
-            root = os.path.join(self.dir, str(newest))
-            files = step_files(root)
-            # The helper rewrites a step it saves twice (the final save on the last periodic one's step), while
-            # it uploads or after: the objects must be of one version, and S3 must get the last one.
-            seen = self.flat_fingerprint(files)
-            self._scanned(("step", newest, seen))  # older steps the agent deletes below are no progress
-            # The helper renames a complete folder into place (COMPLETE in it). One a script writes in place (e.g.
-            # torch.distributed.checkpoint to <dir>/<step>) is complete, as a flat checkpoint is, once a round sees
-            # it as the round before did, or when its trainer has exited and was not killed.
-            stable = (
-                os.path.exists(os.path.join(root, COMPLETE))
-                or (final and not self.trainer_cut_off)
-                or self.step_seen == (newest, seen)
+            self._sync_steps(steps, final)
+        else:
+            self._sync_flat(final)
+
+    def _sync_steps(self, steps: List[int], final: bool) -> None:
+        """A round over step folders: upload the newest once it is complete and new, delete the older ones."""
+        newest = steps[-1]
+        root = os.path.join(self.dir, str(newest))
+        files = step_files(root)
+        # The helper rewrites a step it saves twice (the final save on the last periodic one's step), while
+        # it uploads or after: the objects must be of one version, and S3 must get the last one.
+        seen = self.flat_fingerprint(files)
+        self._scanned(("step", newest, seen))  # older steps the agent deletes below are no progress
+        # The helper renames a complete folder into place (COMPLETE in it). One a script writes in place (e.g.
+        # torch.distributed.checkpoint to <dir>/<step>) is complete, as a flat checkpoint is, once a round sees
+        # it as the round before did, or when its trainer has exited and was not killed.
+        stable = (
+            os.path.exists(os.path.join(root, COMPLETE))
+            or (final and not self.trainer_cut_off)
+            or self.step_seen == (newest, seen)
+        )
+        self.step_seen = (newest, seen)
+        saved_again = self.step_uploaded.get(newest, seen) != seen
+        # its number taken by a flat checkpoint (the script's other files, before its first step folder)
+        over_flat = newest in self.uploaded and self.layout_of(newest) == "flat"
+        numbered = self.newest_numbered(self.uploaded)
+        new = saved_again or over_flat or (newest not in self.uploaded and (numbered is None or newest > numbered))
+        if new and final and self.trainer_cut_off and not (stable and files):
+            # Maybe cut off mid-write: not a checkpoint, not even this node's own resume point.
+            self.log(
+                f"deleting checkpoint folder {newest} unuploaded: "
+                "the trainer, killed or failed, may have been writing it"
             )
-            self.step_seen = (newest, seen)
-            saved_again = self.step_uploaded.get(newest, seen) != seen
-            # its number taken by a flat checkpoint (the script's other files, before its first step folder)
-            over_flat = newest in self.uploaded and self.layout_of(newest) == "flat"
-            numbered = self.newest_numbered(self.uploaded)
-            new = saved_again or over_flat or (newest not in self.uploaded and (numbered is None or newest > numbered))
-            if new and final and self.trainer_cut_off and not (stable and files):
-                # Maybe cut off mid-write: not a checkpoint, not even this node's own resume point.
-                self.log(
-                    f"deleting checkpoint folder {newest} unuploaded: "
-                    "the trainer, killed or failed, may have been writing it"
-                )
-                shutil.rmtree(root, ignore_errors=True)
-                return
-            if new and stable and files:
-                again = " again: saved anew since its upload" if saved_again else ""
-                again = f" (flat checkpoint {newest} had its number)" if over_flat and not saved_again else again
-                self.log(f"uploading checkpoint {newest} ({len(files)} file(s)){again}")
-                replace = saved_again or over_flat
-                seconds = self.store.upload(
-                    newest, files, "step", lambda: self.flat_fingerprint(files) == seen, replace=replace
-                )
-                self.step_uploaded[newest] = seen
-                self.layouts[newest] = "step"
-                self._drop_flat_above(newest)
-                self._record(newest, seconds)
-            for old in steps[:-1]:  # the newest local one stays for a restart on this node
-                if self.newest is not None and old < self.newest:
-                    shutil.rmtree(os.path.join(self.dir, str(old)), ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
             return
+        if new and stable and files:
+            self._upload_step(newest, files, seen, saved_again, over_flat)
+        for old in steps[:-1]:  # the newest local one stays for a restart on this node
+            if self.newest is not None and old < self.newest:
+                shutil.rmtree(os.path.join(self.dir, str(old)), ignore_errors=True)
+
+    def _upload_step(
+        self,
+        step: int,
+        files: Dict[str, str],
+        seen: List[Tuple[str, int, int, int]],
+        saved_again: bool,
+        over_flat: bool,
+    ) -> None:
+        """Upload step folder ``step`` (its ``files``, as ``seen``); ``saved_again``: it is in S3 with other content,
+        ``over_flat``: a flat checkpoint has its number."""
+        again = " again: saved anew since its upload" if saved_again else ""
+        again = f" (flat checkpoint {step} had its number)" if over_flat and not saved_again else again
+        self.log(f"uploading checkpoint {step} ({len(files)} file(s)){again}")
+        replace = saved_again or over_flat
+        seconds = self.store.upload(step, files, "step", lambda: self.flat_fingerprint(files) == seen, replace=replace)
+        self.step_uploaded[step] = seen
+        self.layouts[step] = "step"
+        self._drop_flat_above(step)
+        self._record(step, seconds)
+
+    def _sync_flat(self, final: bool) -> None:
+        """A round over a flat directory: snapshot it once unchanged for a round, when the interval is due."""
         files = self._flat_files()
         fingerprint = self.flat_fingerprint(files)
         self._scanned(("flat", fingerprint))

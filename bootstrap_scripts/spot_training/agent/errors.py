@@ -66,3 +66,8 @@ def env_float(name: str, default: float) -> float:
         return float(value) if value else default
     except ValueError:
         raise AgentError(f"{name}={value!r} is not a number") from None
+
+
+# The agent's exit codes: 0 job done or instance interrupted cleanly; EXIT_FAILED the job failed (FAILED written);
+# EXIT_BAD_INPUT bad input, or no job spec, S3 or Auto Scaling answer at boot.
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2

@@ -59,3 +59,9 @@ def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] =
             )
     ips = {inst["InstanceId"]: inst["PrivateIpAddress"] for inst in found}
     return [(i, ips[i]) for i in launch_order(found)]
+
+
+def group_instances(asg: Any, group: str, *states: str) -> Set[str]:
+    """The instances of Auto Scaling group ``group`` (in one of the lifecycle ``states``, if given)."""
+    groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+    return {i["InstanceId"] for g in groups for i in g["Instances"] if not states or i.get("LifecycleState") in states}

@@ -4,36 +4,22 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Dict, List, Optional, Protocol
 
 from spot_training.agent.errors import AWS_ERRORS
 from spot_training.agent.job import Job
-from spot_training.agent.markers import PROGRESS_MARKER
+from spot_training.agent.markers import PROGRESS_MARKER, Markers
 
 STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
 
 
 class WatchedSync(Protocol):
-    """What the watchdog reads of the checkpoint-directory sync (``node_agent.Syncer``)."""
+    """What the watchdog reads of the checkpoint-directory sync (``checkpoint_sync.Syncer``)."""
 
     changed_at: float
     store: Any  # the job's checkpoints in S3 (``newest_complete()``)
 
     def last_write(self) -> float: ...
-
-
-class StallHost(Protocol):
-    """What the watchdog uses of the supervisor (``node_agent.Agent``): its identity, log and S3 markers."""
-
-    instance_id: str
-    newest_before: Optional[int]
-
-    @property
-    def log(self) -> Callable[[str], None]: ...
-
-    def put_marker(self, job: Job, name: str, body: Dict[str, Any]) -> None: ...
-
-    def node_markers(self, job: Job, progress: Optional[Dict[str, float]] = None) -> Dict[str, Dict[str, str]]: ...
 
 
 class StallWatch:
@@ -45,12 +31,15 @@ class StallWatch:
     when the watchdog would otherwise fire (the agent's polls list ``nodes/`` anyway, and feed :meth:`peers_seen`).
     """
 
-    def __init__(self, agent: StallHost, job: Job, syncer: WatchedSync, stall_s: float) -> None:
-        self.agent, self.job, self.syncer, self.stall_s = agent, job, syncer, stall_s
+    def __init__(
+        self, markers: Markers, job: Job, syncer: WatchedSync, stall_s: float, newest_before: Optional[int]
+    ) -> None:
+        self.markers, self.job, self.syncer, self.stall_s = markers, job, syncer, stall_s
+        self.instance_id = markers.node.instance_id
         now = time.monotonic()
         self.last_output = now  # when (monotonic) the trainer last printed a line (the pump thread sets it)
         # The job's newest durable checkpoint as the trainer started, and when the watchdog last found a newer one.
-        self.durable_seen, self.durable_at = agent.newest_before, 0.0
+        self.durable_seen, self.durable_at = newest_before, 0.0
         self.peer_at = 0.0  # when (monotonic, from S3's times) a peer last wrote its progress marker, as listed
         self.marked = now  # the local progress this node's last progress marker stands for (none yet)
         self.marked_at = -math.inf  # when this node last wrote it
@@ -78,7 +67,7 @@ class StallWatch:
         now = time.monotonic()
         if now - self.logged_at.get(what, -math.inf) >= STALL_LOG_EVERY_S:
             self.logged_at[what] = now
-            self.agent.log(message)
+            self.markers.node.log(message)
 
     def mark(self) -> None:
         """Tell the other nodes this one makes progress (``nodes/<id>/progress``; their trainers may show none: a
@@ -89,7 +78,7 @@ class StallWatch:
         if local <= self.marked or now - self.marked_at < self.stall_s / 4:
             return
         try:
-            self.agent.put_marker(self.job, f"nodes/{self.agent.instance_id}/{PROGRESS_MARKER}", {})
+            self.markers.put_marker(self.job, f"nodes/{self.instance_id}/{PROGRESS_MARKER}", {})
         except AWS_ERRORS as exc:  # tried again next poll
             self.log_sometimes("mark", f"stall watchdog: could not write this node's progress marker ({exc})")
             return
@@ -99,7 +88,7 @@ class StallWatch:
         """A listing of ``nodes/`` answered at ``listed_at`` (monotonic): {instance id: seconds since its progress
         marker was written}. This node's own marker is left out (its own progress is known here exactly)."""
         for instance_id, age in ages.items():
-            if instance_id != self.agent.instance_id:
+            if instance_id != self.instance_id:
                 self.peer_at = max(self.peer_at, listed_at - age)
 
     def stalled(self) -> Optional[str]:
@@ -112,7 +101,7 @@ class StallWatch:
         failed: List[str] = []
         try:
             ages: Dict[str, float] = {}
-            self.agent.node_markers(self.job, ages)
+            self.markers.node_markers(self.job, ages)
             self.peers_seen(ages, time.monotonic())
         except AWS_ERRORS as exc:
             failed.append(f"the nodes' progress markers ({exc})")
@@ -138,7 +127,7 @@ class StallWatch:
                     "more of failures: counted as no progress)",
                 )
                 return None
-            self.agent.log(
+            self.markers.node.log(
                 f"stall watchdog: no answer listing the job's progress for {self.stall_s:g} s: counted as no progress"
             )
         return f"trainer made no progress (no output, no checkpoint write) for {self.stall_s:g} s"
