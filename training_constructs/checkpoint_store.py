@@ -110,7 +110,7 @@ class CheckpointStore(Construct):
 
     @classmethod
     def node_write_keys(cls, cluster: str) -> list[str]:
-        """Key patterns of what the node agent writes (``bootstrap_scripts/node_agent.py``), under a job's
+        """Key patterns of what the node agent writes (``bootstrap_scripts/spot_training/agent/``), under a job's
         ``<cluster>/<job>/`` (the ``*``): checkpoints, per-node markers, the job's end markers. None matches a code
         archive, ``<cluster>/code/<job>.tar.gz`` (a job id has no '/', an archive ends in ``.tar.gz``)."""
         prefix = cls.cluster_prefix(cluster)

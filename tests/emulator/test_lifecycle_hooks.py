@@ -2,7 +2,7 @@
 
 The server runs with ``EMULATOR_LIFECYCLE_HEARTBEAT_SCALE=0.1``: a hook's HeartbeatTimeout of 60 s expires after
 6 s; the other tests use 3600 s (6 min here), far beyond their own run. The last test runs the node agent's drain
-hold (``bootstrap_scripts/node_agent.py``) against such a hook.
+hold (``bootstrap_scripts/spot_training/agent/drain.py``) against such a hook.
 """
 
 from __future__ import annotations
