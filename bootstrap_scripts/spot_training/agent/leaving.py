@@ -1,5 +1,6 @@
 """How a node's part in the job ends: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a job every node would
-refuse, and a leave before this node's trainer started."""
+refuse, an error this node cannot go on after, and a leave before this node's trainer started. ``fail`` and an error
+that leaves the job to the peers move the node's lifecycle (``lifecycle``); the supervisor makes its other moves."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 import time
 from typing import List, Optional
 
+from spot_training.agent import lifecycle as state
 from spot_training.agent.checkpoint_store import CheckpointStore
-from spot_training.agent.errors import AWS_ERRORS, EXIT_FAILED, AgentError, JobRefused
+from spot_training.agent.errors import AWS_ERRORS, EXIT_FAILED, AgentError, JobFailed, JobRefused
 from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
 from spot_training.agent.job import Job
+from spot_training.agent.lifecycle import Lifecycle
 from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
 from spot_training.agent.rendezvous import Rendezvous
@@ -21,10 +24,16 @@ class Endings:
     """The ends of this node's part in the job (``not_done``: why the last ``finish`` did not make the job DONE)."""
 
     def __init__(
-        self, node: Node, markers: Markers, rendezvous: Rendezvous, syncs: FinalSyncs, group_exit: GroupExit
+        self,
+        node: Node,
+        markers: Markers,
+        rendezvous: Rendezvous,
+        syncs: FinalSyncs,
+        group_exit: GroupExit,
+        lifecycle: Lifecycle,
     ) -> None:
         self.node, self.markers, self.rendezvous, self.syncs = node, markers, rendezvous, syncs
-        self.group_exit = group_exit
+        self.group_exit, self.lifecycle = group_exit, lifecycle
         self.not_done = ""
 
     def finish(self, job: Job, group: str) -> bool:
@@ -131,10 +140,54 @@ class Endings:
         return 0
 
     def fail(self, job: Job, group: str, reason: str) -> int:
+        """FAILED with ``reason`` (the node's state first), the group to 0."""
+        self.lifecycle.move(state.FAILED, reason)
         self.markers.put_marker(job, "FAILED", {"reason": reason})
         self.node.log(f"job {job.job_id} FAILED: {reason}")
         self.group_exit.scale_to_zero(group)
         return EXIT_FAILED
+
+    def failed_before_the_end(self, job: Job, group: str, exc: Exception) -> int:
+        """No code, no readable checkpoint, peers that never came, an agent bug: this node cannot go on, and exiting
+        would leave it idle in the group (billed). FAILED with the reason, and the group to 0; or, when its peers
+        train on without it, it leaves. Raises: a one-line ``AgentError`` or ``JobFailed``, or an agent bug as is
+        (its traceback goes to the node's console too)."""
+        agents_own = isinstance(exc, (AgentError, *AWS_ERRORS))
+        if isinstance(exc, AgentError):
+            reason = str(exc)
+        elif isinstance(exc, AWS_ERRORS):
+            reason = f"AWS did not answer after the retries: {exc}"
+        else:
+            reason = f"node agent error: {type(exc).__name__}: {exc}"
+        training = self.training_without_this_node(job, group, reason)
+        if training:  # a replacement that could not join: the job goes on without it
+            self.lifecycle.move(state.LEAVING, f"{reason}; peers train on without this node")
+            self.group_exit.give_up(f"{reason} (peers {', '.join(training)} train on without this node)")
+            if agents_own:
+                raise AgentError(f"before training: {reason}") from None
+            raise exc
+        try:
+            self.fail(job, group, reason)
+        except AWS_ERRORS as failed:
+            self.node.log(f"could not mark the job FAILED ({failed})")
+            self.group_exit.scale_to_zero(group)
+        if agents_own:  # one line: S3 or Auto Scaling did not answer
+            raise JobFailed(reason) from None
+        raise exc
+
+    def training_without_this_node(self, job: Job, group: str, reason: str) -> List[str]:
+        """On an error before this node's trainer ever started (a replacement's boot: code download, restore,
+        peers): the peers that train now, who can go on without it (at least ``min_nodes`` of them). Empty if its
+        trainer ran, if no peer trains (the error is then the job's: every node would meet it), if fewer than
+        ``min_nodes`` do (they wait for this node at their rendezvous), or if that cannot be told."""
+        if self.syncs.trainer_started:
+            return []
+        try:
+            training = self.rendezvous.peers_training(job, group)
+        except AWS_ERRORS as exc:
+            self.node.log(f"could not tell whether peers train on ({exc}); failing the job for: {reason}")
+            return []
+        return training if len(training) >= job.min_nodes else []
 
     def leave_before_training(self, job: Job, group: str, why: str, stop: bool = False) -> int:
         """Announce the leave (``trainer: false``: peers that count on this node restart without it), make what an
