@@ -1,6 +1,6 @@
 """How a node's part in the job ends: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a job every node would
-refuse, an error this node cannot go on after, and a leave before this node's trainer started. ``fail`` and an error
-that leaves the job to the peers move the node's lifecycle (``lifecycle``); the supervisor makes its other moves."""
+refuse, an error this node cannot go on after, and a leave before this node's trainer started. Each ending moves the
+node's lifecycle (``lifecycle``) to its final state first; the supervisor makes the other moves."""
 
 from __future__ import annotations
 
@@ -55,10 +55,12 @@ class Endings:
         waiting = [i for i, _ in self.rendezvous.peers if i != self.node.instance_id]
         while waiting:
             if self.markers.marker(job, "DONE") is not None:  # scaled to 0 by that peer; again here, if it could not
+                self.lifecycle.move(state.DONE, "a peer wrote DONE")
                 self.node.log(f"job {job.job_id} is DONE (a peer finished it)")
                 self.group_exit.scale_to_zero(group)
                 return True
             if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
+                self.lifecycle.move(state.DONE, f"this node finished; peers {', '.join(waiting)} write DONE")
                 self.node.log(
                     f"peers {', '.join(waiting)} did not report done within {barrier_s:.0f} s; leaving the job "
                     "to them (the last node to finish writes DONE and scales the group to 0)"
@@ -72,6 +74,7 @@ class Endings:
             waiting = still
             if waiting:
                 time.sleep(min(self.node.poll_s, 1.0))
+        self.lifecycle.move(state.DONE, "every peer finished: this node writes DONE")
         self.markers.put_marker(job, "DONE", {"peers": [i for i, _ in self.rendezvous.peers]})
         self.node.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.group_exit.scale_to_zero(group)
@@ -111,6 +114,7 @@ class Endings:
         """S3 or Auto Scaling failed in the done barrier after a good training. Once ``DONE`` is written, scale
         to 0 again (peers that saw it have exited and leave the scaling to this node); until then, leave the group
         (one fewer): a peer still in its barrier writes ``DONE``."""
+        self.lifecycle.move(state.DONE, f"this node finished; the done barrier failed ({exc})")
         try:
             done = self.markers.marker(job, "DONE") is not None
         except AWS_ERRORS as again:  # in doubt, never cut off a peer's final upload
@@ -128,6 +132,7 @@ class Endings:
         """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0. A stop
         is no failure: when S3 or Auto Scaling fails here, this node leaves the group (one fewer), and a peer that
         reaches this point writes STOPPED and scales to 0."""
+        self.lifecycle.move(state.STOPPED, "stop requested (STOP marker)")
         try:
             if self.markers.marker(job, "STOPPED") is None:
                 self.markers.put_marker(job, "STOPPED", {"last_checkpoint": store.newest_complete()})
@@ -194,6 +199,7 @@ class Endings:
         earlier attempt of this node saved durable (at most the grace), hand the instance back. Not the peers'
         final syncs: no trainer ran here since, so nothing of theirs waits on this node. ``stop``: the job is
         stopping: no announcement (the peers stop anyway), and the group gets no replacement."""
+        self.lifecycle.move(state.STOPPED if stop else state.LEAVING, why)
         self.node.log(f"{why}: leaving before the trainer starts")
         deadline = time.monotonic() + job.grace_s
         try:
@@ -213,6 +219,7 @@ class Endings:
     def refuse_job(self, refused: JobRefused) -> None:
         """Every node of the group would refuse this job: mark it FAILED (when its spec says where) and scale the
         group to 0, instead of leaving the nodes idle and billed. ``trainctl status`` then shows the reason."""
+        self.lifecycle.move(state.REFUSED, str(refused))
         self.node.log(f"error: {refused}")
         if refused.failed_at is not None:
             bucket, key = refused.failed_at

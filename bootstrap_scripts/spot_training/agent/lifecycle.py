@@ -1,6 +1,7 @@
-"""The node's lifecycle: its named states, the one table of the transitions the supervisor makes between them, and
-``Lifecycle``, which makes each one: logged once as ``state A -> B: reason`` and published (the supervisor writes it
-to ``nodes/<instance-id>/state`` for ``trainctl status``). A transition the table does not have is an agent bug:
+"""The node's lifecycle: its named states, the one table of the transitions between them, and ``Lifecycle``, which
+makes each one: logged once as ``state A -> B: reason`` and published (the supervisor writes it to
+``nodes/<instance-id>/state`` for ``trainctl status``). The supervisor moves the node through an attempt; the endings
+(``leaving``) and the supervisor's hand-backs move it to its final state, before they let the instance go. A transition the table does not have is an agent bug:
 logged and refused, never raised (an agent that dies leaves a billed node).
 
 Standard library only, no import of the agent's other modules: the docs generator (``docs_gen/node_lifecycle.py``)
@@ -93,7 +94,7 @@ class Lifecycle:
         if target == source:
             return False
         if (source, target) not in TRANSITIONS:
-            self.log(f"{line(source, target, reason)} refused: not in the node's transition table (an agent bug)")
+            self.log(f"refused {line(source, target, reason)} (not in the node's transition table: an agent bug)")
             return False
         self.state, self.since, self.reason = target, time.time(), reason
         self.log(line(source, target, reason))

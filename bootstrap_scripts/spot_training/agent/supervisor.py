@@ -121,7 +121,6 @@ class Agent:
                         (job.bucket, f"{job.spec['cluster']}/{job.job_id}/FAILED"),
                     )
         except JobRefused as exc:
-            self.lifecycle.move(state.REFUSED, str(exc))
             self.endings.refuse_job(exc)
             raise
         except (AgentError, *AWS_ERRORS) as exc:  # SSM unreadable: no job to run on this node
@@ -155,7 +154,6 @@ class Agent:
             return self.attempts(job, group, code_dir, store)
         except LeavingBeforeTraining as exc:
             stop = isinstance(exc, StopBeforeTraining)
-            self.lifecycle.move(state.STOPPED if stop else state.LEAVING, str(exc))
             return self.endings.leave_before_training(job, group, str(exc), stop=stop)
         except Exception as exc:
             return self.endings.failed_before_the_end(job, group, exc)
@@ -222,10 +220,8 @@ class Agent:
             self.node.log("the trainer finished before the notice took effect: finishing the job")
         try:
             if self.endings.finish(job, group):
-                self.lifecycle.move(state.DONE, "the training finished and the done barrier passed")
                 return 0
         except AWS_ERRORS as exc:  # the training ended well: not a FAILED job
-            self.lifecycle.move(state.DONE, f"the training finished; the done barrier failed ({exc})")
             self.endings.finish_failed(job, group, exc)
             return 0
         if interrupted and not self.trainer.stop_requested:  # being reclaimed: its peers train again without it
@@ -241,11 +237,9 @@ class Agent:
         """A stop request or a notice ended the attempt: the exit code once the job saved what it could; None to
         restart."""
         if interrupted and self.trainer.stop_requested:
-            self.lifecycle.move(state.STOPPED, "stop requested (STOP marker)")
             self.wait_durable_since_notice(job, store)
             return self.endings.stopped(job, group, store)
         if rc != 0 and self.markers.marked(job, "STOP"):  # a peer's trainer stopped ours collectively
-            self.lifecycle.move(state.STOPPED, "stop requested (STOP marker); a peer's trainer stopped this one")
             # Rank 0's node may still be uploading the final checkpoint: scaling to 0 now would cut it off.
             self.syncs.wait_durable(job, store, before, time.monotonic() + job.grace_s)
             return self.endings.stopped(job, group, store)
@@ -308,8 +302,8 @@ class Agent:
         self.lifecycle.move(state.TRAIN, f"attempt {attempt} with {len(ids)} node(s); rendezvous host {ids[0]}")
         with Timed(self.node.log, f"training attempt {attempt}"):
             rc, interrupted = self.trainer.run(job, code_dir, cmd, env, syncer)
-        stopped_by = self.trainer.stalled or ("a notice or a stop" if interrupted else "")
-        self.lifecycle.move(state.DRAIN, f"the trainer exited with code {rc}" + f" ({stopped_by})" * bool(stopped_by))
+        why = self.trainer.stalled or ("a notice or a stop" if interrupted else "")
+        self.lifecycle.move(state.DRAIN, f"the trainer exited with code {rc}{f' ({why})' if why else ''}")
         with Timed(self.node.log, "final checkpoint sync"):
             syncer.sync(final=True)
         self.syncs.report(job, syncer, attempt, rc, interrupted)
