@@ -219,8 +219,8 @@ class Endings:
     def refuse_job(self, refused: JobRefused) -> None:
         """Every node of the group would refuse this job: mark it FAILED (when its spec says where) and scale the
         group to 0, instead of leaving the nodes idle and billed. ``trainctl status`` then shows the reason."""
-        self.lifecycle.move(state.REFUSED, str(refused))
         self.node.log(f"error: {refused}")
+        self.lifecycle.move(state.REFUSED, str(refused))
         if refused.failed_at is not None:
             bucket, key = refused.failed_at
             body = {"reason": f"the node agent refused the job: {refused}", "instance_id": self.node.instance_id}
