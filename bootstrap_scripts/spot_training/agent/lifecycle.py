@@ -1,8 +1,9 @@
 """The node's lifecycle: its named states, the one table of the transitions between them, and ``Lifecycle``, which
 makes each one: logged once as ``state A -> B: reason`` and published (the supervisor writes it to
 ``nodes/<instance-id>/state`` for ``trainctl status``). The supervisor moves the node through an attempt; the endings
-(``leaving``) and the supervisor's hand-backs move it to its final state, before they let the instance go. A transition the table does not have is an agent bug:
-logged and refused, never raised (an agent that dies leaves a billed node).
+(``leaving``) and the supervisor's hand-backs move it to its final state, before they let the instance go. A
+transition the table does not have is an agent bug: logged and refused, never raised (an agent that dies leaves a
+billed node).
 
 Standard library only, no import of the agent's other modules: the docs generator (``docs_gen/node_lifecycle.py``)
 draws the table as a diagram from this module."""

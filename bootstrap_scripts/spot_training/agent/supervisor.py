@@ -284,11 +284,12 @@ class Agent:
         syncer = Syncer(store, job, self.node.log, self.node.settings.keep)
         if flat is not None:
             syncer.restored_flat()
-            resumed = f"resume step: unknown (flat checkpoint {flat})"
+            self.node.log(f"resume step: unknown (flat checkpoint {flat})")
+            restored = f"flat checkpoint {flat} restored"
         else:
-            resumed = f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}"
-        self.node.log(resumed)
-        self.lifecycle.move(state.WAIT_FOR_PEERS, resumed)
+            self.node.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
+            restored = "a fresh start" if resume_step is None else f"it resumes at step {resume_step}"
+        self.lifecycle.move(state.WAIT_FOR_PEERS, restored)
         with Timed(self.node.log, "peer discovery"):
             peers = self.rendezvous.peers = self.rendezvous.wait_for_peers(group, job)
             if attempt == 0 and job.min_nodes < job.max_nodes:
