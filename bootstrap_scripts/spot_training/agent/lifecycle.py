@@ -33,7 +33,7 @@ STATES: Dict[str, str] = {
     DRAIN: "the trainer has exited: the final checkpoint sync, the peers' final syncs, the done barrier",
     DONE: "the job is DONE (this node or a peer wrote it), or this node left the last steps to its peers",
     FAILED: "the job is FAILED with the reason and its group goes to 0",
-    STOPPED: "the job is stopped (trainctl stop, the budget guard): its group goes to 0",
+    STOPPED: "the job stops (trainctl stop, the budget guard): STOPPED and the group to 0, or this node leaves it",
     LEAVING: "this node hands its instance back (a notice, its group ending it, it cannot take part); the job goes on",
     REFUSED: "the job is one no node of the group can run: FAILED with the reason, the group to 0",
 }
@@ -44,10 +44,10 @@ TERMINAL = frozenset({DONE, FAILED, STOPPED, LEAVING, REFUSED})
 TRANSITIONS: Dict[Tuple[str, str], str] = {
     (BOOT, RESTORE): "the code is unpacked: the first attempt starts",
     (BOOT, DONE): "the job is DONE already",
-    (BOOT, FAILED): "the job is FAILED already, or the code or the warm volume fails",
+    (BOOT, FAILED): "the job is FAILED already, or the code download, the warm volume or AWS fails",
     (BOOT, STOPPED): "the job is STOPPED already",
     (BOOT, LEAVING): "a notice at boot, no answer from SSM, S3 or Auto Scaling, or an error while peers train on",
-    (BOOT, REFUSED): "the job spec is invalid or names another team or cluster",
+    (BOOT, REFUSED): "no job was submitted, or its spec is invalid or names another team or cluster",
     (RESTORE, WAIT_FOR_PEERS): "the newest complete checkpoint is restored (or there is none)",
     (RESTORE, FAILED): "no readable checkpoint, AWS failing after the retries, an agent bug",
     (RESTORE, LEAVING): "a notice during the restore, or an error while peers train on without this node",
@@ -61,7 +61,7 @@ TRANSITIONS: Dict[Tuple[str, str], str] = {
     (DRAIN, DONE): "the trainer finished and the done barrier passed",
     (DRAIN, FAILED): "max_restarts restarts without a new checkpoint, or an error",
     (DRAIN, STOPPED): "a stop: the final checkpoint is durable, or the grace is over",
-    (DRAIN, LEAVING): "a notice: the emergency checkpoint is durable, or the grace is over",
+    (DRAIN, LEAVING): "a notice: it waits for the emergency checkpoint (at most the grace), then leaves",
 }
 
 
