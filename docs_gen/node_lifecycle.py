@@ -13,10 +13,11 @@ not this page. -->
 The node agent moves each node through these states, and only along the transitions below (one table in
 `spot_training/agent/lifecycle.py`). Each transition is one line of the node's log, `{line("A", "B", "reason")}`,
 and rewrites the node's marker `<cluster>/<job>/nodes/<instance-id>/state` (JSON: `state`, `previous`, `since`,
-`reason`), which `trainctl status` shows for each node of the group (`agent_state`, with its age and reason). A
-transition the table does not have is an agent bug: the agent logs `refused state A -> B: ...` and stays in A, it
-does not stop (a node whose agent dies stays billed). Final states have no way out: the agent exits after them. See
-[Node lifecycle](../concepts/node-lifecycle.md) for what the node does in each.
+`reason`), which `trainctl status` shows for each node of the group (`agent_state`, with its age and reason); until
+the agent has its job and its group (a refused job, no job spec, no answer at boot) there is no marker, only the log
+line. A transition the table does not have is an agent bug: the agent logs `refused state A -> B: ...` and stays in
+A, it does not stop (a node whose agent dies stays billed). Final states have no way out: the agent exits after
+them. See [Node lifecycle](../concepts/node-lifecycle.md) for what the node does in each.
 
 The diagram is Mermaid source: GitHub renders it; this site loads nothing from outside, so it shows the source.
 """
