@@ -158,9 +158,9 @@ def test_user_data_rejects_a_bad_spec_before_running_anything(
         "node-agent: error: command contains shell syntax '&': it runs without a shell; put the logic in a script"
     )
     assert not marker.exists()
-    root = node.dir / "root"  # nothing downloaded, nothing started: only user data's reboot hook is there
+    root = node.dir / "root"  # nothing downloaded, nothing started: only user data's hand-back scripts are there
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == ["var/lib/cloud/scripts/per-boot/spot-training-reboot.sh"]
+    assert files == ["opt/spot-training/work/hand-back.sh", "var/lib/cloud/scripts/per-boot/spot-training-reboot.sh"]
     # No node of the group could run it: the job is FAILED with the reason, and the group no longer bills.
     assert cluster.desired_capacity() == 0
     failed = cluster.marker("job-1", "FAILED")

@@ -28,6 +28,7 @@ from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
 from spot_training.agent.job import Job, load_job
 from spot_training.agent.leaving import Endings
+from spot_training.agent.leftovers import end_leftover_trainer
 from spot_training.agent.lifecycle import Lifecycle
 from spot_training.agent.local_checkpoints import local_steps, remove_partial_writes
 from spot_training.agent.log_shipping import LogShipper, Timed
@@ -79,6 +80,8 @@ class Agent:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.node.stop_signal.set())
+        # A trainer an earlier agent on this node left running (it was killed): ended before anything else
+        end_leftover_trainer(self.node.settings.work_dir, self.node.log)
         try:
             return self.load_and_run()
         finally:
