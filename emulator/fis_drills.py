@@ -182,11 +182,9 @@ class DrillRunner:
 
     def _tagged(self, target: dict[str, Any]) -> list[dict[str, Any]]:
         filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in target.get("resourceTags", {}).items()]
-        if target["resourceType"] == "aws:ec2:spot-instance":
-            filters.append({"Name": "instance-lifecycle", "Values": ["spot"]})
         pages = self.cloud.client("ec2").get_paginator("describe_instances").paginate(Filters=filters)
         found = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
-        if target["resourceType"] == "aws:ec2:spot-instance":  # whether moto filters on the lifecycle or not
+        if target["resourceType"] == "aws:ec2:spot-instance":  # moto has no instance-lifecycle filter
             found = [i for i in found if i.get("InstanceLifecycle") == "spot"]
         return found
 

@@ -104,7 +104,7 @@ def test_trainctl_drill_interrupts_the_share_of_nodes_and_the_job_ends_done(
     ref, job_id = submit(cloud, launcher, name)
     report = json.loads(trainctl(cloud, monkeypatch, capsys, "--json", "drill", "--team", TEAM, "--cluster", name))
     wait_done(cloud, launcher, ref, job_id)
-    assert report["job_id"] == job_id and report["experiment_state"] == "completed"
+    assert report["job_id"] == job_id and report["experiment_state"] == "completed", report
     assert len(report["targets"]) == taken
     assert sorted(n["instance"] for n in report["notices"]) == report["targets"]
     for node in report["notices"]:  # the emergency checkpoint is durable well inside the (scaled) 2-minute notice
