@@ -7,7 +7,8 @@ experiment (``GetExperiment``) and the job until the experiment has ended and th
 replacement for every node the drill took, then reports from the job's facts, not from the processes:
 
 - the nodes FIS targeted (``ListExperimentResolvedTargets``) and those whose agent logged the spot interruption
-  notice; per node, notice to the emergency checkpoint being durable in S3 (both lines from its log stream);
+  notice; per node, notice to the newest checkpoint being durable in S3 before it leaves (its own emergency
+  checkpoint, or a peer's it finds durable: both lines from its log stream);
 - steps redone by the restarts after the drill began (as ``trainctl cost`` counts them);
 - per replacement (an instance the group launched after the first notice), boot (the group's launch activity) to
   the first training step the job logged after the replacement's first log line;
@@ -33,7 +34,9 @@ from trainctl.status import current_job
 
 ENDED_EXPERIMENT = ("completed", "stopped", "failed")
 _NOTICE = re.compile(r"spot interruption notice")
-_DURABLE = re.compile(r"emergency checkpoint (\d+) is durable in S3")
+# The agent's line once the newest checkpoint is durable before it leaves: its own emergency checkpoint, or the one
+# it finds durable already (a peer's, saved for the same notice).
+_DURABLE = re.compile(r"emergency checkpoint (\d+) is durable in S3|nothing newer than checkpoint (\d+) to save")
 _STEP = re.compile(r"\bstep (\d+) epoch \d+ loss")
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -143,7 +146,7 @@ def _notified_nodes(events: list[tuple[float, str, str]], job_id: str, started: 
             {
                 "instance": instance,
                 "notice_at": notice_at,
-                "durable_step": None if durable is None else int(durable[1].group(1)),
+                "durable_step": None if durable is None else int(durable[1].group(1) or durable[1].group(2)),
                 "notice_to_durable_s": None if durable is None else round(durable[0] - notice_at, 1),
             }
         )
