@@ -73,7 +73,7 @@ def test_a_cluster_without_a_drill_is_one_line_with_the_fix(fis: Any) -> None:
 
 
 def test_the_text_report_of_a_failed_drill_says_why_and_that_no_node_got_a_notice() -> None:
-    report = {
+    report: dict[str, Any] = {
         "experiment_id": "EXP1",
         "template_id": "TPL1",
         "experiment_state": "failed",
