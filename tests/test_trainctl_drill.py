@@ -3,12 +3,10 @@ The drill itself runs on the emulated cloud in ``tests/emulator/test_drills.py``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from team_config.naming import CLUSTER_TAG, TEAM_TAG
 from trainctl import jobs
@@ -18,16 +16,8 @@ REF = jobs.ClusterRef("research", "main", {}, "group")
 
 
 @pytest.fixture
-def fis(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield boto3.client("fis")
+def fis(mocked_aws: None) -> Any:
+    return boto3.client("fis")
 
 
 def template(fis: Any, team: str, cluster: str) -> str:
