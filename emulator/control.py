@@ -84,9 +84,8 @@ class ControlServer:
             raise FaultError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}")
         node = self._target(request.get("instance"), request.get("group"))
         if fault == "interrupt":
-            in_s = int(request.get("in_s") or 120)
-            self.launcher.interrupt(node.instance_id, in_s=in_s)
-            return f"{node.instance_id} ({node.group}): spot interruption notice delivered, taken in {in_s} s"
+            self.launcher.interrupt(node.instance_id)
+            return f"{node.instance_id} ({node.group}): spot interruption notice delivered (taken within 120 s)"
         if fault == "rebalance":
             self.launcher.recommend_rebalance(node.instance_id)
             return f"{node.instance_id} ({node.group}): rebalance recommendation delivered"
@@ -96,12 +95,16 @@ class ControlServer:
 
     def _target(self, instance: Optional[str], group: Optional[str]) -> Node:
         nodes = {n.instance_id: n for n in self.launcher.all_nodes()}
-        if group is not None:
-            running = sorted(self.launcher.running(group), key=lambda n: n.booted_at)
+        if group is not None:  # a node that has had no notice and that its group is not ending
+            running = sorted(
+                (n for n in self.launcher.running(group) if n.notice_at is None and n.draining_at is None),
+                key=lambda n: n.booted_at,
+            )
             if not running:
                 groups = sorted({n.group for n in self.launcher.running()})
                 raise FaultError(
-                    f"no running node in group {group} (groups with running nodes: {', '.join(groups) or 'none'})"
+                    f"no running node without a notice in group {group} (groups with running nodes: "
+                    f"{', '.join(groups) or 'none'})"
                 )
             return running[-1]  # the newest: the oldest usually hosts the job's rendezvous
         if instance not in nodes:

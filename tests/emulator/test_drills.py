@@ -146,7 +146,7 @@ def test_a_fault_for_an_unknown_instance_or_no_emulator_is_one_line(
     assert cli.main(["end", "i-0123456789abcdef0", "--run-dir", str(run_dir)]) == 1
     assert capsys.readouterr().err.startswith("error: unknown instance i-0123456789abcdef0: no emulated node runs it")
     assert cli.main(["rebalance", "--any", "no-such-group", "--run-dir", str(run_dir)]) == 1
-    assert capsys.readouterr().err.startswith("error: no running node in group no-such-group")
+    assert capsys.readouterr().err.startswith("error: no running node without a notice in group no-such-group")
     assert cli.main(["interrupt", "i-0123456789abcdef0", "--run-dir", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (
         f"error: no emulator is running with run directory {tmp_path} (no {CONTROL_FILE}): start one with "
