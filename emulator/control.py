@@ -173,7 +173,11 @@ def send_fault(run_dir: Path, fault: str, *, instance: Optional[str] = None, gro
         with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (loopback, from our own file)
             return str(json.loads(response.read())["message"])
     except urllib.error.HTTPError as exc:
-        raise EmulatorError(str(json.loads(exc.read() or b"{}").get("error", exc))) from None
+        try:
+            reason = str(json.loads(exc.read())["error"])
+        except (ValueError, KeyError, TypeError):
+            reason = f"the control endpoint answered {exc.code} {exc.reason}"
+        raise EmulatorError(reason) from None
     except (urllib.error.URLError, ConnectionError) as exc:
         raise EmulatorError(
             f"the emulator of run directory {run_dir} does not answer on {control['url']} ({exc}): is it still running?"
