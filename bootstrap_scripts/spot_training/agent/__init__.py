@@ -29,6 +29,8 @@ Leaf modules:
   ``peers``             the group's InService, running instances in launch order (``discover_peers``; element 0
                         hosts the rendezvous), a group's instances (``group_instances``) and the private-address map
                         (``load_address_map``)
+  ``leftovers``         a trainer a dead agent left running: tagged in its environment (``tag_trainer``) and ended
+                        by the next agent before anything else (``end_leftover_trainer``)
   ``drain``             the drain hook's hold (``DrainHold``): heartbeats while a final checkpoint upload is under way
   ``checkpoint_download`` one checkpoint's verified download (``CheckpointDownload``): the manifest (``MANIFEST``)
                         checked, ranged GETs in parallel, each part's sha256 checked as it streams in
@@ -53,6 +55,8 @@ Duties over one node's shared context (``node``), each an object the supervisor 
   ``notices``           ``Notices``: the agent's SIGTERM, the spot notice, the group ending the instance
   ``warm_claim``        ``WarmClaim``: claim (attach, mount) and release a warm volume of the pool
   ``group_exit``        ``GroupExit``: leave the group, hand the instance back, scale to 0, complete the drain hook
+  ``membership``        ``Membership``: the group's instances while the trainers run, asked of Auto Scaling by the
+                        rendezvous host alone and published to ``nodes/<host>/membership`` for the others
   ``rendezvous``        ``Rendezvous``: the peers of each attempt and the host they meet at, peers that join or are
                         lost while the trainer runs, torchrun's command line and environment
   ``final_syncs``       ``FinalSyncs``: an attempt's final checkpoint syncs, this node's (reported in ``synced``) and
