@@ -1,6 +1,6 @@
 """Expected cost of a training job on spot vs on-demand, from the interruption rate and measured checkpoint times.
 
-Pure functions (no I/O), used by ``benchmarks/bench.py`` and unit-tested in ``tests/test_cost_model.py``.
+Pure functions (no I/O), used by ``benchmarks/notice_report.py`` and unit-tested in ``tests/test_cost_model.py``.
 
 The model (first order, the one Young's interval is derived from), for a job that needs ``work_h`` hours of
 training on one instance:

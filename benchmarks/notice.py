@@ -26,12 +26,11 @@ from typing import Any, Optional
 
 import boto3
 
+from benchmarks import BOOTSTRAP
 from emulator.imds import ImdsMock
 from team_config.naming import POOL_TAG
 from tests.bootstrap.conftest import code_archive, free_port  # the agent harness the bootstrap tests use
 
-REPO = Path(__file__).resolve().parent.parent
-BOOTSTRAP = REPO / "bootstrap_scripts"
 REGION = "us-east-1"
 TEAM = "bench"
 POLL_S = 1.0  # the agent's metadata poll here (the demo's); 5 s on a real node (SPOT_TRAINING_POLL_INTERVAL_S)
@@ -190,27 +189,55 @@ def _at(events: list[tuple[float, str]], pattern: str, after: float = 0.0) -> fl
     raise AssertionError(f"no log line matching {pattern!r}:\n" + "\n".join(m for _, m in events[-40:]))
 
 
-def run(cloud: Emulated, size_mib: int) -> tuple[NoticeTimes, BootPhases]:
-    """One notice -> durable -> replacement -> first step run with a ``size_mib`` MiB checkpoint."""
-    cloud.runs += 1
-    name = f"c{cloud.runs}-{size_mib}"
-    bucket, log_group, job = f"bench-{name}", f"/spot-training/{TEAM}/{name}", f"job-{name}"
-    parameter = f"/spot-training/{TEAM}/{name}"
-    cloud.s3.create_bucket(Bucket=bucket)
-    cloud.logs.create_log_group(logGroupName=log_group)
-    spec = {
-        "version": 1, "team": TEAM, "cluster": name, "region": REGION, "bucket": bucket, "prefix": f"{name}/",
-        "log_group": log_group, "current_job_parameter": f"{parameter}/current-job", "command": "python train.py",
-        "python": sys.executable, "nproc_per_node": 1, "min_nodes": 1, "desired_nodes": 1, "max_nodes": 1,
+@dataclass
+class Cluster:
+    """One run's cluster in moto: its names and the job its nodes run."""
+
+    name: str
+    bucket: str
+    log_group: str
+    job: str
+
+    def in_service(self, cloud: Emulated) -> list[tuple[str, str]]:
+        """(instance id, private IP) of the group's InService instances."""
+        groups = cloud.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.name])["AutoScalingGroups"]
+        ids = sorted(i["InstanceId"] for i in groups[0]["Instances"] if i["LifecycleState"] == "InService")
+        found = cloud.ec2.describe_instances(InstanceIds=ids)["Reservations"] if ids else []
+        ips = {i["InstanceId"]: i["PrivateIpAddress"] for r in found for i in r["Instances"]}
+        return [(i, ips[i]) for i in ids]
+
+    def events(self, cloud: Emulated, instance_id: str) -> list[tuple[float, str]]:
+        return _events(cloud, self.log_group, f"{self.job}/{instance_id}")
+
+
+def _job_spec(cluster: Cluster, parameter: str) -> dict[str, Any]:
+    name = cluster.name
+    return {
+        "version": 1, "team": TEAM, "cluster": name, "region": REGION, "bucket": cluster.bucket, "prefix": f"{name}/",
+        "log_group": cluster.log_group, "current_job_parameter": f"{parameter}/current-job",
+        "command": "python train.py", "python": sys.executable, "nproc_per_node": 1, "min_nodes": 1,
+        "desired_nodes": 1, "max_nodes": 1,
         "checkpoint_dir": "/opt/ml/checkpoints", "checkpoint_interval_s": 1e6,  # only the emergency checkpoint
         "mean_time_between_interruptions_s": 3600, "max_restarts": 1, "interruption_grace_s": 110,
         "rendezvous_port": free_port("127.0.0.1"),
         "warm_pool": {"tag_key": POOL_TAG, "pool": name, "device_name": "/dev/sdf"},
     }  # fmt: skip
+
+
+def _create_cluster(cloud: Emulated, size_mib: int) -> Cluster:
+    """A one-node cluster in moto: bucket, log group, job spec and current job, a warm pool volume, launch
+    template and Auto Scaling group."""
+    cloud.runs += 1
+    name = f"c{cloud.runs}-{size_mib}"
+    cluster = Cluster(name, f"bench-{name}", f"/spot-training/{TEAM}/{name}", f"job-{name}")
+    parameter = f"/spot-training/{TEAM}/{name}"
+    cloud.s3.create_bucket(Bucket=cluster.bucket)
+    cloud.logs.create_log_group(logGroupName=cluster.log_group)
+    spec = _job_spec(cluster, parameter)
     cloud.ssm.put_parameter(Name=f"{parameter}/job-spec", Value=json.dumps(spec), Type="String", Overwrite=True)
-    code_key = f"{name}/code/{job}.tar.gz"
-    cloud.s3.put_object(Bucket=bucket, Key=code_key, Body=code_archive({"train.py": TRAINER}))
-    current = {"job_id": job, "code_key": code_key, "command": f"python train.py {size_mib}"}
+    code_key = f"{name}/code/{cluster.job}.tar.gz"
+    cloud.s3.put_object(Bucket=cluster.bucket, Key=code_key, Body=code_archive({"train.py": TRAINER}))
+    current = {"job_id": cluster.job, "code_key": code_key, "command": f"python train.py {size_mib}"}
     cloud.ssm.put_parameter(Name=spec["current_job_parameter"], Value=json.dumps(current), Type="String")
     az = f"{REGION}a"
     tags = [{"ResourceType": "volume", "Tags": [{"Key": POOL_TAG, "Value": name}]}]
@@ -222,57 +249,64 @@ def run(cloud: Emulated, size_mib: int) -> tuple[NoticeTimes, BootPhases]:
         AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": f"lt-{name}"},
         MinSize=0, MaxSize=2, DesiredCapacity=1, AvailabilityZones=[az],
     )  # fmt: skip
+    return cluster
 
-    def in_service() -> list[tuple[str, str]]:
-        groups = cloud.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
-        ids = sorted(i["InstanceId"] for i in groups[0]["Instances"] if i["LifecycleState"] == "InService")
-        found = cloud.ec2.describe_instances(InstanceIds=ids)["Reservations"] if ids else []
-        ips = {i["InstanceId"]: i["PrivateIpAddress"] for r in found for i in r["Instances"]}
-        return [(i, ips[i]) for i in ids]
 
+def _interrupt(cloud: Emulated, cluster: Cluster, nodes: list[Node], size_mib: int) -> tuple[NoticeTimes, str]:
+    """Boot the group's node, deliver the notice once it trains; the notice's times and the checkpoint's step."""
+    ((instance_id, private_ip),) = cluster.in_service(cloud)
+    node = Node(cloud, cluster.name, instance_id, private_ip)
+    nodes.append(node)
+    noticed_at: Optional[float] = None
+    for line in node.lines():
+        if noticed_at is None and STEP.search(line):
+            noticed_at = time.time()
+            node.imds.interrupt()
+    assert node.wait() == 0 and noticed_at is not None, "\n".join(node.output[-40:])
+    events = cluster.events(cloud, instance_id)
+    sigterm = _at(events, r"sending SIGTERM to the trainer", noticed_at)
+    saved_match = next(m for _, msg in events if (m := re.search(r"interrupted: checkpoint (\d+) saved", msg)))
+    step = saved_match.group(1)
+    saved = _at(events, rf"interrupted: checkpoint {step} saved", sigterm)
+    durable = _at(events, rf"checkpoint {step} durable in s3://", saved)
+    manifest = f"{cluster.name}/{cluster.job}/ckpt/{step}/spot-training-manifest.json"
+    cloud.s3.head_object(Bucket=cluster.bucket, Key=manifest)  # the manifest is in S3
+    return NoticeTimes(size_mib, sigterm - noticed_at, saved - sigterm, durable - saved), step
+
+
+def _replace(cloud: Emulated, cluster: Cluster, nodes: list[Node], size_mib: int, step: str) -> BootPhases:
+    """Boot the group's replacement until its trainer resumes from ``step`` and exits; its boot phases."""
+    ((instance_id, private_ip),) = cluster.in_service(cloud)
+    node = Node(cloud, cluster.name, instance_id, private_ip)
+    nodes.append(node)
+    assert node.wait() == 0, "\n".join(node.output[-40:])
+    events = cluster.events(cloud, instance_id)
+    marks = [
+        node.booted_at,
+        events[0][0],  # the agent's first line: user data read IMDSv2, the agent started, read the job spec
+        _at(events, r"step 'claim warm volume' took"),
+        _at(events, r"step 'download code' took"),
+        _at(events, r"step 'restore checkpoint' took"),
+        _at(events, rf"resumed from step {step}\b"),
+    ]
+    marks.append(_at(events, STEP.pattern, marks[-1]))
+    phases = {p: b - a for p, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)}
+    return BootPhases(size_mib, phases)
+
+
+def run(cloud: Emulated, size_mib: int) -> tuple[NoticeTimes, BootPhases]:
+    """One notice -> durable -> replacement -> first step run with a ``size_mib`` MiB checkpoint."""
+    cluster = _create_cluster(cloud, size_mib)
     nodes: list[Node] = []
     try:
-        ((first_id, first_ip),) = in_service()
-        first = Node(cloud, name, first_id, first_ip)
-        nodes.append(first)
-        noticed_at: Optional[float] = None
-        for line in first.lines():
-            if noticed_at is None and STEP.search(line):
-                noticed_at = time.time()
-                first.imds.interrupt()
-        assert first.wait() == 0 and noticed_at is not None, "\n".join(first.output[-40:])
-        events = _events(cloud, log_group, f"{job}/{first_id}")
-        sigterm = _at(events, r"sending SIGTERM to the trainer", noticed_at)
-        saved_match = next(m for _, msg in events if (m := re.search(r"interrupted: checkpoint (\d+) saved", msg)))
-        step = saved_match.group(1)
-        saved = _at(events, rf"interrupted: checkpoint {step} saved", sigterm)
-        durable = _at(events, rf"checkpoint {step} durable in s3://", saved)
-        manifest = f"{name}/{job}/ckpt/{step}/spot-training-manifest.json"
-        cloud.s3.head_object(Bucket=bucket, Key=manifest)  # the manifest is in S3
-        notice = NoticeTimes(size_mib, sigterm - noticed_at, saved - sigterm, durable - saved)
-
-        ((second_id, second_ip),) = in_service()  # the group's replacement
-        second = Node(cloud, name, second_id, second_ip)
-        nodes.append(second)
-        assert second.wait() == 0, "\n".join(second.output[-40:])
-        events = _events(cloud, log_group, f"{job}/{second_id}")
-        marks = [
-            second.booted_at,
-            events[0][0],  # the agent's first line: user data read IMDSv2, the agent started, read the job spec
-            _at(events, r"step 'claim warm volume' took"),
-            _at(events, r"step 'download code' took"),
-            _at(events, r"step 'restore checkpoint' took"),
-            _at(events, rf"resumed from step {step}\b"),
-        ]
-        marks.append(_at(events, STEP.pattern, marks[-1]))
-        phases = {p: b - a for p, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)}
-        return notice, BootPhases(size_mib, phases)
+        notice, step = _interrupt(cloud, cluster, nodes, size_mib)
+        return notice, _replace(cloud, cluster, nodes, size_mib, step)
     finally:
         for node in nodes:
             node.kill()
-        for page in cloud.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for page in cloud.s3.get_paginator("list_objects_v2").paginate(Bucket=cluster.bucket):
             for obj in page.get("Contents", []):
-                cloud.s3.delete_object(Bucket=bucket, Key=obj["Key"])
+                cloud.s3.delete_object(Bucket=cluster.bucket, Key=obj["Key"])
 
 
 def projected_upload_s(size_mib: int, part_mib: int, concurrency: int, per_connection_mb_s: float) -> float:

@@ -29,7 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Optional
 
-from benchmarks.bench import REPO, TRIVIAL_APP, app_interpreter, write_teams
+from benchmarks import REPO
+from benchmarks.synth import TRIVIAL_APP, app_interpreter, write_teams
 from emulator.deploy import JSII_QUIET
 
 SLOW_SYNTH_THRESHOLD = "@aws-cdk/core.slowSynthThreshold"
@@ -37,18 +38,13 @@ SLOW_SYNTH_THRESHOLD = "@aws-cdk/core.slowSynthThreshold"
 DETAILS = ("jsii round trips in construction", "slowest aws-cdk-lib classes", "lines with the most round trips")
 
 
-def phases(teams_dir: Path) -> dict[str, Any]:
-    """This process: imports, team files, construction, synthesis (validation and cdk-nag included)."""
-    started = time.perf_counter()
-    from aws_cdk import App
-    from jsii import _runtime
+def count_round_trips() -> tuple[list[int], dict[str, int]]:
+    """Count the jsii kernel's round trips from now on: the total (one item) and by the line of our code that caused
+    them."""
     from jsii._kernel.providers import process
 
-    from team_config import load_teams
-    from training_app import wiring as app_module
-
     calls = [0]
-    by_line: dict[str, int] = defaultdict(int)  # round trips by the line of our code that caused them
+    by_line: dict[str, int] = defaultdict(int)
     send = process._NodeProcess.send
 
     def counted(self: object, *args: object, **kwargs: object) -> object:
@@ -61,9 +57,14 @@ def phases(teams_dir: Path) -> dict[str, Any]:
         return send(self, *args, **kwargs)  # type: ignore[arg-type]
 
     process._NodeProcess.send = counted  # type: ignore[method-assign,assignment]
-    by_class: dict[str, float] = defaultdict(
-        float
-    )  # seconds spent creating each aws-cdk-lib class (nested creations included)
+    return calls, by_line
+
+
+def time_classes() -> dict[str, float]:
+    """From now on, the seconds spent creating each aws-cdk-lib class (nested creations included)."""
+    from jsii import _runtime
+
+    by_class: dict[str, float] = defaultdict(float)
     create = _runtime.JSIIMeta.__call__
 
     def timed(cls: type, *args: object, **kwargs: object) -> object:
@@ -75,6 +76,19 @@ def phases(teams_dir: Path) -> dict[str, Any]:
                 by_class[f"{cls.__module__}.{cls.__name__}"] += time.perf_counter() - t
 
     _runtime.JSIIMeta.__call__ = timed  # type: ignore[method-assign,assignment]
+    return by_class
+
+
+def phases(teams_dir: Path) -> dict[str, Any]:
+    """This process: imports, team files, construction, synthesis (validation and cdk-nag included)."""
+    started = time.perf_counter()
+    from aws_cdk import App
+
+    from team_config import load_teams
+    from training_app import wiring as app_module
+
+    calls, by_line = count_round_trips()
+    by_class = time_classes()
     imported = time.perf_counter()
     teams = load_teams(teams_dir)
     loaded = time.perf_counter()
@@ -217,69 +231,100 @@ def is_ours(filename: str) -> bool:
     return path.is_relative_to(REPO) and not path.is_relative_to(REPO / ".venv") and path.name != "synth_phases.py"
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--teams", type=int, default=10)
     p.add_argument("--trivial", action="store_true", help="also time item 1's trivial app; print ours - trivial")
     p.add_argument("--node-profile", action="store_true", help="profile the jsii kernel (validation on) with V8")
     p.add_argument("--node", default="node", help="the Node.js binary the jsii kernel runs on (JSII_NODE)")
     p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def profiling_node(node: str, work: Path, profiles: Path) -> str:
+    """A script that runs ``node`` writing V8 CPU profiles into ``profiles`` (the jsii runtime starts
+    "$JSII_NODE <script>")."""
+    wrapper = work / "node-with-cpu-profile"
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text(f'#!/bin/sh\nexec "{node}" --cpu-prof --cpu-prof-dir="{profiles}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def print_profile(profiles: Path) -> None:
+    """The jsii kernel's phases and module loading by package, from its V8 CPU profile."""
+    # the kernel is the process with the largest profile (its launcher is tiny)
+    kernel = stacks(max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size))
+    spent = ", ".join(f"{label} {seconds:.2f} s" for label, seconds in node_phases(kernel))
+    print(f"  jsii kernel (V8 CPU profile, inclusive times that overlap): {spent}")
+    loading = ", ".join(f"{package} {seconds:.2f} s" for package, seconds in loading_by_package(kernel))
+    print(f"  jsii kernel, loading modules, by package: {loading}")
+
+
+def run_child(child: str, work: Path, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A child process's phases (``child``: a teams directory or "trivial") and their details."""
+    flags = app_interpreter()[1:]  # the interpreter flags cdk.json runs the app with ("-O")
+    out = subprocess.run(  # noqa: S603 - our argv
+        [sys.executable, *flags, "-m", "benchmarks.synth_phases", "--child", child],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
+    ).stdout  # fmt: skip
+    result = json.loads(out.strip().splitlines()[-1])
+    details = {k: result.pop(k) for k in DETAILS if k in result}
+    return result, details
+
+
+def measure(
+    args: argparse.Namespace, node: str, version: str, validation: str, apps: dict[str, str], tmp: Path
+) -> None:
+    """Print each app's phases with ``CDK_VALIDATION=validation`` (and ours - trivial with ``--trivial``) on the
+    Node.js binary ``node`` of ``version``."""
+    # A threshold of 0 ms per stack makes aws-cdk-lib write its performance counters on every synth.
+    context = {**json.loads((REPO / "cdk.json").read_text()).get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
+    results = {}
+    for name, child in apps.items():
+        work = tmp / f"{name.replace(' ', '-')}-{validation}"
+        env = dict(
+            os.environ,
+            CDK_VALIDATION=validation,
+            CDK_OUTDIR=str(work / "out"),
+            CDK_PERF_COUNTERS_FILE=str(work / "counters.json"),
+            CDK_CONTEXT_JSON=json.dumps(context),
+            PYTHONPATH=str(REPO),
+            JSII_NODE=node,
+            **JSII_QUIET,
+        )
+        profiles = work / "node-profile"
+        if args.node_profile and validation == "true":
+            env["JSII_NODE"] = profiling_node(node, work, profiles)
+        results[name], details = run_child(child, work, env)
+        line = ", ".join(f"{k} {v:.2f} s" for k, v in results[name].items())
+        print(f"{name}, CDK_VALIDATION={validation}, node {version}: {line}")
+        for k, v in details.items():
+            print(f"  {k}: {v}")
+        if profiles.is_dir():
+            print_profile(profiles)
+    if args.trivial:
+        ours, trivial = results[f"{args.teams} teams"], results["trivial app"]
+        diff = ", ".join(f"{k} {ours[k] - trivial[k]:+.2f} s" for k in ours)
+        print(f"  {args.teams} teams - trivial app, CDK_VALIDATION={validation}: {diff}")
+
+
+def main() -> int:
+    args = parse_args()
     if args.child:
         print(json.dumps(trivial_phases() if args.child == "trivial" else phases(Path(args.child))))
         return 0
     node = shutil.which(args.node)
     if node is None:
         raise SystemExit(f"synth_phases: --node: no Node.js binary {args.node!r}; give its path")
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()  # noqa: S603
-    # A threshold of 0 ms per stack makes aws-cdk-lib write its performance counters on every synth.
-    context = {**json.loads((REPO / "cdk.json").read_text()).get("context", {}), SLOW_SYNTH_THRESHOLD: 0}
-    flags = app_interpreter()[1:]  # the interpreter flags cdk.json runs the app with ("-O")
+    version = subprocess.run(  # noqa: S603 - our argv
+        [node, "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="synth-phases-") as tmp:
         teams_dir = write_teams(Path(tmp) / "teams", args.teams)
         apps = {f"{args.teams} teams": str(teams_dir), **({"trivial app": "trivial"} if args.trivial else {})}
         for validation in ("true", "false"):
-            results = {}
-            for name, child in apps.items():
-                work = Path(tmp) / f"{name.replace(' ', '-')}-{validation}"
-                env = dict(
-                    os.environ,
-                    CDK_VALIDATION=validation,
-                    CDK_OUTDIR=str(work / "out"),
-                    CDK_PERF_COUNTERS_FILE=str(work / "counters.json"),
-                    CDK_CONTEXT_JSON=json.dumps(context),
-                    PYTHONPATH=str(REPO),
-                    JSII_NODE=node,
-                    **JSII_QUIET,
-                )
-                profiles = work / "node-profile"
-                if args.node_profile and validation == "true":
-                    wrapper = work / "node-with-cpu-profile"  # the jsii runtime starts "$JSII_NODE <script>"
-                    wrapper.parent.mkdir(parents=True, exist_ok=True)
-                    wrapper.write_text(f'#!/bin/sh\nexec "{node}" --cpu-prof --cpu-prof-dir="{profiles}" "$@"\n')
-                    wrapper.chmod(0o755)
-                    env["JSII_NODE"] = str(wrapper)
-                out = subprocess.run(  # noqa: S603 - our argv
-                    [sys.executable, *flags, "-m", "benchmarks.synth_phases", "--child", child],
-                    cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=600,
-                ).stdout  # fmt: skip
-                result = json.loads(out.strip().splitlines()[-1])
-                details = {k: result.pop(k) for k in DETAILS if k in result}
-                results[name] = result
-                line = ", ".join(f"{k} {v:.2f} s" for k, v in result.items())
-                print(f"{name}, CDK_VALIDATION={validation}, node {version}: {line}")
-                for k, v in details.items():
-                    print(f"  {k}: {v}")
-                if profiles.is_dir():  # the kernel is the process with the largest profile (its launcher is tiny)
-                    kernel = stacks(max(profiles.glob("*.cpuprofile"), key=lambda f: f.stat().st_size))
-                    spent = ", ".join(f"{label} {seconds:.2f} s" for label, seconds in node_phases(kernel))
-                    print(f"  jsii kernel (V8 CPU profile, inclusive times that overlap): {spent}")
-                    loading = ", ".join(f"{package} {seconds:.2f} s" for package, seconds in loading_by_package(kernel))
-                    print(f"  jsii kernel, loading modules, by package: {loading}")
-            if args.trivial:
-                ours, trivial = results[f"{args.teams} teams"], results["trivial app"]
-                diff = ", ".join(f"{k} {ours[k] - trivial[k]:+.2f} s" for k in ours)
-                print(f"  {args.teams} teams - trivial app, CDK_VALIDATION={validation}: {diff}")
+            measure(args, node, version, validation, apps, Path(tmp))
     return 0
 
 

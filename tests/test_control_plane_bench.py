@@ -1,10 +1,10 @@
-"""benchmarks/control_plane.py's report and bench.py's splice of one section into RESULTS.md (the measurement itself
-runs in ``make bench``, never in the tests)."""
+"""benchmarks/control_plane.py's report and benchmarks/report.py's splice of one section into RESULTS.md (the
+measurement itself runs in ``make bench``, never in the tests)."""
 
 from __future__ import annotations
 
-from benchmarks.bench import replace_section
 from benchmarks.control_plane import CallRates, section
+from benchmarks.report import replace_section
 
 DESCRIBE = "autoscaling:DescribeAutoScalingGroups"
 
