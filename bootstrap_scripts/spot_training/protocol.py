@@ -36,6 +36,9 @@ SAVE_REQUEST_MARKER = "save-request"  # a rebalance recommendation: every traine
 SYNCED_MARKER = "synced"  # the node's final checkpoint sync of an attempt is over
 LEAVING_MARKER = "leaving"  # the node leaves the job (its body names a spot notice, if one)
 NODE_DONE_MARKER = "done"  # the node finished (the barrier before the job's DONE)
+# the node agent's lifecycle state (JSON: state, previous, since, reason; see spot_training/agent/lifecycle.py),
+# rewritten at each transition
+NODE_STATE = "state"
 NODE_MARKERS = (
     BOOT_MARKER,
     TRAINING_MARKER,
@@ -46,6 +49,7 @@ NODE_MARKERS = (
     SYNCED_MARKER,
     LEAVING_MARKER,
     NODE_DONE_MARKER,
+    NODE_STATE,
 )
 # How a node's ``leaving`` marker (its ``notice``) names a spot interruption notice (its other reasons: the group ends
 # the instance, a SIGTERM); trainctl counts interruptions by it.

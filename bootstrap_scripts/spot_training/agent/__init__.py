@@ -10,6 +10,9 @@ Leaf modules:
                         one-line reasons (``AgentError``, ``JobFailed``, ``JobRefused``, ``S3Unanswered``,
                         ``LocalDiskError``, ``LeavingBeforeTraining``, ``StopBeforeTraining``), ``one_line``,
                         ``env_float``
+  ``lifecycle``         the node's named states and the one table of the transitions between them
+                        (``STATES``, ``TRANSITIONS``), and ``Lifecycle``, which makes a transition (logged as
+                        ``state A -> B: reason``, published to ``nodes/<id>/state``) and refuses one not in the table
   ``settings``          the environment knobs (``SPOT_TRAINING_POLL_INTERVAL_S``, ..._WORK_DIR, ...) as a frozen
                         ``AgentSettings`` read once at start
   ``aws_config``        botocore's retries and the node's id in the User-Agent (``client_config``), S3
@@ -26,6 +29,8 @@ Leaf modules:
   ``peers``             the group's InService, running instances in launch order (``discover_peers``; element 0
                         hosts the rendezvous), a group's instances (``group_instances``) and the private-address map
                         (``load_address_map``)
+  ``leftovers``         a trainer a dead agent left running: tagged in its environment (``tag_trainer``) and ended
+                        by the next agent before anything else (``end_leftover_trainer``)
   ``drain``             the drain hook's hold (``DrainHold``): heartbeats while a final checkpoint upload is under way
   ``checkpoint_download`` one checkpoint's verified download (``CheckpointDownload``): the manifest checked
                         (``protocol.manifest_fault``), ranged GETs in parallel, each part's sha256 checked as it
@@ -52,13 +57,17 @@ Duties over one node's shared context (``node``), each an object the supervisor 
   ``notices``           ``Notices``: the agent's SIGTERM, the spot notice, the group ending the instance
   ``warm_claim``        ``WarmClaim``: claim (attach, mount) and release a warm volume of the pool
   ``group_exit``        ``GroupExit``: leave the group, hand the instance back, scale to 0, complete the drain hook
+  ``membership``        ``Membership``: the group's instances while the trainers run, asked of Auto Scaling by the
+                        rendezvous host alone and published to ``nodes/<host>/membership`` for the others
   ``rendezvous``        ``Rendezvous``: the peers of each attempt and the host they meet at, peers that join or are
                         lost while the trainer runs, torchrun's command line and environment
   ``final_syncs``       ``FinalSyncs``: an attempt's final checkpoint syncs, this node's (reported in ``synced``) and
                         the peers' (waited for before a restart, a leave, a stop, the done barrier)
   ``trainer``           ``Trainer``, ``TrainerRun``: one torchrun per attempt, its output to the log, the sync while it
                         runs, SIGTERM with the grace on a notice, a stop, a lost peer or a stall
-  ``leaving``           ``Endings``: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a refused job, a leave
-                        before this node's trainer started
-  ``supervisor``        ``Agent``: boot, the training attempts (restore, peers, trainer, final sync) and the end
+  ``leaving``           ``Endings``: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a refused job, an error
+                        this node cannot go on after, a leave before this node's trainer started; each moves the
+                        node's lifecycle to its final state
+  ``supervisor``        ``Agent``: boot, the training attempts (restore, peers, trainer, final sync) and the end; it
+                        moves the node's lifecycle through them and writes each state to ``nodes/<id>/state``
 """
