@@ -13,7 +13,8 @@ interruption notices and rebalance recommendations, sync the checkpoint director
 CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED`` (and scale to 0), or leave
 the group (one node fewer) when a peer is still finishing: the last node writes ``DONE``.
 
-S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
+S3 layout, under ``s3://<bucket>/<cluster>/<job>/`` (its names and key builders: ``spot_training.protocol``, which
+``trainctl``, the budget guard and the stack use too):
   ckpt/<step>/<files...>                 one checkpoint; ``ckpt/<step>/spot-training-manifest.json`` is
                                          written last (size, sha256 and the sha256 of every part of every file).
                                          No manifest: it does not exist.

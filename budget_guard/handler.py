@@ -7,7 +7,9 @@ way ``trainctl stop`` does (a ``STOP`` object: the node agents save a checkpoint
 the group to 0), and set the group to 0 at once when no instance runs or the stop was asked more than
 ``FORCE_AFTER_S`` ago and instances still run (an agent that does not answer must not keep spending).
 Environment: ``BUDGET_NAME``, ``JOB_SPEC_PARAMETERS`` (comma-separated), ``TEAM_TAG``, ``TEAM``,
-``FORCE_AFTER_S``. Standard library and boto3 only (the Lambda runtime's).
+``FORCE_AFTER_S``. Standard library and boto3 only (the Lambda runtime's), and the S3 contract of the jobs,
+``bootstrap_scripts/spot_training/protocol.py``, which the function's package holds at the same path
+(``training_constructs/guard_code.py``).
 """
 
 from __future__ import annotations
@@ -19,16 +21,7 @@ from typing import Any, Optional
 
 import boto3
 
-FINISHED = ("DONE", "FAILED", "STOPPED")
-
-
-def _listed(s3: Any, bucket: str, key: str) -> Optional[dict[str, Any]]:
-    """The listing entry of the object at ``key`` (``Key``, ``LastModified``, ...), or None if it is not there: the
-    guard's ListBucket is limited to the clusters' prefixes, and S3 answers a GetObject of a missing key with 403
-    without it. ``bootstrap_scripts/spot_training/protocol.py`` reads markers the same way for ``trainctl``; the
-    function's asset is this folder alone, so the guard keeps its own copy."""
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-    return dict(listed[0]) if listed and listed[0]["Key"] == key else None  # a key sorts before every key it prefixes
+from bootstrap_scripts.spot_training.protocol import END_MARKERS, STOP, job_prefix, listed, written_at
 
 
 def _groups(autoscaling: Any, team_tag: str, team: str) -> dict[str, dict[str, Any]]:
@@ -80,9 +73,10 @@ def _current_job(
     if group["DesiredCapacity"] == 0:
         return None
     job_id = _current_job_id(ssm, spec, report)
-    prefix = f"{spec['prefix']}{job_id}/" if job_id else None
-    # whether an end marker is there is all the guard needs: it lists them and never reads one
-    ended = prefix and next((m for m in FINISHED if _listed(s3, spec["bucket"], prefix + m) is not None), None)
+    prefix = job_prefix(spec["prefix"], job_id) if job_id else None
+    # whether an end marker is there is all the guard needs: it lists them (its ListBucket is limited to the
+    # clusters' prefixes: S3 answers a GetObject of a missing key with 403) and never reads one
+    ended = prefix and next((m for m in END_MARKERS if listed(s3, spec["bucket"], prefix + m) is not None), None)
     return spec, group, job_id, ended or None
 
 
@@ -129,25 +123,17 @@ def _stop_cluster(
     if current is None:
         return
     spec, group, job_id, ended = current
-    prefix = f"{spec['prefix']}{job_id}/" if job_id else None
+    prefix = job_prefix(spec["prefix"], job_id) if job_id else None
     finished = ended is not None
-    asked_at = written_at(s3, spec["bucket"], prefix + "STOP") if prefix and not finished else None
+    asked_at = written_at(s3, spec["bucket"], prefix + STOP) if prefix and not finished else None
     if prefix and not finished and asked_at is None:
         body = {"requested_at": now, "by": "budget guard", "reason": f"budget {budget} spent"}
-        s3.put_object(Bucket=spec["bucket"], Key=prefix + "STOP", Body=json.dumps(body).encode())
+        s3.put_object(Bucket=spec["bucket"], Key=prefix + STOP, Body=json.dumps(body).encode())
         report["actions"].append(f"{spec['cluster']}: asked job {job_id} to stop")
     overdue = asked_at is not None and now - asked_at > force_after
     if prefix is None or finished or overdue or not group["Instances"]:
         autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
         report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
-
-
-def written_at(s3: Any, bucket: str, key: str) -> Optional[float]:
-    """When the object at ``key`` was last written, by S3's clock, or None if it is not there. The guard times a
-    stop by this, not by the request's own ``requested_at``: that was written by whoever asked, with their clock
-    (or a value that never comes due)."""
-    listed = _listed(s3, bucket, key)
-    return None if listed is None else float(listed["LastModified"].timestamp())
 
 
 def handler(event: Any, context: Any) -> dict[str, Any]:

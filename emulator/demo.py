@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from bootstrap_scripts.spot_training.protocol import DONE, FAILED
 from emulator.cloud import REPO_ROOT, EmulatedCloud, EmulatorError
 from emulator.demo_logs import DURABLE as _DURABLE
 from emulator.demo_logs import INTERRUPTED as _INTERRUPTED
@@ -167,10 +168,10 @@ def _wait_done(run: JobRun, nodes_dir: Path) -> None:
 
     def finished() -> bool:
         run.durable_step()
-        return any(jobs.marker(client, ref, job_id, name) for name in ("DONE", "FAILED"))
+        return any(jobs.marker(client, ref, job_id, name) for name in (DONE, FAILED))
 
     run.wait_for(finished, f"job {job_id} to finish")
-    failed = jobs.marker(client, ref, job_id, "FAILED")
+    failed = jobs.marker(client, ref, job_id, FAILED)
     if failed is not None:
         raise EmulatorError(f"job {job_id} FAILED: {failed.get('reason')}; see {nodes_dir}")
     run.progress(f"job {job_id} DONE")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from bootstrap_scripts.spot_training.protocol import DONE
 from emulator.cloud import EmulatorError
 from emulator.demo_logs import ACCURACY, DURABLE, RESUMED, STEP, Restart, first_after, restarts
 from emulator.demo_run import INTERRUPTIONS, WARNED, JobEvent, JobRun
@@ -89,7 +90,7 @@ def summarize(run: JobRun) -> Summary:
     checkpoints = jobs.checkpoints(client, ref, job_id)
     return Summary(
         job_id=job_id,
-        done=jobs.marker(client, ref, job_id, "DONE") is not None,
+        done=jobs.marker(client, ref, job_id, DONE) is not None,
         desired_capacity=jobs.desired_capacity(client, ref),
         nodes_booted=len(nodes),
         nodes_running_after=len(launcher.running()),

@@ -89,12 +89,12 @@ def gate_findings(templates: Sequence[Path]) -> list[str]:
 
 
 def review_markdown(head_out: Path, base_out: Path) -> str:
-    from trainctl import cli  # the same summary as `trainctl review --assembly ... --base ...`
+    from trainctl import assembly, prices, review  # the same summary as `trainctl review --assembly ... --base ...`
 
-    args = cli.parser().parse_args(["review", "--assembly", str(head_out), "--base", str(base_out)])
     try:
-        return cli.run_review(args)
-    except cli.CliError as exc:
+        head, base = assembly.load_assembly(head_out), assembly.load_assembly(base_out)
+        return review.summary(head, prices.load_prices(), None, base)
+    except (prices.PriceError, assembly.ReviewError) as exc:
         raise GateError(str(exc)) from None
 
 

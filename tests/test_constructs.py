@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -14,18 +16,18 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Annotations, Match, Template
 
+from bootstrap_scripts.spot_training import protocol
 from bootstrap_scripts.spot_training.job_spec import (
-    END_MARKERS,
     MTBI_MAX_S,
     PARAMETER_MAX_BYTES,
     SPEC_KEYS,
     WarmPoolSpec,
 )
-from budget_guard.handler import FINISHED
 from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
 from training_constructs import WarmVolumePool, node_bootstrap
+from training_constructs.guard_code import PACKAGE_FILES
 from training_constructs.node_bootstrap import BOOTSTRAP_DIR
 from training_constructs.spot_fleet import SESSION_MANAGER_ACTIONS
 
@@ -363,10 +365,12 @@ def iam_matches(pattern: str, key: str) -> bool:
     return re.fullmatch(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), key) is not None
 
 
-# Keys of cluster main as the node agent writes them (bootstrap_scripts/node_agent.py) and trainctl submit's archive.
+# Keys of cluster main as the node agent writes them (bootstrap_scripts/spot_training/agent/) and trainctl submit's
+# archive.
 CHECKPOINT_KEYS = ["main/job-1/ckpt/20/model.pt", "main/job-1/ckpt/20/spot-training-manifest.json"]
+NODE_MARKER_NAMES = ("boot", "save-request", "leaving", "training", "synced", "ready", "progress", "membership")
 MARKER_KEYS = [
-    *(f"main/job-1/nodes/i-0123456789abcdef0/{m}" for m in ("boot", "save-request", "leaving", "training", "synced")),
+    *(f"main/job-1/nodes/i-0123456789abcdef0/{m}" for m in NODE_MARKER_NAMES),
     "main/job-1/nodes/i-0123456789abcdef0/done",
     "main/job-1/DONE",
     "main/job-1/FAILED",
@@ -420,6 +424,69 @@ def test_nodes_write_only_checkpoints_and_markers_and_delete_only_checkpoints(de
     assert sorted(deny["Action"]) == ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:PutObject"]
     assert object_keys(default, deny) == ["main/code/*"]
     assert "Condition" not in deny
+
+
+def agent_written_keys(cluster: str) -> list[str]:
+    """Every key the node agent writes under cluster ``cluster``, built as the agent builds them: by the protocol's
+    key builders, from the marker names the protocol lists (``test_the_agent_writes_only_the_protocols_keys``)."""
+    job = protocol.job_prefix(protocol.cluster_prefix(cluster), "job-1")
+    checkpoints = protocol.checkpoints_prefix(job)
+    return [
+        protocol.checkpoint_prefix(checkpoints, 20) + "model.pt",
+        protocol.checkpoint_prefix(checkpoints, 20) + "sub/optim.pt",
+        protocol.manifest_key(checkpoints, 20),
+        *(job + protocol.node_marker("i-0123456789abcdef0", name) for name in protocol.NODE_MARKERS),
+        *(job + marker for marker in protocol.END_MARKERS),
+    ]
+
+
+def test_every_key_the_agent_writes_is_one_the_node_role_may_write(default: Template) -> None:
+    [put] = [s for s in policies(default) if s["Effect"] == "Allow" and "s3:PutObject" in as_list(s["Action"])]
+    [deny] = [s for s in policies(default) if s["Effect"] == "Deny"]
+    keys = agent_written_keys("main")
+    assert set(keys) >= set(CHECKPOINT_KEYS + MARKER_KEYS)  # the protocol builds the keys written out above
+    for key in keys:
+        assert any(iam_matches(p, key) for p in object_keys(default, put)), key
+        assert not any(iam_matches(p, key) for p in object_keys(default, deny)), key
+    archive = protocol.code_key(protocol.cluster_prefix("main"), "job-1")
+    assert archive == CODE_KEYS[0]
+    assert not any(iam_matches(p, archive) for p in object_keys(default, put))
+    assert all(iam_matches(p, archive) for p in object_keys(default, deny))
+
+
+def test_the_agent_writes_only_the_protocols_keys() -> None:
+    """Every S3 write of the node agent names its key by the protocol's names and builders, never a string of its
+    own: so ``agent_written_keys`` is every key it writes. Markers go through ``Markers.put_own`` (a node marker:
+    one of ``NODE_MARKERS``) and ``put_marker`` (an end marker, or a ``node_marker``)."""
+    names = {name: getattr(protocol, name) for name in dir(protocol) if name.isupper()}
+    node_markers = {n for n, v in names.items() if v in protocol.NODE_MARKERS}
+    end_markers = {n for n, v in names.items() if v in protocol.END_MARKERS}
+    writes = 0
+    for path in sorted((BOOTSTRAP_DIR / "spot_training" / "agent").glob("*.py")):
+        for call in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+                continue
+            method, where = call.func.attr, f"{path.name}:{call.lineno}"
+            keyword = {k.arg: k.value for k in call.keywords}
+            key = {"put_own": call.args[1:2], "put_marker": call.args[1:2], "upload_file": call.args[2:3]}.get(
+                method, [keyword["Key"]] if method == "put_object" else []
+            )
+            if not key:
+                continue
+            writes += 1
+            literals = [n for n in ast.walk(key[0]) if isinstance(n, (ast.JoinedStr, ast.Constant))]
+            assert not literals, f"{where}: the key is built from a string of its own"
+            if path.name == "markers.py" and "name" in {n.id for n in ast.walk(key[0]) if isinstance(n, ast.Name)}:
+                continue  # put_own and put_marker themselves: the callers' names are checked
+            if method == "put_own":
+                assert isinstance(key[0], ast.Name) and key[0].id in node_markers, where
+            if method == "put_marker" and isinstance(key[0], ast.Name):
+                assert key[0].id in end_markers, where
+            if method == "put_marker" and isinstance(key[0], ast.Call):
+                marker = key[0].args[1]
+                assert ast.unparse(key[0].func) == "node_marker" and isinstance(marker, ast.Name), where
+                assert marker.id in node_markers, where
+    assert writes >= 10  # the scan finds the agent's writes
 
 
 def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template) -> None:
@@ -866,9 +933,25 @@ def test_budget_guard_waits_for_its_two_policies_and_not_again_for_its_role(budg
     assert sorted(function["DependsOn"]) == sorted(role_policies)
 
 
-def test_the_budget_guard_knows_the_job_end_markers_the_agent_writes() -> None:
-    """The guard's Lambda package cannot import the job spec module: its copy must stay the same."""
-    assert FINISHED == END_MARKERS
+def test_the_budget_guard_package_holds_the_protocol_it_imports(tmp_path: Path) -> None:
+    """The guard's Lambda package is its handler and the S3 contract (``protocol.py``) at the path the handler
+    imports it by; the handler imports there with nothing else of the repository at hand, as in Lambda."""
+    out = tmp_path / "cdk.out"
+    synth(team_config(budget={"usd_per_month": 10}), outdir=str(out))
+    template = json.loads((out / "TrainingStack-team-a.template.json").read_text())
+    [function] = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert function["Properties"]["Handler"] == "handler.handler"
+    package = out / f"asset.{function['Properties']['Code']['S3Key'].removesuffix('.zip')}"
+    files = sorted(str(p.relative_to(package)) for p in package.rglob("*") if p.is_file())
+    assert files == ["bootstrap_scripts/spot_training/protocol.py", "handler.py"]
+    for name, source in PACKAGE_FILES.items():
+        assert (package / name).read_bytes() == source.read_bytes()
+    code = "import handler; print(handler.END_MARKERS, handler.listed.__module__)"
+    # -E -s: no PYTHONPATH, no user site; the package's folder is the only code at hand
+    imported = subprocess.run([sys.executable, "-E", "-s", "-c", code], cwd=package, capture_output=True, text=True)
+    assert imported.stdout == "('DONE', 'FAILED', 'STOPPED') bootstrap_scripts.spot_training.protocol\n", (
+        imported.stderr
+    )
 
 
 def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:

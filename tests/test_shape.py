@@ -59,3 +59,42 @@ def test_the_measure_counts_a_long_function(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "probe.py").write_text(f"@staticmethod\ndef short():\n    pass\n\n\ndef long():\n{body}\n")
     assert long_functions("probe.py", tmp_path) == [f"probe.py:6 long ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+# Entry points: {module: the folder whose code may import it}. A package imports another's library modules, never
+# the file that starts it (a node's agent, the app, the trainctl command, the budget guard's Lambda handler).
+ENTRY_POINTS = {
+    "app": None,
+    "node_agent": None,
+    "trainctl.__main__": None,
+    "budget_guard.handler": "budget_guard/",
+}
+
+
+def imported_modules(path: str) -> set[str]:
+    """The modules ``path`` imports (``import a.b``: ``a.b``; ``from a import b``: ``a`` and ``a.b``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse((REPO / path).read_text(), filename=path)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def imports_an_entry_point(path: str) -> list[str]:
+    """The entry points (:data:`ENTRY_POINTS`) that ``path`` imports from outside their own folder."""
+    found = []
+    for module in sorted(imported_modules(path)):
+        name = module.removeprefix("bootstrap_scripts.")  # node_agent, as the repository's root sees it
+        if name in ENTRY_POINTS and not path.startswith(ENTRY_POINTS[name] or "\0"):
+            found.append(f"{path} imports {module}")
+    return found
+
+
+def test_no_package_imports_another_packages_entry_point() -> None:
+    assert imports_an_entry_point("tests/emulator/test_budget.py") == [  # the scan sees what tests import
+        "tests/emulator/test_budget.py imports budget_guard.handler"
+    ]
+    assert [line for path in sources() for line in imports_an_entry_point(path)] == []

@@ -8,8 +8,14 @@ from typing import Any, Optional
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER
-from bootstrap_scripts.spot_training.protocol import MANIFEST
+from bootstrap_scripts.spot_training.protocol import (
+    MANIFEST,
+    checkpoint_object,
+    checkpoint_prefix,
+    checkpoints_prefix,
+    manifest_fault,
+    manifest_key,
+)
 from bootstrap_scripts.spot_training.sync_state import step_number
 from trainctl.cluster import ClientFactory, ClusterRef, JobError
 
@@ -35,7 +41,7 @@ def checkpoints(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[Che
     (it prunes right after): the listing is taken again (at most ``LIST_PASSES`` times), not returned a checkpoint
     short."""
     s3 = client("s3")
-    prefix = f"{ref.job_prefix(job_id)}{CHECKPOINT_FOLDER}/"
+    prefix = checkpoints_prefix(ref.job_prefix(job_id))
     found: list[Checkpoint] = []
     for _ in range(LIST_PASSES):
         found, pruned = _listed_checkpoints(s3, ref.bucket, prefix)
@@ -49,7 +55,7 @@ def _listed_checkpoints(s3: Any, bucket: str, prefix: str) -> tuple[list[Checkpo
     found, pruned = [], False
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            name, _, rel = obj["Key"][len(prefix) :].partition("/")
+            name, rel = checkpoint_object(prefix, obj["Key"])
             step = step_number(name)  # as the agent reads it
             if rel != MANIFEST or step is None:
                 continue
@@ -72,23 +78,25 @@ def copy_checkpoints(
     """Copy ``earlier``'s newest intact checkpoints (up to :data:`COPIED_CHECKPOINTS`) to ``job_id``, same steps;
     returns the steps, newest first. Each key is appended to ``written`` before it is written (for a clean-up).
 
-    Intact: the manifest is there and every object it lists has the listed size (the node agent checks the
-    sha256 on restore, and falls back to the older copy if the newest fails). Copies are server side (nothing
-    passes through this machine); each manifest goes last, with the new job's id (the agent restores only its own
-    job's checkpoints) and where it came from. The earlier job's objects are only read.
+    Intact: the manifest is there and lists objects, each there with the listed size under a safe name
+    (:func:`intact_manifest`; the node agent checks the sha256 on restore, and falls back to the older copy if the
+    newest fails). Copies are server side (nothing passes through this machine); each manifest goes last, with the
+    new job's id (the agent restores only its own job's checkpoints) and where it came from. The earlier job's
+    objects are only read.
     """
     s3 = client("s3")
-    source, target = f"{ref.job_prefix(earlier)}{CHECKPOINT_FOLDER}/", f"{ref.job_prefix(job_id)}{CHECKPOINT_FOLDER}/"
+    source, target = checkpoints_prefix(ref.job_prefix(earlier)), checkpoints_prefix(ref.job_prefix(job_id))
     steps: list[int] = []
     for checkpoint in reversed(checkpoints(client, ref, earlier)):
-        manifest = intact_manifest(s3, ref.bucket, f"{source}{checkpoint.step}/")
+        old, new = checkpoint_prefix(source, checkpoint.step), checkpoint_prefix(target, checkpoint.step)
+        manifest = intact_manifest(s3, ref.bucket, old)
         if manifest is None:
             continue
         for rel in manifest["files"]:
-            written.append(f"{target}{checkpoint.step}/{rel}")
-            s3.copy({"Bucket": ref.bucket, "Key": f"{source}{checkpoint.step}/{rel}"}, ref.bucket, written[-1])
+            written.append(new + rel)
+            s3.copy({"Bucket": ref.bucket, "Key": old + rel}, ref.bucket, written[-1])
         manifest.update(job_id=job_id, resumed_from={"job_id": earlier, "step": checkpoint.step})
-        written.append(f"{target}{checkpoint.step}/{MANIFEST}")
+        written.append(manifest_key(target, checkpoint.step))
         s3.put_object(Bucket=ref.bucket, Key=written[-1], Body=json.dumps(manifest, indent=1))
         steps.append(checkpoint.step)
         if len(steps) == COPIED_CHECKPOINTS:
@@ -101,7 +109,8 @@ def copy_checkpoints(
 
 
 def intact_manifest(s3: Any, bucket: str, base: str) -> Optional[dict[str, Any]]:
-    """The manifest under ``base`` if every object it lists is there with the listed size, else None."""
+    """The manifest under ``base`` (a checkpoint's folder) if it lists objects and the checkpoint is intact
+    (``protocol.manifest_fault``, the node agent's check before its download), else None."""
     sizes = {
         obj["Key"][len(base) :]: obj["Size"]
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base)
@@ -112,9 +121,7 @@ def intact_manifest(s3: Any, bucket: str, base: str) -> Optional[dict[str, Any]]
     except (s3.exceptions.NoSuchKey, ValueError):
         return None
     files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or not files:
-        return None
-    if any(not isinstance(meta, dict) or sizes.get(rel) != meta.get("size") for rel, meta in files.items()):
+    if not isinstance(files, dict) or not files or manifest_fault(files, sizes) is not None:
         return None
     return dict(manifest)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bootstrap_scripts.spot_training.job_spec import CODE_FOLDER
+from bootstrap_scripts.spot_training import protocol
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, parameter_path
 
 ClientFactory = Callable[[str], Any]
@@ -40,12 +40,12 @@ class ClusterRef:
         return str(self.spec["prefix"])
 
     def job_prefix(self, job_id: str) -> str:
-        return f"{self.prefix}{job_id}/"
+        return protocol.job_prefix(self.prefix, job_id)
 
     @property
     def code_prefix(self) -> str:
         """Where the jobs' code archives are: ``<prefix>code/<job>.tar.gz`` (so no job may be called ``code``)."""
-        return f"{self.prefix}{CODE_FOLDER}/"
+        return protocol.code_prefix(self.prefix)
 
 
 def find_cluster(client: ClientFactory, team: str, cluster: str) -> ClusterRef:

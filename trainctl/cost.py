@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, Optional
 
+from bootstrap_scripts.spot_training.protocol import BOOT_MARKER
 from trainctl.cluster import ClientFactory, ClusterRef, described, group
 from trainctl.current_job import current_job_id
 from trainctl.job_logs import log_events
@@ -110,9 +111,9 @@ def instance_activities(client: ClientFactory, group: str) -> dict[str, dict[str
 def _boot_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, dict[str, Any]]:
     s3 = client("s3")
     return {
-        instance: json.loads(s3.get_object(Bucket=ref.bucket, Key=names["boot"])["Body"].read())
+        instance: json.loads(s3.get_object(Bucket=ref.bucket, Key=names[BOOT_MARKER])["Body"].read())
         for instance, names in node_markers(client, ref, job_id).items()
-        if "boot" in names
+        if BOOT_MARKER in names
     }
 
 

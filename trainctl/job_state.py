@@ -6,13 +6,16 @@ import json
 from collections.abc import Iterator
 from typing import Any, Optional
 
-from bootstrap_scripts.spot_training.job_spec import END_MARKERS, SPOT_NOTICE
 from bootstrap_scripts.spot_training.protocol import (
-    LEAVING,
+    END_MARKERS,
+    LEAVING_MARKER,
     NODE_STATE,
-    NODES_FOLDER,
     RUN_MARKERS,
+    SPOT_NOTICE,
     STOP,
+    node_marker,
+    node_object,
+    nodes_prefix,
     read_marker,
     written_at,
 )
@@ -64,10 +67,7 @@ def end_marker(client: ClientFactory, ref: ClusterRef, job_id: str) -> Optional[
 def marker(client: ClientFactory, ref: ClusterRef, job_id: str, name: str) -> Optional[dict[str, Any]]:
     """The job's marker ``name`` (``DONE``, ``FAILED``, ``STOP`` ...; JSON), or None. One that is not a JSON
     object is there all the same: ``{}``."""
-    try:
-        return read_marker(client("s3"), ref.bucket, ref.job_prefix(job_id) + name)
-    except (ValueError, TypeError):
-        return {}
+    return read_marker(client("s3"), ref.bucket, ref.job_prefix(job_id) + name)
 
 
 def object_time(client: ClientFactory, ref: ClusterRef, key: str) -> Optional[float]:
@@ -109,22 +109,22 @@ def node_markers(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[st
 
 def _node_objects(client: ClientFactory, ref: ClusterRef, job_id: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(instance, marker name, the listing's entry) of every ``nodes/<instance>/<name>`` object of the job."""
-    prefix = f"{ref.job_prefix(job_id)}{NODES_FOLDER}/"
+    prefix = nodes_prefix(ref.job_prefix(job_id))
     for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=ref.bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            instance, _, name = obj["Key"][len(prefix) :].partition("/")
+            instance, name = node_object(prefix, obj["Key"])
             yield instance, name, obj
 
 
 def leaving_nodes(client: ClientFactory, ref: ClusterRef, job_id: str) -> list[str]:
     """Instances that announced they leave the job (their agent wrote ``nodes/<id>/leaving``): on a spot notice, or
     when their group ended them (capacity rebalancing, a scale-in, ``stop --force``) or their OS shut down."""
-    return sorted(i for i, names in node_markers(client, ref, job_id).items() if LEAVING in names)
+    return sorted(i for i, names in node_markers(client, ref, job_id).items() if LEAVING_MARKER in names)
 
 
 def spot_interruptions(client: ClientFactory, ref: ClusterRef, job_id: str) -> int:
     """Nodes of the job that left on a spot interruption notice (their ``leaving`` marker names it)."""
-    notices = (marker(client, ref, job_id, f"{NODES_FOLDER}/{i}/{LEAVING}") for i in leaving_nodes(client, ref, job_id))
+    notices = (marker(client, ref, job_id, node_marker(i, LEAVING_MARKER)) for i in leaving_nodes(client, ref, job_id))
     return sum(1 for m in notices if str((m or {}).get("notice", "")).startswith(SPOT_NOTICE))
 
 

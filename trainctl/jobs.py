@@ -13,8 +13,7 @@ callers that use several duties (the emulator's demo, the tests). Each duty is a
 
 from __future__ import annotations
 
-from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER
-from bootstrap_scripts.spot_training.protocol import MANIFEST
+from bootstrap_scripts.spot_training.protocol import CHECKPOINT_FOLDER, MANIFEST
 from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, desired_capacity, find_cluster, group
 from trainctl.current_job import set_current_job

@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Optional
 
+from bootstrap_scripts.spot_training.protocol import FAILED
 from trainctl.budget import Budget, team_budget
 from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, group
@@ -36,7 +37,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
     last = done[-1] if done else None
     budget = team_budget(client, ref.team)
     state = job_state(client, ref, job_id)
-    failed = marker(client, ref, job_id, "FAILED") if state == "FAILED" else None
+    failed = marker(client, ref, job_id, FAILED) if state == FAILED else None
     planned = planned_steps(client, ref, job_id)
     return {
         "job_id": job_id,

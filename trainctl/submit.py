@@ -16,6 +16,7 @@ from boto3.s3.transfer import S3Transfer, TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bootstrap_scripts.spot_training.job_spec import PARAMETER_MAX_BYTES, JobSpecError, check_job, stall_too_short
+from bootstrap_scripts.spot_training.protocol import code_key
 from trainctl.budget import team_budget
 from trainctl.checkpoints import copy_checkpoints, delete_keys
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, group
@@ -67,7 +68,7 @@ def submit(
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
     check_budget(client, ref, report)
     job_id = job_id or new_job_id()
-    job = {"job_id": job_id, "code_key": f"{ref.code_prefix}{job_id}.tar.gz", "command": command, "nodes": nodes}
+    job = {"job_id": job_id, "code_key": code_key(ref.prefix, job_id), "command": command, "nodes": nodes}
     job.update(overrides)
     cluster_min = int(ref.spec["min_nodes"])
     lowered = "min_nodes" not in job and nodes < cluster_min  # else the job could never start: made visible below

@@ -10,7 +10,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from bootstrap_scripts.spot_training.job_spec import CHECKPOINT_FOLDER, CODE_FOLDER, END_MARKERS
+from bootstrap_scripts.spot_training import protocol
 from compliance.checkov import skip_checkov
 from compliance.nag import acknowledge, acknowledge_all
 from compliance.spot_training import CHECKPOINT_ROLE_TAG
@@ -106,15 +106,26 @@ class CheckpointStore(Construct):
     @staticmethod
     def cluster_prefix(cluster: str) -> str:
         """Key prefix (no leading slash, trailing slash) under which one cluster keeps everything."""
-        return f"{cluster}/"
+        return protocol.cluster_prefix(cluster)
 
     @classmethod
     def node_write_keys(cls, cluster: str) -> list[str]:
         """Key patterns of what the node agent writes (``bootstrap_scripts/spot_training/agent/``), under a job's
         ``<cluster>/<job>/`` (the ``*``): checkpoints, per-node markers, the job's end markers. None matches a code
         archive, ``<cluster>/code/<job>.tar.gz`` (a job id has no '/', an archive ends in ``.tar.gz``)."""
-        prefix = cls.cluster_prefix(cluster)
-        return [f"{prefix}*/{CHECKPOINT_FOLDER}/*", f"{prefix}*/nodes/*", *(f"{prefix}*/{m}" for m in END_MARKERS)]
+        job = protocol.job_prefix(cls.cluster_prefix(cluster), "*")
+        ends = (job + marker for marker in protocol.END_MARKERS)
+        return [cls.checkpoint_keys(cluster), protocol.nodes_prefix(job) + "*", *ends]
+
+    @classmethod
+    def checkpoint_keys(cls, cluster: str) -> str:
+        """The key pattern of every job's checkpoints, ``<cluster>/*/ckpt/*``: the node agent writes and prunes them."""
+        return protocol.checkpoints_prefix(protocol.job_prefix(cls.cluster_prefix(cluster), "*")) + "*"
+
+    @classmethod
+    def stop_keys(cls, cluster: str) -> str:
+        """The key pattern of every job's stop request, ``<cluster>/*/STOP``."""
+        return protocol.job_prefix(cls.cluster_prefix(cluster), "*") + protocol.STOP
 
     def cluster_access_policy(self, scope: Construct, construct_id: str, role: iam.IRole, cluster: str) -> iam.Policy:
         """What the node agent (and so the training code, which runs with the same role) does under ``<cluster>/``.
@@ -126,8 +137,8 @@ class CheckpointStore(Construct):
         which other jobs run.
         """
         prefix = self.cluster_prefix(cluster)
-        checkpoints = f"{prefix}*/{CHECKPOINT_FOLDER}/*"
-        code = f"{prefix}{CODE_FOLDER}/*"
+        checkpoints = self.checkpoint_keys(cluster)
+        code = protocol.code_prefix(prefix) + "*"
         policy = iam.Policy(
             scope,
             construct_id,
@@ -170,7 +181,7 @@ class CheckpointStore(Construct):
     def _cluster_access_findings(self, cluster: str) -> dict[str, str]:
         """cdk-nag's IAM5 findings on :meth:`cluster_access_policy`'s wildcards, and why each is there."""
         prefix = self.cluster_prefix(cluster)
-        checkpoints = f"{prefix}*/{CHECKPOINT_FOLDER}/*"
+        checkpoints = self.checkpoint_keys(cluster)
         bucket_id = Stack.of(self).get_logical_id(typing.cast(CfnElement, self.bucket.node.default_child))
         findings = {
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]": (

@@ -11,7 +11,6 @@ cluster's job to stop (final checkpoint, nothing lost) and sets the groups to 0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_budgets as budgets
@@ -27,11 +26,12 @@ from compliance.nag import acknowledge_all
 from team_config.model import BudgetConfig
 from team_config.naming import TEAM_TAG, budget_name
 from training_constructs.checkpoint_store import CheckpointStore
+from training_constructs.guard_code import guard_code
 from training_constructs.job_spec_parameter import job_parameter_name
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
-GUARD_DIR = Path(__file__).resolve().parent.parent / "budget_guard"
+GUARD_RUNTIME = lambda_.Runtime.PYTHON_3_14
 GUARD_CHECKOV_SKIPS = {
     "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
     "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
@@ -128,9 +128,9 @@ class TeamBudget(Construct):
         return lambda_.Function(
             self,
             "Guard",
-            runtime=lambda_.Runtime.PYTHON_3_14,
+            runtime=GUARD_RUNTIME,
             handler="handler.handler",
-            code=lambda_.Code.from_asset(str(GUARD_DIR), exclude=["__pycache__"]),
+            code=guard_code(GUARD_RUNTIME),
             timeout=Duration.minutes(2),
             memory_size=256,
             role=role_by_arn,
@@ -172,7 +172,7 @@ class TeamBudget(Construct):
                 iam.PolicyStatement(
                     sid="WriteStopRequests",
                     actions=["s3:PutObject"],
-                    resources=[bucket.arn_for_objects(f"{prefix}*/STOP") for prefix in prefixes],
+                    resources=[bucket.arn_for_objects(CheckpointStore.stop_keys(c.name)) for c in clusters],
                 ),
                 iam.PolicyStatement(
                     sid="ScaleClusterGroups",
@@ -199,7 +199,7 @@ class TeamBudget(Construct):
         )
         bucket_id = Stack.of(self).get_logical_id(checkpoint_store.bucket.node.default_child)  # type: ignore[arg-type]
         for cluster in clusters:
-            stop = f"{CheckpointStore.cluster_prefix(cluster.name)}*/STOP"
+            stop = CheckpointStore.stop_keys(cluster.name)
             findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{stop}]"] = (
                 "The * is the job id: the guard writes the STOP request of the cluster's current job."
             )

@@ -15,6 +15,8 @@ import shlex
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List, Optional
 
+from .protocol import CODE_FOLDER
+
 
 class JobSpecError(ValueError):
     """A job setting the agent refuses; ``str()`` is one line: the key, what is wrong, what it got."""
@@ -92,9 +94,6 @@ SPEC_KEYS = {f.name for f in fields(JobSpec)} | {"version"}
 # The keys a warm_pool entry must hold; its volumes may be missing (the node claims a volume by its tag then).
 WARM_POOL_KEYS = {f.name for f in fields(WarmPoolSpec)} - {"volumes"}
 
-CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objects are under <cluster>/<job>/)
-CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
-END_MARKERS = ("DONE", "FAILED", "STOPPED")  # <cluster>/<job>/<marker>: the job has ended
 SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
 PARAMETER_MAX_BYTES = 4096  # an SSM Standard parameter's value: the job spec, and the current job trainctl writes
 # A fixed checkpoint interval under a second would save at every step; an MTBI over ten years is no estimate (and
@@ -105,9 +104,6 @@ MTBI_MAX_S = 10 * 365 * 24 * 3600
 # waits in Terminating:Wait until its agent has saved and completes this hook, or DRAIN_HEARTBEAT_S has passed.
 # Above the longest interruption_grace_s (119 s) plus the final upload.
 DRAIN_HOOK, DRAIN_HEARTBEAT_S = "spot-training-drain", 300
-# How a node's ``leaving`` marker names a spot interruption notice (its other reasons: the group ends the instance,
-# a SIGTERM); trainctl counts interruptions by it.
-SPOT_NOTICE = "spot interruption notice"
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")

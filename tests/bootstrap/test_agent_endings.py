@@ -20,9 +20,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.autoscaling.models import FakeAutoScalingGroup
 from spot_training.agent import errors, supervisor
-from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.local_checkpoints import local_steps
+from spot_training.protocol import MANIFEST
 from spot_training.sync_state import COMPLETE, read_sync_state
 
 from trainctl import jobs

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from spot_training.agent import checkpoint_download, checkpoint_store, errors
-from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import safe_extract
 from spot_training.agent.errors import AgentError
+from spot_training.protocol import MANIFEST
 from spot_training.sync_state import COMPLETE
 from urllib3.exceptions import ProtocolError
 

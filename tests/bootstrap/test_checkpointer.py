@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 import torch
-from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.checkpoint import CHECK_S, STATE_DIR, STATE_FILE, Checkpointer
+from spot_training.protocol import MANIFEST
 from spot_training.sync_state import COMPLETE
 
 from .conftest import BOOTSTRAP

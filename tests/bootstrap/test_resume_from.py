@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from spot_training.agent.checkpoint_store import MANIFEST, CheckpointStore
+from spot_training.agent.checkpoint_store import CheckpointStore
+from spot_training.protocol import MANIFEST
 
 from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory

@@ -17,8 +17,8 @@ Leaf modules:
                         ``AgentSettings`` read once at start
   ``aws_config``        botocore's retries and the node's id in the User-Agent (``client_config``), S3
                         transfers' parts and concurrency (``TRANSFER``)
-  ``s3_objects``        S3 probes: a key exists by listing (``key_listed``), a failed read means the object is gone
-                        (``object_gone``), S3's clock of an answer (``answered_at``)
+  ``s3_objects``        S3 probes: a failed read means the object is gone (``object_gone``), S3's clock of an answer
+                        (``answered_at``)
   ``job``               the job spec: the SSM job-spec parameter merged with the submitted job, validated (``Job``,
                         ``load_job``; the schema itself is ``spot_training.job_spec``)
   ``code_fetch``        the code archive: download from S3 and safe unpacking (``download_code``, ``safe_extract``)
@@ -32,8 +32,9 @@ Leaf modules:
   ``leftovers``         a trainer a dead agent left running: tagged in its environment (``tag_trainer``) and ended
                         by the next agent before anything else (``end_leftover_trainer``)
   ``drain``             the drain hook's hold (``DrainHold``): heartbeats while a final checkpoint upload is under way
-  ``checkpoint_download`` one checkpoint's verified download (``CheckpointDownload``): the manifest (``MANIFEST``)
-                        checked, ranged GETs in parallel, each part's sha256 checked as it streams in
+  ``checkpoint_download`` one checkpoint's verified download (``CheckpointDownload``): the manifest checked
+                        (``protocol.manifest_fault``), ranged GETs in parallel, each part's sha256 checked as it
+                        streams in
   ``checkpoint_store``  the checkpoint store (``CheckpointStore``): checkpoints in S3 under ``<job>/ckpt/<step>/`` with
                         the manifest written last; parallel multipart upload, restore of the newest complete
                         checkpoint (over ``checkpoint_download``), prune
@@ -48,7 +49,8 @@ Duties over one node's shared context (``node``), each an object the supervisor 
   ``node``              ``Node``: the instance's identity, AWS clients, IMDS, log, settings, group, the agent's SIGTERM
   ``markers``           ``Markers``: the job's ``DONE``/``FAILED``/``STOPPED``/``STOP`` markers and each node's
                         ``nodes/<id>/{boot,done,leaving,synced,save-request,progress,ready,training}`` markers (JSON
-                        with the writer's ``time``); the marker names the duties share and ``stamp``
+                        with the writer's ``time``; their names and keys are ``spot_training.protocol``'s) and
+                        ``stamp``
   ``stall``             the stall watchdog (``StallWatch``): job-wide progress from the trainer's output and checkpoint
                         writes, peers' ``progress`` markers and newly durable checkpoints; it sees the sync through a
                         small protocol (``WatchedSync``)

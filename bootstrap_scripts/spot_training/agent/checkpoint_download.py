@@ -17,8 +17,8 @@ from urllib3.exceptions import HTTPError
 from spot_training.agent.aws_config import TRANSFER
 from spot_training.agent.errors import AWS_ERRORS, AgentError, LocalDiskError, S3Unanswered
 from spot_training.agent.s3_objects import object_gone
+from spot_training.protocol import MANIFEST, checkpoint_prefix, manifest_fault, manifest_key
 
-MANIFEST = "spot-training-manifest.json"
 RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3transfer does
 
 Part = Tuple[str, Dict[str, Any], int]  # (file, its manifest entry, part index; -1: the whole file)
@@ -33,7 +33,8 @@ def sha256_file(path: str) -> str:
 
 
 class CheckpointDownload:
-    """Downloads of the checkpoints under ``s3://<bucket>/<prefix><step>/`` of job ``job_id``."""
+    """Downloads of the checkpoints under ``s3://<bucket>/<prefix><step>/`` of job ``job_id`` (``prefix``: the job's
+    ``protocol.checkpoints_prefix``)."""
 
     def __init__(self, s3: Any, bucket: str, prefix: str, job_id: str) -> None:
         self.s3, self.bucket, self.prefix, self.job_id = s3, bucket, prefix, job_id
@@ -69,7 +70,7 @@ class CheckpointDownload:
     def manifest(self, step: int, sizes: Dict[str, int]) -> Dict[str, Any]:
         """Checkpoint ``step``'s manifest, once it belongs to this job and lists safe names of the listed sizes."""
         try:
-            body = self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{MANIFEST}")["Body"].read()
+            body = self.s3.get_object(Bucket=self.bucket, Key=manifest_key(self.prefix, step))["Body"].read()
             manifest = json.loads(body)
             files = manifest["files"]
             assert isinstance(files, dict) and manifest.get("step") == step
@@ -80,11 +81,9 @@ class CheckpointDownload:
         if manifest.get("job_id") != self.job_id:
             owner = manifest.get("job_id")
             raise AgentError(f"checkpoint {step}: manifest belongs to job {owner!r}, not {self.job_id!r}")
-        for rel, meta in files.items():
-            if ".." in rel.split("/") or rel.startswith("/") or rel == MANIFEST:
-                raise AgentError(f"checkpoint {step}: manifest lists an unsafe name {rel!r}")
-            if not isinstance(meta.get("size"), int) or sizes.get(rel) != meta["size"]:
-                raise AgentError(f"checkpoint {step}: object {rel} is missing or has the wrong size")
+        fault = manifest_fault(files, sizes)
+        if fault is not None:
+            raise AgentError(f"checkpoint {step}: {fault}")
         return manifest
 
     def parts(self, step: int, files: Dict[str, Dict[str, Any]], dest: str) -> List[Part]:
@@ -108,7 +107,7 @@ class CheckpointDownload:
     def get_part(self, step: int, part: Part, dest: str, abandoned: threading.Event) -> None:
         """Fetch one part into place and check it; raises AgentError when it does not verify."""
         rel, meta, i = part
-        key, path = f"{self.prefix}{step}/{rel}", os.path.join(dest, rel)
+        key, path = checkpoint_prefix(self.prefix, step) + rel, os.path.join(dest, rel)
         if abandoned.is_set():
             return
         try:
@@ -128,7 +127,7 @@ class CheckpointDownload:
     def unanswered(self, step: int, rel: str, exc: Exception) -> None:
         """Raise ``S3Unanswered`` unless the object is gone (``object_gone``): then the checkpoint is at fault, and
         the restore skips it for the next older one."""
-        if not object_gone(self.s3, self.bucket, f"{self.prefix}{step}/{rel}", exc):
+        if not object_gone(self.s3, self.bucket, checkpoint_prefix(self.prefix, step) + rel, exc):
             code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
             raise S3Unanswered(
                 f"checkpoint {step}: S3 did not serve {rel} ({code or type(exc).__name__}); not skipped for an older "

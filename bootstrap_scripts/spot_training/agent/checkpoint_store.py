@@ -17,10 +17,11 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from botocore.exceptions import ClientError
 
 from spot_training.agent.aws_config import TRANSFER
-from spot_training.agent.checkpoint_download import MANIFEST, CheckpointDownload
+from spot_training.agent.checkpoint_download import CheckpointDownload
 from spot_training.agent.errors import AgentError, LocalDiskError, S3Unanswered, env_float
 from spot_training.agent.local_checkpoints import step_files
 from spot_training.agent.s3_objects import object_gone
+from spot_training.protocol import MANIFEST, checkpoint_object, checkpoint_prefix, manifest_key, new_manifest
 from spot_training.sync_state import step_number
 
 PART_MIN, PARTS_MAX = 16 * 2**20, 8
@@ -89,7 +90,7 @@ class CheckpointStore:
         out: Dict[int, Dict[str, int]] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
             for obj in page.get("Contents", []):
-                name, _, rel = obj["Key"][len(self.prefix) :].partition("/")
+                name, rel = checkpoint_object(self.prefix, obj["Key"])
                 step = step_number(name)
                 if step is not None and rel:
                     out.setdefault(step, {})[rel] = obj["Size"]
@@ -107,7 +108,7 @@ class CheckpointStore:
 
     def layout(self, step: int) -> Optional[str]:
         """The layout (``step`` or ``flat``) checkpoint ``step``'s manifest names; None if it has none (any more)."""
-        key = f"{self.prefix}{step}/{MANIFEST}"
+        key = manifest_key(self.prefix, step)
         try:
             manifest = json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
         except ClientError as exc:
@@ -121,7 +122,7 @@ class CheckpointStore:
     def drop(self, step: int, objects: Dict[str, int]) -> None:
         """Delete checkpoint ``step`` (``objects``: its listing), its manifest first."""
         for rel in sorted(objects, key=lambda rel: rel != MANIFEST):
-            self.s3.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{step}/{rel}")
+            self.s3.delete_object(Bucket=self.bucket, Key=checkpoint_prefix(self.prefix, step) + rel)
 
     def upload(
         self,
@@ -137,7 +138,7 @@ class CheckpointStore:
         while it was read, so the objects and hashes may mix two versions) raises OSError and writes no manifest.
         ``replace``: the step is in S3 already, with other content; its manifest goes first."""
         start = time.monotonic()
-        base = f"{self.prefix}{step}/"
+        base = checkpoint_prefix(self.prefix, step)
         if replace or step in self.unreadable:  # saved again: no manifest until all the new objects are in
             self.s3.delete_object(Bucket=self.bucket, Key=base + MANIFEST)
 
@@ -159,14 +160,7 @@ class CheckpointStore:
             raise OSError(
                 f"checkpoint {step} changed on disk while it was uploaded; no manifest, the next round retries"
             )
-        manifest = {
-            "version": 1,
-            "job_id": self.job_id,
-            "step": step,
-            "layout": layout,
-            "created_at": time.time(),
-            "files": entries,
-        }
+        manifest = new_manifest(self.job_id, step, layout, time.time(), entries)
         self.s3.put_object(Bucket=self.bucket, Key=base + MANIFEST, Body=json.dumps(manifest, indent=1).encode())
         self.unreadable.discard(step)
         return time.monotonic() - start
@@ -242,7 +236,7 @@ class CheckpointStore:
         if step_files(local):  # a step folder with a file in it (``local_steps``' rule), without listing the others
             self.log(f"checkpoint {step} already present locally; not downloading")
             return step, "step"
-        self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{self.prefix}{step}/")
+        self.log(f"restoring checkpoint {step} from s3://{self.bucket}/{checkpoint_prefix(self.prefix, step)}")
         if self.test_restore_delay_s > 0:
             self.log(f"restore held back {self.test_restore_delay_s:g} s (SPOT_TRAINING_TEST_RESTORE_DELAY_S)")
             self.pause(self.test_restore_delay_s)

@@ -15,6 +15,7 @@ from spot_training.agent.markers import Markers, stamp
 from spot_training.agent.node import Node
 from spot_training.agent.notices import Notices
 from spot_training.agent.rendezvous import Rendezvous
+from spot_training.protocol import SYNCED_MARKER, TRAINING_MARKER, node_marker
 
 Marker = Optional[Dict[str, Any]]
 
@@ -40,7 +41,7 @@ class FinalSyncs:
             pending = syncer.pending()
             synced = {"attempt": attempt, "pending": pending, "rc": rc, "interrupted": interrupted}
             self.synced_report = job, synced
-            self.markers.put_own(job, "synced", synced)
+            self.markers.put_own(job, SYNCED_MARKER, synced)
         except (OSError, *AWS_ERRORS) as exc:  # the notice, stop or restart that follows must still happen
             self.node.log(f"could not report this node's final sync ({exc}); peers wait for it at most the grace")
 
@@ -54,7 +55,7 @@ class FinalSyncs:
         if own is None and self.synced_report is not None and self.synced_report[1].get("pending") is not None:
             job, body = self.synced_report
             try:
-                self.markers.put_own(job, "synced", dict(body, pending=None))
+                self.markers.put_own(job, SYNCED_MARKER, dict(body, pending=None))
                 self.synced_report = job, dict(body, pending=None)  # once written: a failed PUT is tried again
                 self.node.log(f"{body['pending']} is durable in S3 now: reported to the peers")
             except (OSError, *AWS_ERRORS) as exc:
@@ -147,7 +148,8 @@ class FinalSyncs:
     def trainer_markers(self, job: Job, peer: str) -> Tuple[Marker, Marker]:
         """``peer``'s newest ``nodes/<id>/training`` (written just before its torchrun) and ``nodes/<id>/synced``
         (its report of a trainer's final sync) markers, each None if absent."""
-        return self.markers.marker(job, f"nodes/{peer}/training"), self.markers.marker(job, f"nodes/{peer}/synced")
+        training = self.markers.marker(job, node_marker(peer, TRAINING_MARKER))
+        return training, self.markers.marker(job, node_marker(peer, SYNCED_MARKER))
 
     def owes_final_sync(self, job: Job, peer: str) -> bool:
         """Whether ``peer``'s newest trainer started before ours ended and has no final sync reported (a ``synced``
@@ -194,7 +196,7 @@ class FinalSyncs:
 
     def reported(self, job: Job, peer: str, name: str) -> Marker:
         """``peer``'s marker ``nodes/<peer>/<name>`` (``synced``, ``done``) if ``fresh``, else None."""
-        return self.fresh(self.markers.marker(job, f"nodes/{peer}/{name}"))
+        return self.fresh(self.markers.marker(job, node_marker(peer, name)))
 
     def fresh(self, body: Marker) -> Marker:
         """A marker ``body`` if written since the last attempt's trainer started (one written for an earlier attempt

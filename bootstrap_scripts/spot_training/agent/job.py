@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError
 
 from spot_training.agent.errors import AgentError, JobRefused
 from spot_training.job_spec import JOB_ID_RE, JobSpecError, check_job
+from spot_training.protocol import FAILED, cluster_prefix, job_prefix
 
 
 class Job:
@@ -38,7 +39,7 @@ class Job:
 
     @property
     def job_prefix(self) -> str:
-        return f"{self.prefix}{self.job_id}/"
+        return job_prefix(self.prefix, self.job_id)
 
 
 def validate_job(spec: Any, current: Any, current_name: str) -> Job:
@@ -55,7 +56,7 @@ def failed_marker(spec: Any, current: Any) -> Optional[Tuple[str, str]]:
     bucket, cluster = spec.get("bucket"), spec.get("cluster")
     if not (isinstance(bucket, str) and bucket and isinstance(cluster, str) and cluster):
         return None
-    return bucket, f"{cluster}/{current['job_id']}/FAILED"
+    return bucket, job_prefix(cluster_prefix(cluster), current["job_id"]) + FAILED
 
 
 def load_job(ssm: Any, spec_parameter: str) -> Job:

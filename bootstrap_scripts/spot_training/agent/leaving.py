@@ -18,6 +18,7 @@ from spot_training.agent.lifecycle import Lifecycle
 from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
 from spot_training.agent.rendezvous import Rendezvous
+from spot_training.protocol import DONE, FAILED, LEAVING_MARKER, NODE_DONE_MARKER, STOPPED
 
 
 class Endings:
@@ -51,10 +52,10 @@ class Endings:
             self.not_done = f"{own} of this node not durable in S3 within {barrier_s:.0f} s"
             self.node.log(f"{own} not durable in S3 within {barrier_s:.0f} s: not reporting done; training again")
             return False
-        self.markers.put_own(job, "done", {})
+        self.markers.put_own(job, NODE_DONE_MARKER, {})
         waiting = [i for i, _ in self.rendezvous.peers if i != self.node.instance_id]
         while waiting:
-            if self.markers.marker(job, "DONE") is not None:  # scaled to 0 by that peer; again here, if it could not
+            if self.markers.marker(job, DONE) is not None:  # scaled to 0 by that peer; again here, if it could not
                 self.lifecycle.move(state.DONE, "a peer wrote DONE")
                 self.node.log(f"job {job.job_id} is DONE (a peer finished it)")
                 self.group_exit.scale_to_zero(group)
@@ -75,7 +76,7 @@ class Endings:
             if waiting:
                 time.sleep(min(self.node.poll_s, 1.0))
         self.lifecycle.move(state.DONE, "every peer finished: this node writes DONE")
-        self.markers.put_marker(job, "DONE", {"peers": [i for i, _ in self.rendezvous.peers]})
+        self.markers.put_marker(job, DONE, {"peers": [i for i, _ in self.rendezvous.peers]})
         self.node.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.group_exit.scale_to_zero(group)
         return True
@@ -83,7 +84,7 @@ class Endings:
     def still_finishing(self, job: Job, waiting: List[str]) -> Optional[List[str]]:
         """The peers of ``waiting`` still to report done, in the group; None when the job cannot be DONE now: a
         peer left before it finished with a durable checkpoint, or one trains again (``not_done`` says which)."""
-        waiting = [i for i in waiting if self.syncs.reported(job, i, "done") is None]
+        waiting = [i for i in waiting if self.syncs.reported(job, i, NODE_DONE_MARKER) is None]
         if not waiting:
             return waiting
         in_group = self.rendezvous.group_members()  # a peer that left the group (interrupted) will never report
@@ -116,7 +117,7 @@ class Endings:
         (one fewer): a peer still in its barrier writes ``DONE``."""
         self.lifecycle.move(state.DONE, f"this node finished; the done barrier failed ({exc})")
         try:
-            done = self.markers.marker(job, "DONE") is not None
+            done = self.markers.marker(job, DONE) is not None
         except AWS_ERRORS as again:  # in doubt, never cut off a peer's final upload
             self.node.log(f"reading DONE failed too ({again})")
             done = False
@@ -134,8 +135,8 @@ class Endings:
         reaches this point writes STOPPED and scales to 0."""
         self.lifecycle.move(state.STOPPED, "stop requested (STOP marker)")
         try:
-            if self.markers.marker(job, "STOPPED") is None:
-                self.markers.put_marker(job, "STOPPED", {"last_checkpoint": store.newest_complete()})
+            if self.markers.marker(job, STOPPED) is None:
+                self.markers.put_marker(job, STOPPED, {"last_checkpoint": store.newest_complete()})
             self.node.log(f"job {job.job_id} STOPPED on request")
             self.group_exit.scale_to_zero(group)
         except AWS_ERRORS as exc:
@@ -147,7 +148,7 @@ class Endings:
     def fail(self, job: Job, group: str, reason: str) -> int:
         """FAILED with ``reason`` (the node's state first), the group to 0."""
         self.lifecycle.move(state.FAILED, reason)
-        self.markers.put_marker(job, "FAILED", {"reason": reason})
+        self.markers.put_marker(job, FAILED, {"reason": reason})
         self.node.log(f"job {job.job_id} FAILED: {reason}")
         self.group_exit.scale_to_zero(group)
         return EXIT_FAILED
@@ -204,7 +205,7 @@ class Endings:
         deadline = time.monotonic() + job.grace_s
         try:
             if not stop:
-                self.markers.put_own(job, "leaving", {"notice": why, "trainer": False})
+                self.markers.put_own(job, LEAVING_MARKER, {"notice": why, "trainer": False})
         except AWS_ERRORS as exc:
             self.node.log(f"could not announce leaving: {exc}")
         try:

@@ -7,18 +7,20 @@ import json
 import time
 from typing import Any, Dict, Optional, Set
 
-from botocore.exceptions import ClientError
-
 from spot_training.agent.errors import AWS_ERRORS, IMDS_ERRORS
 from spot_training.agent.job import Job
 from spot_training.agent.node import Node
-from spot_training.agent.s3_objects import answered_at, key_listed
-
-# a node's markers written when its trainer stopped, or it leaves: after them, its ``training`` marker is stale
-END_OF_TRAINING = ("synced", "leaving", "done")
-PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
-READY_MARKER = "ready"  # nodes/<id>/ready: at an elastic job's first attempt, restored and about to start torchrun
-MEMBERSHIP_MARKER = "membership"  # nodes/<host>/membership: the group's instances, published by the rendezvous host
+from spot_training.agent.s3_objects import answered_at
+from spot_training.protocol import (
+    BOOT_MARKER,
+    LEAVING_MARKER,
+    MEMBERSHIP_MARKER,
+    PROGRESS_MARKER,
+    node_marker,
+    node_object,
+    nodes_prefix,
+    read_marker,
+)
 
 
 def stamp(marker: Dict[str, Any]) -> float:
@@ -38,7 +40,7 @@ class Markers:
 
     def put_own(self, job: Job, name: str, body: Dict[str, Any]) -> None:
         """This node's marker ``nodes/<instance-id>/<name>``."""
-        self.put_marker(job, f"nodes/{self.node.instance_id}/{name}", body)
+        self.put_marker(job, node_marker(self.node.instance_id, name), body)
 
     def put_boot_marker(self, job: Job) -> None:
         """``nodes/<id>/boot``: what the node is (type, spot or on-demand, AZ), for ``trainctl cost`` and status."""
@@ -53,26 +55,12 @@ class Markers:
                 facts[key] = self.node.imds.get(path)
             except IMDS_ERRORS as exc:
                 self.node.log(f"IMDS {path} unreadable ({exc}); the boot marker goes without it")
-        self.put_own(job, "boot", facts)
+        self.put_own(job, BOOT_MARKER, facts)
 
     def marker(self, job: Job, name: str) -> Optional[Dict[str, Any]]:
         """The job's marker ``name`` (JSON; ``{}`` if it is not a JSON object), or None. Listed before it is read
-        (``key_listed``)."""
-        key = job.job_prefix + name
-        s3 = self.node.s3
-        if not key_listed(s3, job.bucket, key):
-            return None
-        try:
-            body = s3.get_object(Bucket=job.bucket, Key=key)["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):  # deleted since the listing
-                return None
-            raise
-        try:  # one not a JSON object (a STOP written by hand: `aws s3 cp /dev/null .../STOP`) is there all the same
-            value = json.loads(body)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
+        (``protocol.read_marker``)."""
+        return read_marker(self.node.s3, job.bucket, job.job_prefix + name)
 
     def marked(self, job: Job, name: str) -> bool:
         """Whether the job's marker ``name`` is there; an S3 error is logged and counts as not (yet) there."""
@@ -92,13 +80,13 @@ class Markers:
         ``progress`` and ``published``, if given, get {instance id: seconds since its progress (membership) marker
         was written}, by S3's clock (its LastModified against the answer's Date: the nodes' clocks do not come
         into it)."""
-        prefix = job.job_prefix + "nodes/"
+        prefix = nodes_prefix(job.job_prefix)
         found: Dict[str, Dict[str, str]] = {}
         ages = {PROGRESS_MARKER: progress, MEMBERSHIP_MARKER: published}
         for page in self.node.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
             now = answered_at(page)
             for obj in page.get("Contents", []):
-                instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
+                instance_id, name = node_object(prefix, obj["Key"])
                 found.setdefault(instance_id, {})[name] = obj["ETag"]
                 age_of = ages.get(name)
                 if age_of is not None:
@@ -107,4 +95,4 @@ class Markers:
 
     def leaving_nodes(self, job: Job) -> Set[str]:
         """Instances of this job that announced they are going (``nodes/<id>/leaving``)."""
-        return {i for i, names in self.node_markers(job).items() if "leaving" in names}
+        return {i for i, names in self.node_markers(job).items() if LEAVING_MARKER in names}

@@ -17,9 +17,10 @@ from typing import Dict, Optional, Set, Tuple
 
 from spot_training.agent.errors import AWS_ERRORS, one_line
 from spot_training.agent.job import Job
-from spot_training.agent.markers import MEMBERSHIP_MARKER, Markers
+from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
 from spot_training.agent.peers import group_states
+from spot_training.protocol import MEMBERSHIP_MARKER, node_marker
 
 STALE_POLLS = 3  # a membership older than this many polls (plus LAST_MODIFIED_SLACK_S) is not used
 LAST_MODIFIED_SLACK_S = 2.0  # S3's LastModified counts whole seconds
@@ -54,7 +55,7 @@ class Membership:
                 self.node.log(f"membership from {publisher} is {age:.0f} s old: asking Auto Scaling")
             return group_states(self.node.asg, self.node.group)
         if self.read.get(publisher, ("", {}))[0] != etag:
-            body = self.markers.marker(job, f"nodes/{publisher}/{MEMBERSHIP_MARKER}") or {}
+            body = self.markers.marker(job, node_marker(publisher, MEMBERSHIP_MARKER)) or {}
             self.read[publisher] = (etag, {str(k): str(v) for k, v in dict(body.get("instances", {})).items()})
         return self.read[publisher][1]
 
@@ -74,7 +75,7 @@ class Membership:
         other nodes then ask Auto Scaling themselves once it is stale)."""
         states = group_states(self.node.asg, self.node.group)
         body = json.dumps({"instances": states}, sort_keys=True).encode()  # no time: an unchanged group keeps its ETag
-        key = f"{job.job_prefix}nodes/{self.node.instance_id}/{MEMBERSHIP_MARKER}"
+        key = job.job_prefix + node_marker(self.node.instance_id, MEMBERSHIP_MARKER)
         try:
             self.node.s3.put_object(Bucket=job.bucket, Key=key, Body=body)
         except AWS_ERRORS as exc:

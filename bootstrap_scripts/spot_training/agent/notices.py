@@ -8,7 +8,8 @@ from typing import Optional, Tuple
 from spot_training.agent.errors import IMDS_ERRORS, LeavingBeforeTraining
 from spot_training.agent.instance_signals import lifecycle_of
 from spot_training.agent.node import Node
-from spot_training.job_spec import DRAIN_HOOK, SPOT_NOTICE
+from spot_training.job_spec import DRAIN_HOOK
+from spot_training.protocol import SPOT_NOTICE
 
 
 class Notices:

@@ -12,11 +12,12 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from spot_training.agent.errors import AWS_ERRORS, AgentError, LeavingBeforeTraining, StopBeforeTraining, one_line
 from spot_training.agent.job import Job
-from spot_training.agent.markers import END_OF_TRAINING, READY_MARKER, Markers, stamp
+from spot_training.agent.markers import Markers, stamp
 from spot_training.agent.membership import Membership
 from spot_training.agent.node import Node
 from spot_training.agent.notices import Notices
 from spot_training.agent.peers import Peers, discover_peers, group_instances, load_address_map
+from spot_training.protocol import END_OF_TRAINING, LEAVING_MARKER, READY_MARKER, STOP, TRAINING_MARKER, node_marker
 
 # bootstrap_scripts/, on the trainer's PYTHONPATH (spot_training.launch, the checkpoint helper)
 BOOTSTRAP_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,7 +51,7 @@ class Rendezvous:
         deadline = time.monotonic() + timeout_s
         while True:
             self.notices.check_notice(what)
-            if self.markers.marked(job, "STOP"):
+            if self.markers.marked(job, STOP):
                 raise StopBeforeTraining(f"stop requested (STOP marker) during {what}")
             failed: Optional[Exception] = None
             try:
@@ -136,7 +137,7 @@ class Rendezvous:
                 return []
             peers = found
             others = [i for i, _ in peers if i != me]
-            if any("training" in markers.get(i, {}) for i in others):  # a round runs: join it, waiting splits
+            if any(TRAINING_MARKER in markers.get(i, {}) for i in others):  # a round runs: join it, waiting splits
                 return peers
             late = [i for i in others if READY_MARKER not in markers.get(i, {})]
             if not late:
@@ -237,11 +238,11 @@ class Rendezvous:
         known = {i for i, _ in self.peers}
         newest: Dict[str, Tuple[float, str, str]] = {}
         for instance_id, names in sorted(markers.items()):
-            etag = names.get("training")
+            etag = names.get(TRAINING_MARKER)
             if instance_id in known or etag is None:
                 continue
             if self.training_seen.get(instance_id, ("", {}))[0] != etag:
-                body = self.markers.marker(job, f"nodes/{instance_id}/training") or {}
+                body = self.markers.marker(job, node_marker(instance_id, TRAINING_MARKER)) or {}
                 self.training_seen[instance_id] = (etag, body)
             body = self.training_seen[instance_id][1]
             address, when = str(body.get("address", "")), stamp(body)
@@ -273,7 +274,7 @@ class Rendezvous:
         if unannounced:
             return unannounced[0], "left the group without a notice"
         for peer in gone:  # announced; its trainer stops ours when it goes, unless it never ran
-            if (self.markers.marker(job, f"nodes/{peer}/leaving") or {}).get("trainer") is False:
+            if (self.markers.marker(job, node_marker(peer, LEAVING_MARKER)) or {}).get("trainer") is False:
                 return peer, "left on a notice before its trainer started"
         return None
 
@@ -287,11 +288,13 @@ class Rendezvous:
         present = group_instances(self.node.asg, group, "InService")
         training = []
         for instance_id, names in sorted(self.markers.node_markers(job).items()):
-            if instance_id == self.node.instance_id or instance_id not in present or "training" not in names:
+            if instance_id == self.node.instance_id or instance_id not in present or TRAINING_MARKER not in names:
                 continue
-            started = stamp(self.markers.marker(job, f"nodes/{instance_id}/training") or {})
+            started = stamp(self.markers.marker(job, node_marker(instance_id, TRAINING_MARKER)) or {})
             ended = [
-                stamp(self.markers.marker(job, f"nodes/{instance_id}/{n}") or {}) for n in END_OF_TRAINING if n in names
+                stamp(self.markers.marker(job, node_marker(instance_id, n)) or {})
+                for n in END_OF_TRAINING
+                if n in names
             ]
             if started > max(ended, default=0.0):
                 training.append(instance_id)

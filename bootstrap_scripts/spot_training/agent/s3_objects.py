@@ -1,5 +1,4 @@
-"""S3 object probes: whether a key exists (by listing), whether a failed read means the object is gone, and S3's own
-clock of an answer."""
+"""S3 object probes: whether a failed read means the object is gone, and S3's own clock of an answer."""
 
 from __future__ import annotations
 
@@ -10,16 +9,10 @@ from typing import Any, Dict
 from botocore.exceptions import ClientError
 
 from spot_training.agent.errors import AWS_ERRORS
+from spot_training.protocol import listed
 
 # What S3 answers when an object is not there (deleted since the listing) or shorter than the range asked for.
 GONE_CODES = ("NoSuchKey", "404", "NotFound", "InvalidRange")
-
-
-def key_listed(s3: Any, bucket: str, key: str) -> bool:
-    """``key`` exists, by listing it: S3 answers a GetObject or HeadObject of a missing key with 403, not 404, to a
-    caller whose ListBucket is limited by an ``s3:prefix`` condition (the node role's)."""
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-    return bool(listed) and listed[0]["Key"] == key  # a key sorts before every longer key it prefixes
 
 
 def answered_at(response: Dict[str, Any]) -> datetime.datetime:
@@ -35,11 +28,11 @@ def answered_at(response: Dict[str, Any]) -> datetime.datetime:
 
 def object_gone(s3: Any, bucket: str, key: str, exc: Exception) -> bool:
     """Whether the failed read ``exc`` of ``key`` means the object is not there: S3 says so, or a listing no longer
-    has it (a 403 may be a missing key, see ``key_listed``). A listing that fails too says nothing: not gone."""
+    has it (a 403 may be a missing key, see ``protocol.listed``). A listing that fails too says nothing: not gone."""
     code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
     if code in GONE_CODES:
         return True
     try:
-        return not key_listed(s3, bucket, key)
+        return listed(s3, bucket, key) is None
     except AWS_ERRORS:
         return False

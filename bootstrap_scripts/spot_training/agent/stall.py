@@ -8,7 +8,8 @@ from typing import Any, Dict, List, Optional, Protocol
 
 from spot_training.agent.errors import AWS_ERRORS
 from spot_training.agent.job import Job
-from spot_training.agent.markers import PROGRESS_MARKER, Markers
+from spot_training.agent.markers import Markers
+from spot_training.protocol import PROGRESS_MARKER, node_marker
 
 STALL_LOG_EVERY_S = 60.0  # a stall watchdog listing or marker write that keeps failing is logged at most this often
 
@@ -78,7 +79,7 @@ class StallWatch:
         if local <= self.marked or now - self.marked_at < self.stall_s / 4:
             return
         try:
-            self.markers.put_marker(self.job, f"nodes/{self.instance_id}/{PROGRESS_MARKER}", {})
+            self.markers.put_marker(self.job, node_marker(self.instance_id, PROGRESS_MARKER), {})
         except AWS_ERRORS as exc:  # tried again next poll
             self.log_sometimes("mark", f"stall watchdog: could not write this node's progress marker ({exc})")
             return

@@ -40,8 +40,16 @@ from spot_training.agent.rendezvous import Rendezvous
 from spot_training.agent.settings import AgentSettings
 from spot_training.agent.trainer import Trainer
 from spot_training.agent.warm_claim import WarmClaim
-from spot_training.job_spec import CHECKPOINT_FOLDER, END_MARKERS
-from spot_training.protocol import NODE_STATE
+from spot_training.protocol import (
+    END_MARKERS,
+    FAILED,
+    NODE_STATE,
+    STOP,
+    TRAINING_MARKER,
+    checkpoints_prefix,
+    cluster_prefix,
+    job_prefix,
+)
 
 
 class Agent:
@@ -121,7 +129,7 @@ class Agent:
                 if job.spec.get(key) != expected:
                     raise JobRefused(
                         f"job spec {key} {job.spec.get(key)!r} does not match --{key} {expected!r}",
-                        (job.bucket, f"{job.spec['cluster']}/{job.job_id}/FAILED"),
+                        (job.bucket, job_prefix(cluster_prefix(job.spec["cluster"]), job.job_id) + FAILED),
                     )
         except JobRefused as exc:
             self.endings.refuse_job(exc)
@@ -142,9 +150,9 @@ class Agent:
             self.lifecycle.move(ended, f"the job is {ended} already")  # the end markers are states of the same name
             self.node.log(f"job {job.job_id} is already {ended}; nothing to run")
             self.group_exit.scale_to_zero(group)
-            return EXIT_FAILED if ended == "FAILED" else 0
+            return EXIT_FAILED if ended == FAILED else 0
         store = self.store = CheckpointStore(
-            self.node.s3, job.bucket, f"{job.job_prefix}{CHECKPOINT_FOLDER}/", job.job_id, self.node.log
+            self.node.s3, job.bucket, checkpoints_prefix(job.job_prefix), job.job_id, self.node.log
         )
         self.drain_hold.start()  # a final upload may outlast the drain hook's heartbeat
         try:
@@ -242,7 +250,7 @@ class Agent:
         if interrupted and self.trainer.stop_requested:
             self.wait_durable_since_notice(job, store)
             return self.endings.stopped(job, group, store)
-        if rc != 0 and self.markers.marked(job, "STOP"):  # a peer's trainer stopped ours collectively
+        if rc != 0 and self.markers.marked(job, STOP):  # a peer's trainer stopped ours collectively
             # Rank 0's node may still be uploading the final checkpoint: scaling to 0 now would cut it off.
             self.syncs.wait_durable(job, store, before, time.monotonic() + job.grace_s)
             return self.endings.stopped(job, group, store)
@@ -363,7 +371,7 @@ class Agent:
             os.remove(world_file)
         body = {"attempt": attempt, "address": address, "private_ip": dict(peers)[self.node.instance_id]}
         try:
-            self.markers.put_own(job, "training", body)
+            self.markers.put_own(job, TRAINING_MARKER, body)
         except AWS_ERRORS as exc:
             self.node.log(
                 f"could not report that this node starts training ({exc}); peers that started before may miss it"

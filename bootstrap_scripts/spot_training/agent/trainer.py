@@ -23,6 +23,7 @@ from spot_training.agent.notices import Notices
 from spot_training.agent.rendezvous import Rendezvous
 from spot_training.agent.stall import StallWatch
 from spot_training.proctree import kill_all, process_tree
+from spot_training.protocol import LEAVING_MARKER, SAVE_REQUEST_MARKER, STOP
 from spot_training.sync_state import STATE_DIR
 
 PEER_LOST_WAIT_S = 10.0  # a trainer whose peer vanished gets this long to exit on SIGTERM before it is killed
@@ -77,7 +78,7 @@ class Trainer:
         here must not cost the emergency checkpoint, which is already being written."""
         try:
             if not self.stop_requested:
-                self.markers.put_own(job, "leaving", {"notice": notice, "trainer": True})
+                self.markers.put_own(job, LEAVING_MARKER, {"notice": notice, "trainer": True})
             self.notice_newest = syncer.store.newest_complete()
         except AWS_ERRORS as exc:
             self.node.log(f"could not announce leaving or list checkpoints: {exc}; the trainer stops anyway")
@@ -91,7 +92,7 @@ class Trainer:
         """A peer's rebalance recommendation (``nodes/<id>/save-request``) becomes a save request here too.
 
         Requests that existed when this agent first looked are history, not news."""
-        found = {i: names["save-request"] for i, names in markers.items() if "save-request" in names}
+        found = {i: names[SAVE_REQUEST_MARKER] for i, names in markers.items() if SAVE_REQUEST_MARKER in names}
         found.pop(self.node.instance_id, None)
         if self.save_requests_seen is None:
             self.save_requests_seen = found
@@ -197,7 +198,7 @@ class TrainerRun:
         rebalance = self.rebalance()
         peer_lost: Optional[Tuple[str, str]] = None
         try:
-            if trainer.markers.marker(job, "STOP") is not None:
+            if trainer.markers.marker(job, STOP) is not None:
                 if self.sigterm("stop requested (trainctl stop)", job.grace_s):
                     trainer.stop_requested = True
                 return True
@@ -228,7 +229,7 @@ class TrainerRun:
             self.node.log(f"rebalance recommendation {rebalance.strip()}: asking the trainer for a checkpoint")
             trainer.request_checkpoint(job)
             # Rank 0 (which decides on saving) may run on another node: tell every node's agent.
-            trainer.markers.put_own(job, "save-request", {"rebalance": rebalance.strip()})
+            trainer.markers.put_own(job, SAVE_REQUEST_MARKER, {"rebalance": rebalance.strip()})
             return None
         ages: Dict[str, float] = {}
         published: Dict[str, float] = {}
