@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from aws_cdk import ArnFormat, CfnElement, Duration, Stack
@@ -15,6 +15,7 @@ from constructs import Construct
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HEARTBEAT_S, DRAIN_HOOK
 from compliance.checkov import skip_checkov
 from compliance.nag import acknowledge, acknowledge_all
+from training_constructs.efa import add_efa_interfaces
 
 ALLOCATION_STRATEGIES = {
     "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
@@ -75,6 +76,8 @@ class NodeSecurityGroup(ec2.SecurityGroup):
             description="Training nodes: all traffic between nodes of this cluster, no other ingress",
         )
         self.add_ingress_rule(self, ec2.Port.all_traffic(), "Node-to-node traffic within the cluster")
+        # EFA needs all traffic to the group itself allowed out as well as in: the allow-all egress holds the
+        # outbound half (tests/test_efa.py fails if egress is narrowed without a rule to the group itself).
 
 
 class SpotFleet(Construct):
@@ -108,6 +111,7 @@ class SpotFleet(Construct):
         root_volume_size_gib: int = 200,
         root_device_name: str = "/dev/xvda",
         role: Optional[iam.IRole] = None,
+        efa_interfaces: Optional[Mapping[str, int]] = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not instance_types:
@@ -126,13 +130,30 @@ class SpotFleet(Construct):
             if placement_group
             else None
         )
-        self.launch_template = self._launch_template(
-            machine_image, user_data, root_device_name=root_device_name, root_volume_size_gib=root_volume_size_gib
-        )
+        self._efa = dict(efa_interfaces or {})
+        templates: dict[int, ec2.LaunchTemplate] = {}
+        for count in dict.fromkeys(self._efa.get(t, 0) for t in instance_types):  # the first type's count first
+            templates[count] = self._launch_template(
+                f"LaunchTemplateEfa{count}" if templates else "LaunchTemplate",
+                machine_image,
+                user_data,
+                root_device_name=root_device_name,
+                root_volume_size_gib=root_volume_size_gib,
+            )
+            if count:
+                add_efa_interfaces(templates[count], count, self.security_group)
+        self.launch_template = next(iter(templates.values()))
         self.asg = self._group(
             vpc,
             vpc_subnets,
-            instance_types,
+            [
+                autoscaling.LaunchTemplateOverrides(
+                    instance_type=ec2.InstanceType(t),
+                    launch_template=None if lt is self.launch_template else lt,
+                )
+                for t in instance_types
+                for lt in [templates[self._efa.get(t, 0)]]
+            ],
             max_nodes,
             autoscaling.InstancesDistribution(
                 on_demand_base_capacity=on_demand_base_capacity,
@@ -143,6 +164,7 @@ class SpotFleet(Construct):
 
     def _launch_template(
         self,
+        construct_id: str,
         machine_image: ec2.IMachineImage,
         user_data: ec2.UserData,
         *,
@@ -152,7 +174,7 @@ class SpotFleet(Construct):
         """IMDSv2 only, instance metadata tags on, an encrypted gp3 root volume, detailed monitoring."""
         return ec2.LaunchTemplate(
             self,
-            "LaunchTemplate",
+            construct_id,
             machine_image=machine_image,
             user_data=user_data,
             instance_profile=self.instance_profile,
@@ -180,11 +202,13 @@ class SpotFleet(Construct):
         self,
         vpc: ec2.IVpc,
         vpc_subnets: ec2.SubnetSelection,
-        instance_types: Sequence[str],
+        overrides: list[autoscaling.LaunchTemplateOverrides],
         max_nodes: int,
         distribution: autoscaling.InstancesDistribution,
     ) -> autoscaling.AutoScalingGroup:
-        """The mixed-instances group over ``instance_types``, from 0 to ``max_nodes``, with its drain hook."""
+        """The mixed-instances group over the instance types of ``overrides`` (each with the launch template of its
+        EFA interface count where that differs from the first type's), from 0 to ``max_nodes``, with its drain
+        hook."""
         group = autoscaling.AutoScalingGroup(
             self,
             "Group",
@@ -196,9 +220,7 @@ class SpotFleet(Construct):
             group_metrics=[autoscaling.GroupMetrics.all()],
             mixed_instances_policy=autoscaling.MixedInstancesPolicy(
                 launch_template=self.launch_template,
-                launch_template_overrides=[
-                    autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(t)) for t in instance_types
-                ],
+                launch_template_overrides=overrides,
                 instances_distribution=distribution,
             ),
         )
