@@ -113,7 +113,9 @@ def facts_of(described: dict[str, Any]) -> InstanceFacts:
         gpu=", ".join(sorted({f"{g.get('Manufacturer', '')} {g.get('Name', '')}".strip() for g in gpus})),
         cluster_placement="cluster" in described.get("PlacementGroupInfo", {}).get("SupportedStrategies", []),
         spot="spot" in described.get("SupportedUsageClasses", []),
-        efa_interfaces=int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)) if network.get("EfaSupported") else 0,
+        efa_interfaces=int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0))
+        if network.get("EfaSupported")
+        else 0,
         network_cards=int(network.get("MaximumNetworkCards", 1)),
     )
 

@@ -3,16 +3,23 @@ group overrides it synthesizes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Template
+from aws_cdk import App
 
+from compliance.spot_training import RULES
 from team_config import load_team
 from team_config.instance_types import instance_facts
+from team_config.loader import Team
 from team_config.model import ClusterConfig
-from tests.synth import synth, team_config
+from tests.synth import CONTEXT, synth, team_config
+from trainctl import review
+from trainctl.assembly import Stack
+from trainctl.prices import load_prices
+from training_app import wiring as cdk_app
 
 from .test_config import error_for
 
@@ -27,7 +34,7 @@ def efa_cluster(**overrides: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def research() -> dict[str, Any]:
-    return synth(load_team(REPO / "teams" / "research.yaml").config, "research")[1].to_json()
+    return dict(synth(load_team(REPO / "teams" / "research.yaml").config, "research")[1].to_json())
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +46,7 @@ def p5_and_mixed() -> dict[str, Any]:
             efa_cluster(name="mixed", instance_types=["p4d.24xlarge", "p5.48xlarge"]),
         ]
     )
-    return synth(config)[1].to_json()
+    return dict(synth(config)[1].to_json())
 
 
 def of_type(template: dict[str, Any], type_name: str) -> dict[str, dict[str, Any]]:
@@ -95,7 +102,13 @@ def test_the_research_team_synthesizes_four_efa_interfaces_on_network_cards_0_to
     assert data["NetworkInterfaces"] == [
         {"DeviceIndex": 0, "NetworkCardIndex": 0, "InterfaceType": "efa", "Groups": [sg], "DeleteOnTermination": True},
         *(
-            {"DeviceIndex": 1, "NetworkCardIndex": card, "InterfaceType": "efa", "Groups": [sg], "DeleteOnTermination": True}
+            {
+                "DeviceIndex": 1,
+                "NetworkCardIndex": card,
+                "InterfaceType": "efa",
+                "Groups": [sg],
+                "DeleteOnTermination": True,
+            }
             for card in (1, 2, 3)
         ),
     ]
@@ -203,3 +216,62 @@ def test_efa_takes_auto_true_or_false_only(tmp_path: Path) -> None:
         f"{tmp_path / 'team-a.yaml'}: clusters[0].efa: expected auto, true or false; write efa: auto, true or false "
         "(no quotes) (got 'yes')"
     )
+
+
+def st11(max_size: str = "4", types: tuple[str, ...] = tuple(P4D), **data: Any) -> dict[str, Any]:
+    """A group over ``types`` with launch template ``LT`` (of ``data``, in placement group PG unless given)."""
+    data.setdefault("Placement", {"GroupName": {"Ref": "PG"}})
+    group = {
+        "Type": "AWS::AutoScaling::AutoScalingGroup",
+        "Properties": {
+            "MaxSize": max_size,
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {
+                    "LaunchTemplateSpecification": {"LaunchTemplateId": {"Ref": "LT"}},
+                    "Overrides": [{"InstanceType": t} for t in types],
+                }
+            },
+        },
+    }
+    template = {"G": group, "LT": {"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": data}}}
+    rule = {r.id: r for r in RULES}["ST11"]
+    return {"rule": rule, "template": {"Resources": template}}
+
+
+def run_st11(case: dict[str, Any]) -> Any:
+    template = case["template"]
+    return case["rule"].check("G", template["Resources"]["G"], template)
+
+
+def test_st11_warns_on_a_multi_node_group_of_efa_types_without_efa() -> None:
+    assert {r.id: r for r in RULES}["ST11"].severity == "warning"
+    assert run_st11(st11()) == ["p4d.24xlarge, p4de.24xlarge in a placement group with no EFA interface"]
+    assert run_st11(st11(NetworkInterfaces=[{"DeviceIndex": 0, "InterfaceType": "efa"}])) == []
+    assert run_st11(st11(max_size="1")) is None  # one node: nothing to talk to
+    assert run_st11(st11(Placement={})) is None  # no placement group: efa: true is refused there
+    assert run_st11(st11(types=("g5.xlarge", "g6.xlarge"))) is None  # no EFA on the types
+
+
+def test_efa_off_on_a_multi_node_efa_cluster_is_a_warning_and_the_synth_goes_on(tmp_path: Path) -> None:
+    app = App(context=CONTEXT, outdir=str(tmp_path))
+    config = team_config(clusters=[efa_cluster(efa=False)])
+    cdk_app.add_teams(app, [Team(name="x", path=Path("x.yaml"), config=config)])
+    app.synth()  # a warning: no ValidationFailed
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    found = [(v["ruleName"], v["severity"]) for p in report["pluginReports"] for v in p["violations"]]
+    assert found == [("SpotTraining-ST11", "warning")]
+
+
+def test_review_shows_efa_interfaces_per_cluster(
+    p5_and_mixed: dict[str, Any], research: dict[str, Any], tmp_path: Path
+) -> None:
+    (tmp_path / "prices.yaml").write_text("p5e.48xlarge: 60.0\n")  # not in the built-in table
+    prices = load_prices(tmp_path / "prices.yaml")
+    text = review.summary({"S": Stack("S", p5_and_mixed, []), "R": Stack("R", research, [])}, prices)
+    table = text.split("### Clusters")[1].split("\n\n")[1].splitlines()
+    assert table[0].split(" | ")[5] == "EFA interfaces"
+    rows = {cells[1]: cells[5] for line in table[2:] for cells in [line.split(" | ")]}
+    assert rows["h100"] == "32 per node"
+    assert rows["mixed"] == "p4d.24xlarge 4, p5.48xlarge 32"
+    assert rows["a100"] == "4 per node"
+    assert rows["dev"] == "off"

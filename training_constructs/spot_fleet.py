@@ -90,7 +90,8 @@ class SpotFleet(Construct):
     rebalance on, min 0 so it can scale to zero, desired capacity left to the jobs. A terminating lifecycle hook
     (``DRAIN_HOOK``): an instance the group ends itself (capacity rebalancing replacing it, a scale-in) gets no
     spot notice, so it waits in ``Terminating:Wait`` until its node agent has saved a checkpoint and completes the
-    hook (at most ``DRAIN_HEARTBEAT_S``, then the termination goes on).
+    hook (at most ``DRAIN_HEARTBEAT_S``, then the termination goes on). ``efa_interfaces`` (instance type -> count):
+    EFA interfaces in the launch template (:mod:`training_constructs.efa`), one template per count.
     """
 
     def __init__(
@@ -130,9 +131,40 @@ class SpotFleet(Construct):
             if placement_group
             else None
         )
-        self._efa = dict(efa_interfaces or {})
+        overrides = self._launch_templates(
+            instance_types,
+            dict(efa_interfaces or {}),
+            machine_image,
+            user_data,
+            root_device_name=root_device_name,
+            root_volume_size_gib=root_volume_size_gib,
+        )
+        self.asg = self._group(
+            vpc,
+            vpc_subnets,
+            overrides,
+            max_nodes,
+            autoscaling.InstancesDistribution(
+                on_demand_base_capacity=on_demand_base_capacity,
+                on_demand_percentage_above_base_capacity=on_demand_percentage_above_base,
+                spot_allocation_strategy=ALLOCATION_STRATEGIES[spot_allocation_strategy],
+            ),
+        )
+
+    def _launch_templates(
+        self,
+        instance_types: Sequence[str],
+        efa_interfaces: Mapping[str, int],
+        machine_image: ec2.IMachineImage,
+        user_data: ec2.UserData,
+        *,
+        root_device_name: str,
+        root_volume_size_gib: int,
+    ) -> list[autoscaling.LaunchTemplateOverrides]:
+        """A launch template per EFA interface count of the types (``self.launch_template`` the first type's) and
+        the group's override for each type, naming its template where it is not the first."""
         templates: dict[int, ec2.LaunchTemplate] = {}
-        for count in dict.fromkeys(self._efa.get(t, 0) for t in instance_types):  # the first type's count first
+        for count in dict.fromkeys(efa_interfaces.get(t, 0) for t in instance_types):  # the first type's first
             templates[count] = self._launch_template(
                 f"LaunchTemplateEfa{count}" if templates else "LaunchTemplate",
                 machine_image,
@@ -143,24 +175,16 @@ class SpotFleet(Construct):
             if count:
                 add_efa_interfaces(templates[count], count, self.security_group)
         self.launch_template = next(iter(templates.values()))
-        self.asg = self._group(
-            vpc,
-            vpc_subnets,
-            [
+        overrides = []
+        for name in instance_types:
+            template = templates[efa_interfaces.get(name, 0)]
+            overrides.append(
                 autoscaling.LaunchTemplateOverrides(
-                    instance_type=ec2.InstanceType(t),
-                    launch_template=None if lt is self.launch_template else lt,
+                    instance_type=ec2.InstanceType(name),
+                    launch_template=None if template is self.launch_template else template,
                 )
-                for t in instance_types
-                for lt in [templates[self._efa.get(t, 0)]]
-            ],
-            max_nodes,
-            autoscaling.InstancesDistribution(
-                on_demand_base_capacity=on_demand_base_capacity,
-                on_demand_percentage_above_base_capacity=on_demand_percentage_above_base,
-                spot_allocation_strategy=ALLOCATION_STRATEGIES[spot_allocation_strategy],
-            ),
-        )
+            )
+        return overrides
 
     def _launch_template(
         self,
