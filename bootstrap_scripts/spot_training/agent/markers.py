@@ -18,6 +18,7 @@ from spot_training.agent.s3_objects import answered_at, key_listed
 END_OF_TRAINING = ("synced", "leaving", "done")
 PROGRESS_MARKER = "progress"  # nodes/<id>/progress: the stall watchdog's job-wide progress
 READY_MARKER = "ready"  # nodes/<id>/ready: at an elastic job's first attempt, restored and about to start torchrun
+MEMBERSHIP_MARKER = "membership"  # nodes/<host>/membership: the group's instances, published by the rendezvous host
 
 
 def stamp(marker: Dict[str, Any]) -> float:
@@ -81,19 +82,27 @@ class Markers:
             self.node.log(f"could not read the {name} marker ({exc})")
             return False
 
-    def node_markers(self, job: Job, progress: Optional[Dict[str, float]] = None) -> Dict[str, Dict[str, str]]:
+    def node_markers(
+        self,
+        job: Job,
+        progress: Optional[Dict[str, float]] = None,
+        published: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, Dict[str, str]]:
         """The job's per-node markers: {instance id: {marker name: ETag}} (``nodes/<id>/<name>``), one listing.
-        ``progress``, if given, gets {instance id: seconds since its progress marker was written}, by S3's clock
-        (its LastModified against the answer's Date: the nodes' clocks do not come into it)."""
+        ``progress`` and ``published``, if given, get {instance id: seconds since its progress (membership) marker
+        was written}, by S3's clock (its LastModified against the answer's Date: the nodes' clocks do not come
+        into it)."""
         prefix = job.job_prefix + "nodes/"
         found: Dict[str, Dict[str, str]] = {}
+        ages = {PROGRESS_MARKER: progress, MEMBERSHIP_MARKER: published}
         for page in self.node.s3.get_paginator("list_objects_v2").paginate(Bucket=job.bucket, Prefix=prefix):
             now = answered_at(page)
             for obj in page.get("Contents", []):
                 instance_id, _, name = obj["Key"][len(prefix) :].partition("/")
                 found.setdefault(instance_id, {})[name] = obj["ETag"]
-                if progress is not None and name == PROGRESS_MARKER:
-                    progress[instance_id] = max(0.0, (now - obj["LastModified"]).total_seconds())
+                age_of = ages.get(name)
+                if age_of is not None:
+                    age_of[instance_id] = max(0.0, (now - obj["LastModified"]).total_seconds())
         return found
 
     def leaving_nodes(self, job: Job) -> Set[str]:

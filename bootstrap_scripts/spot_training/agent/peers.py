@@ -61,7 +61,12 @@ def discover_peers(asg: Any, ec2: Any, group: str, leaving: Optional[Set[str]] =
     return [(i, ips[i]) for i in launch_order(found)]
 
 
+def group_states(asg: Any, group: str) -> Dict[str, str]:
+    """The instances of Auto Scaling group ``group`` and their lifecycle states (``InService``, ...)."""
+    groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+    return {str(i["InstanceId"]): str(i.get("LifecycleState", "")) for g in groups for i in g["Instances"]}
+
+
 def group_instances(asg: Any, group: str, *states: str) -> Set[str]:
     """The instances of Auto Scaling group ``group`` (in one of the lifecycle ``states``, if given)."""
-    groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
-    return {i["InstanceId"] for g in groups for i in g["Instances"] if not states or i.get("LifecycleState") in states}
+    return {i for i, state in group_states(asg, group).items() if not states or state in states}

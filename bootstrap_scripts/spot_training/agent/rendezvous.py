@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from spot_training.agent.errors import AWS_ERRORS, AgentError, LeavingBeforeTraining, StopBeforeTraining, one_line
 from spot_training.agent.job import Job
 from spot_training.agent.markers import END_OF_TRAINING, READY_MARKER, Markers, stamp
+from spot_training.agent.membership import Membership
 from spot_training.agent.node import Node
 from spot_training.agent.notices import Notices
 from spot_training.agent.peers import Peers, discover_peers, group_instances, load_address_map
@@ -29,6 +30,7 @@ class Rendezvous:
         self.peers: Peers = []
         self.training_seen: Dict[str, Tuple[str, Dict[str, Any]]] = {}  # training markers read: id -> (ETag, body)
         self.world_file = os.path.join(node.settings.work_dir, "rendezvous-world.json")  # see add_joined_peers
+        self.membership = Membership(node, markers)
 
     def poll_peers(
         self,
@@ -247,14 +249,22 @@ class Rendezvous:
                 newest[address] = (when, instance_id, str(body.get("private_ip", address)))
         return newest
 
-    def lost_peer(self, job: Job) -> Optional[Tuple[str, str]]:
+    def lost_peer(
+        self,
+        job: Job,
+        markers: Optional[Dict[str, Dict[str, str]]] = None,
+        published: Optional[Dict[str, float]] = None,
+    ) -> Optional[Tuple[str, str]]:
         """A peer of the running trainer that left the group and will not stop ours by leaving, (id, how), or None:
         one that left without announcing it (no notice: a hard termination), or one that announced it left before
         its trainer started (a notice while it restored or looked for peers). Ours would wait for it at the
-        rendezvous or in a collective until a timeout."""
+        rendezvous or in a collective until a timeout. The group's instances come from the rendezvous host's
+        published membership (``membership.py``; ``markers`` and ``published``: this poll's listing of ``nodes/``).
+        """
         # A peer its group holds in Terminating:Wait still runs: its agent saves and announces leaving like on a
         # notice, and its trainer's exit stops ours. Not gone yet: it was not powered off.
-        present = group_instances(self.node.asg, self.node.group, "InService", "Terminating:Wait")
+        host = self.peers[0][0] if self.peers else self.node.instance_id
+        present = self.membership.present(job, host, markers, published, ("InService", "Terminating:Wait"))
         gone = [i for i, _ in self.peers if i not in present and i != self.node.instance_id]
         if not gone:
             return None

@@ -226,12 +226,13 @@ class TrainerRun:
             trainer.markers.put_own(job, "save-request", {"rebalance": rebalance.strip()})
             return None
         ages: Dict[str, float] = {}
-        markers = trainer.markers.node_markers(job, ages)
+        published: Dict[str, float] = {}
+        markers = trainer.markers.node_markers(job, ages, published)
         if self.watch is not None:
             self.watch.peers_seen(ages, time.monotonic())
         trainer.relay_save_requests(job, markers)
         trainer.rendezvous.add_joined_peers(job, markers)
-        return trainer.rendezvous.lost_peer(job)
+        return trainer.rendezvous.lost_peer(job, markers, published)
 
     def stall(self) -> bool:
         """A hung trainer (a DataLoader deadlock, a collective that never returns) would keep every node billed: no
