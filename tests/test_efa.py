@@ -275,3 +275,14 @@ def test_review_shows_efa_interfaces_per_cluster(
     assert rows["mixed"] == "p4d.24xlarge 4, p5.48xlarge 32"
     assert rows["a100"] == "4 per node"
     assert rows["dev"] == "off"
+
+
+def test_the_job_spec_tells_the_agent_which_clusters_have_efa(research: dict[str, Any]) -> None:
+    specs = {
+        name: json.dumps(p["Properties"]["Value"])
+        for p in of_type(research, "AWS::SSM::Parameter").values()
+        for name in ("a100", "dev")
+        if p["Properties"].get("Name") == f"/spot-training/research/{name}/job-spec"
+    }
+    assert '\\"efa\\":true' in specs["a100"]
+    assert '\\"efa\\":false' in specs["dev"]
