@@ -10,6 +10,8 @@ import pytest
 from spot_training.agent.efa import EfaEnvironment, efa_environment
 from spot_training.job_spec import JobSpec, JobSpecError, check_job
 
+from .conftest import address_map
+
 
 class Imds:
     def __init__(self, instance_type: Optional[str]) -> None:
@@ -98,3 +100,22 @@ def test_the_job_spec_says_efa_and_a_spec_without_it_is_off() -> None:
         check_job({**SPEC, "efa": "yes"}, CURRENT, "/c")
     with pytest.raises(JobSpecError, match="unknown key"):
         check_job(SPEC, {**CURRENT, "efa": False}, "/c")  # a cluster's property: no job sets it
+
+
+PRINTS_PROVIDER = """
+import os
+print("provider", repr(os.environ.get("FI_PROVIDER")), "rdma", repr(os.environ.get("FI_EFA_USE_DEVICE_RDMA")))
+"""
+
+
+@pytest.mark.parametrize(("efa", "seen"), [(True, "provider 'efa' rdma None"), (False, "provider None rdma None")])
+def test_the_agent_gives_the_trainer_the_efa_environment_on_an_efa_cluster_only(
+    make_cluster: Any, make_nodes: Any, efa: bool, seen: str
+) -> None:
+    """The emulated node's IMDS says g5.xlarge: EFA's provider, no GPUDirect RDMA."""
+    cluster = make_cluster(nodes=1, efa=efa)
+    cluster.submit("efa-run", {"train.py": PRINTS_PROVIDER}, "python train.py")
+    (node,) = make_nodes(cluster)
+    assert node.start(address_map([node])).wait(120) == 0
+    assert seen in node.text
+    assert node.text.count("EFA: NCCL over EFA with FI_PROVIDER=efa") == (1 if efa else 0)
