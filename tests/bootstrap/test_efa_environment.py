@@ -8,9 +8,10 @@ from typing import Any, Optional
 
 import pytest
 from spot_training.agent.efa import EfaEnvironment, efa_environment
-from spot_training.job_spec import JobSpec, JobSpecError, check_job
+from spot_training.job_spec import JobSpecError, check_job
 
 from .conftest import address_map
+from .test_job_spec import a_job_spec
 
 
 class Imds:
@@ -82,14 +83,7 @@ def test_an_unreadable_instance_type_means_efa_without_rdma_and_says_so() -> Non
     ]
 
 
-SPEC = JobSpec(
-    team="t", cluster="main", region="us-east-1", bucket="bucket", prefix="main/", log_group="logs",
-    current_job_parameter="/spot-training/t/main/current-job", command="python train.py",
-    python="/opt/pytorch/bin/python", nproc_per_node=8, min_nodes=2, desired_nodes=4, max_nodes=4,
-    checkpoint_dir="/opt/ml/checkpoints", checkpoint_interval_s=None, checkpoint_wait_for_upload=False,
-    mean_time_between_interruptions_s=3600, max_restarts=3, interruption_grace_s=90, rendezvous_port=29400,
-    stall_timeout_s=0, warm_pool=None, efa=True,
-).as_dict()  # fmt: skip
+SPEC = a_job_spec(nproc_per_node=8, min_nodes=2, desired_nodes=4, max_nodes=4, efa=True).as_dict()
 CURRENT = {"job_id": "j1", "code_key": "main/code/j1.tar.gz"}
 
 
