@@ -25,6 +25,8 @@ S3 layout, under ``s3://<bucket>/<cluster>/<job>/``:
                                          a notice or a stop wait for their peers' before they go)
   nodes/<instance-id>/save-request       a node got a rebalance recommendation; every agent asks its trainer for a
                                          checkpoint (rank 0, which decides, may run on another node)
+  nodes/<instance-id>/state              the node's lifecycle state (JSON: state, previous, since, reason), rewritten at
+                                         each transition (spot_training/agent/lifecycle.py); trainctl status shows it
   nodes/<instance-id>/progress           with the stall watchdog on: the node's trainer printed or wrote a checkpoint
                                          (rewritten at most every stall_timeout_s / 4); its S3 time is progress for
                                          every node of the job

@@ -3,7 +3,8 @@
 # /opt/spot-training/bootstrap and runs:
 #   user_data.sh --region R --team T --cluster C --job-spec-parameter /spot-training/T/C/job-spec
 # Reads the instance identity from IMDSv2 (instance id, region, AZ, launch index, instance tags), checks it
-# against the arguments, and hands over to the node agent (node_agent.py). Installs only the reboot hook (below).
+# against the arguments, and hands over to the node agent (node_agent.py) under a supervisor (run_agent.sh: systemd on
+# a real instance, a loop elsewhere). Installs only the reboot hook and the hand-back script (below).
 #
 # Environment:
 #   AWS_EC2_METADATA_SERVICE_ENDPOINT  IMDS base URL (default http://169.254.169.254); an emulator points it
@@ -139,49 +140,63 @@ for candidate in "${SPOT_TRAINING_AGENT_PYTHON:-}" "${CANDIDATES[@]}"; do
 done
 [[ -n "$PYTHON" ]] || die "no Python 3.8+ with boto3 found (tried \$SPOT_TRAINING_AGENT_PYTHON, ${CANDIDATES[*]})"
 
-# The reboot hook: values baked in with printf %q (shell-quoted), so no metadata value can run as code.
-install_reboot_hook() {
-  local dir="${SPOT_TRAINING_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}" hook tmp
-  if [[ -n "${SPOT_TRAINING_PER_BOOT_DIR:-}" ]]; then
-    mkdir -p "$dir" || { log "cannot create $dir: no reboot hook (a reboot would leave this instance idle)"; return 0; }
-  elif [[ ! -d "$dir" ]]; then
-    log "no $dir (no cloud-init?): no reboot hook (a reboot would leave this instance idle)"
-    return 0
-  fi
-  hook="$dir/spot-training-reboot.sh"
-  tmp="$hook.tmp.$$"
+# The hand-back script: hands the instance back to its group (no decrement: the group launches a replacement) and
+# completes its drain hook; its first argument says why (default: a reboot). Values baked in with printf %q
+# (shell-quoted), so no metadata value can run as code. Args: the script's path.
+write_hand_back() {
+  local tmp="$1.tmp.$$"
   if {
     printf '#!/usr/bin/env bash\n'
-    printf '# Installed by spot-training user_data.sh at the first boot of this instance. cloud-init runs user data\n'
-    printf '# once per instance: after a reboot no node agent runs. Hand the instance back to its group (no decrement:\n'
-    printf '# the group launches a replacement).\n'
+    printf '# Installed by spot-training user_data.sh at the first boot of this instance: run by the reboot hook (cloud-init\n'
+    printf '# runs user data once per instance: after a reboot no node agent runs) and when the agent keeps crashing.\n'
     # the AWS CLI found now: a later boot's cloud-init may run the hook with a shorter PATH
     printf 'INSTANCE_ID=%q REGION=%q ASG_NAME=%q AWS_CLI=%q DRAIN_HOOK=%q\n' "$INSTANCE_ID" "$REGION" \
       "${ASG_NAME:-its group}" "$(command -v aws || echo aws)" "$DRAIN_HOOK"
     declare -f lifecycle_state complete_drain
     cat <<'HOOK'
-printf '%s spot-training reboot hook: instance %s rebooted (its node agent does not run again); handing it back to group %s, which launches a replacement\n' \
-  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$INSTANCE_ID" "$ASG_NAME" >&2
+why="${1:-rebooted (its node agent does not run again)}"
+printf '%s spot-training hand-back: instance %s %s; handing it back to group %s, which launches a replacement\n' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$INSTANCE_ID" "$why" "$ASG_NAME" >&2
 if ! "$AWS_CLI" autoscaling terminate-instance-in-auto-scaling-group --region "$REGION" --instance-id "$INSTANCE_ID" \
   --no-should-decrement-desired-capacity --cli-connect-timeout 10 --cli-read-timeout 20 >/dev/null; then
   # refused because its group is ending it already? Then completing the drain hook lets it go.
   if [[ "$(lifecycle_state "$AWS_CLI" "$REGION" "$INSTANCE_ID")" != Terminating:Wait ]]; then
-    printf 'spot-training reboot hook: could not hand instance %s back to group %s: terminate it by hand\n' \
+    printf 'spot-training hand-back: could not hand instance %s back to group %s: terminate it by hand\n' \
       "$INSTANCE_ID" "$ASG_NAME" >&2
     exit 1
   fi
 fi
 complete_drain "$AWS_CLI" "$REGION" "$ASG_NAME" "$INSTANCE_ID" "$DRAIN_HOOK"
 HOOK
-  } >"$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$hook"; then
-    log "reboot hook installed: $hook"
+  } >"$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$1"; then
+    return 0
+  fi
+  rm -f "$tmp"
+  return 1
+}
+
+# The reboot hook: the hand-back script in cloud-init's per-boot scripts.
+install_reboot_hook() {
+  local dir="${SPOT_TRAINING_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}"
+  if [[ -n "${SPOT_TRAINING_PER_BOOT_DIR:-}" ]]; then
+    mkdir -p "$dir" || { log "cannot create $dir: no reboot hook (a reboot would leave this instance idle)"; return 0; }
+  elif [[ ! -d "$dir" ]]; then
+    log "no $dir (no cloud-init?): no reboot hook (a reboot would leave this instance idle)"
+    return 0
+  fi
+  if write_hand_back "$dir/spot-training-reboot.sh"; then
+    log "reboot hook installed: $dir/spot-training-reboot.sh"
   else
-    rm -f "$tmp"
     log "could not install the reboot hook in $dir (a reboot would leave this instance idle)"
   fi
 }
 install_reboot_hook
 
-exec "$PYTHON" "$HERE/node_agent.py" --region "$REGION" --team "$TEAM" --cluster "$CLUSTER" \
-  --job-spec-parameter "$SPEC_PARAMETER" --instance-id "$INSTANCE_ID" --availability-zone "$AZ" \
+# The agent's work directory (as spot_training/agent/settings.py has it) holds the hand-back script run_agent.sh
+# runs once the agent has crashed more often than it restarts it.
+WORK_DIR="${SPOT_TRAINING_WORK_DIR:-${SPOT_TRAINING_NODE_ROOT:-}/opt/spot-training/work}"
+mkdir -p "$WORK_DIR" && write_hand_back "$WORK_DIR/hand-back.sh" || die "cannot write $WORK_DIR/hand-back.sh"
+
+exec bash "$HERE/run_agent.sh" "$WORK_DIR/hand-back.sh" "$PYTHON" -- --region "$REGION" --team "$TEAM" \
+  --cluster "$CLUSTER" --job-spec-parameter "$SPEC_PARAMETER" --instance-id "$INSTANCE_ID" --availability-zone "$AZ" \
   --launch-index "$LAUNCH_INDEX" --asg-name "$ASG_NAME"

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from werkzeug.serving import BaseWSGIServer
 
-from emulator import billing, cfn_compat, ebs_strict, http_serving, lifecycle
+from emulator import billing, cfn_compat, ebs_strict, fis_state, http_serving, lifecycle
 from emulator.request_counts import RequestCounts, WsgiApp
 from emulator.settings import ACCOUNT_ID, REGION
 
@@ -64,7 +64,7 @@ def serve(
     _install(iam_enforcement)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
     counts = None if requests_file is None else RequestCounts(Path(requests_file))
-    servers = _bind(host, port, insecure_port, tls_cert, tls_key, http_serving.moto_app(counts))
+    servers = _bind(host, port, insecure_port, tls_cert, tls_key, fis_state.serving(http_serving.moto_app(counts)))
     stopping = threading.Event()
 
     def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
@@ -105,6 +105,7 @@ def _install(iam_enforcement: bool) -> None:
     ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
     billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
     lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
+    fis_state.install()  # FIS experiments in the state the drill runner reports (emulator/fis_drills.py)
     if iam_enforcement:
         # Only prepares moto's IAM checks (resource ARNs of non-S3 actions); they start when the launcher switches
         # enforcement on through /moto-api/reset-auth (EmulatedCloud.enforce_iam), after the deploys.

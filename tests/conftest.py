@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -66,3 +67,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:  # `make quick` leaves these out
         if parallel.is_slow(item.nodeid, getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def mocked_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto in this process (``mock_aws``) for boto3 clients made with the default session, in us-east-1, with fake
+    credentials and no endpoint from the environment (a developer's emulator exports one)."""
+    from moto import mock_aws
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield

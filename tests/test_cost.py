@@ -328,7 +328,7 @@ def test_an_instance_launched_for_the_job_that_never_told_is_counted_or_named(
         forgotten: {"launch": submitted + 20, "end": submitted + 30},
         later: {"launch": submitted + 10**6},  # after the job (now): another job's
     }
-    monkeypatch.setattr(cost, "_activities", lambda *_: activities)
+    monkeypatch.setattr(cost, "instance_activities", lambda *_: activities)
     info = job_cost(_client, ref, JOB, load_prices(), now=submitted + 10**5)  # no end marker: it runs until now
     nodes = {n["instance"]: n for n in info["nodes"]}
     assert set(nodes) == {instance["InstanceId"], silent["InstanceId"]}
@@ -364,7 +364,7 @@ def test_a_later_jobs_instances_are_not_an_older_jobs(
         ours: {"launch": first + 0.5, "end": first + 3600},
         theirs: {"launch": second + 1, "end": second + 36000},
     }
-    monkeypatch.setattr(cost, "_activities", lambda *_: activities)
+    monkeypatch.setattr(cost, "instance_activities", lambda *_: activities)
     info = job_cost(_client, ref, JOB, load_prices(), now=second + 10**5)
     assert {n["instance"] for n in info["nodes"]} == {instance["InstanceId"], ours}
 
@@ -387,7 +387,7 @@ def test_a_termination_in_progress_is_billed_until_now() -> None:
     ]
     paginator = SimpleNamespace(paginate=lambda **_: iter(pages))
     autoscaling = SimpleNamespace(get_paginator=lambda name: paginator)
-    times = cost._activities(lambda service: autoscaling, GROUP)
+    times = cost.instance_activities(lambda service: autoscaling, GROUP)
     assert times == {"i-0123456789abcdef0": {"launch": launched}}  # no end: the node is billed until now
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from bootstrap_scripts.spot_training.agent.lifecycle import STATES, TERMINAL, TRANSITIONS
 from docs_gen.pages import PAGES, REFERENCE, stale_pages
 from docs_gen.team_file import nested_model
 from team_config.model import TeamConfig
@@ -60,3 +61,16 @@ def test_trainctl_reference_lists_every_command() -> None:
     for command in ("submit", "status", "logs", "stop", "list", "cost", "review"):
         assert f"## `trainctl {command}`" in page
     assert "| `--resume-from` |" in page
+
+
+def test_node_lifecycle_reference_draws_every_transition_of_the_agents_table() -> None:
+    page = PAGES["node-lifecycle.md"]()
+    diagram = page.split("```mermaid\n", 1)[1].split("```", 1)[0].splitlines()
+    assert diagram[:2] == ["stateDiagram-v2", "    [*] --> BOOT"]
+    arrows = {tuple(row.strip().split(" --> ")) for row in diagram[2:]}
+    assert arrows == set(TRANSITIONS) | {(name, "[*]") for name in TERMINAL}
+    assert len(TRANSITIONS) == 20
+    for (source, target), when in TRANSITIONS.items():
+        assert f"| `{source}` | `{target}` | {when} |" in page
+    for name in STATES:
+        assert f"| `{name}` | " in page

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -406,14 +407,14 @@ def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str
         (
             ["--team", "research", "status", "--cluster", "main"],
             "trainctl: error: argument action: invalid choice: 'research' (choose from 'submit', 'status', 'logs', "
-            "'stop', 'list', 'cost', 'review'); --team goes after the command: trainctl status --team ...; see "
-            "trainctl --help",
+            "'stop', 'list', 'cost', 'drill', 'review'); --team goes after the command: trainctl status --team ...; "
+            "see trainctl --help",
         ),
         (
             ["--cluster", "main", "--team", "research", "stop", "job-1"],
             "trainctl: error: argument action: invalid choice: 'main' (choose from 'submit', 'status', 'logs', "
-            "'stop', 'list', 'cost', 'review'); --team and --cluster go after the command: trainctl stop --team ...; "
-            "see trainctl --help",
+            "'stop', 'list', 'cost', 'drill', 'review'); --team and --cluster go after the command: trainctl stop "
+            "--team ...; see trainctl --help",
         ),
         (
             ["status", "--cluster", "main", "job-1", "--region", "us-east-1"],
@@ -441,3 +442,33 @@ def test_the_time_left_counts_down_between_checkpoints() -> None:
     assert jobs.eta_s(done, 1000, [now - 4000], now) == 300
     assert jobs.eta_s(done, 1000, [now - 4000], now + 600) == 0  # overdue: no time left, never negative
     assert jobs.eta_s(done, 1000, [now - 2000], now) is None  # one checkpoint since the last boot: no pace
+
+
+def test_status_shows_each_nodes_lifecycle_state(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The node agent writes its lifecycle state to ``nodes/<id>/state`` at each transition; status shows it for each
+    node of the group (with how long, and why), ``-`` for a node whose agent has not written one yet."""
+    ref = started(capsys, tmp_path)
+    members = sorted(m["InstanceId"] for m in jobs.group(client_factory("us-east-1"), ref)["Instances"])
+    assert len(members) >= 2
+    s3 = boto3.client("s3")
+    written = {
+        members[0]: {"state": "TRAIN", "previous": "WAIT_FOR_PEERS", "reason": "attempt 0 with 2 node(s)"},
+        "i-gone": {"state": "LEAVING", "previous": "DRAIN", "reason": "interrupted"},  # not in the group any more
+    }
+    for instance, body in written.items():
+        key = f"{ref.job_prefix('run-1')}nodes/{instance}/state"
+        s3.put_object(Bucket=ref.bucket, Key=key, Body=json.dumps(dict(body, since=time.time())))
+    s3.put_object(Bucket=ref.bucket, Key=f"{ref.job_prefix('run-1')}nodes/{members[1]}/boot", Body=b"{}")
+    nodes = {n["instance"]: n for n in json_status(capsys)["nodes"]}
+    assert set(nodes) == set(members)  # the group's nodes: one that left is not shown
+    first = nodes[members[0]]
+    assert (first["agent_state"], first["agent_reason"]) == ("TRAIN", "attempt 0 with 2 node(s)")
+    assert 0 <= first["agent_state_age_s"] < 60
+    assert first["state"] == "InService" and first["market"] in ("spot", "on-demand")  # the group's view stays
+    assert (nodes[members[1]]["agent_state"], nodes[members[1]]["agent_reason"]) == (None, None)
+    rc, out, _ = trainctl(capsys, "status", "run-1")
+    header, *rows = out.split("\n\n", 1)[1].splitlines()
+    assert rc == 0 and header.split() == ["INSTANCE", "STATE", "AGENT_STATE", "MARKET", "AZ", "TYPE", "AGENT_REASON"]
+    row = {r.split()[0]: r for r in rows}
+    assert re.search(r"\bInService\s+TRAIN \(\d+ s\)\s+.*attempt 0 with 2 node\(s\)$", row[members[0]])
+    assert row[members[1]].split()[1:3] == ["InService", "-"]

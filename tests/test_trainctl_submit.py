@@ -18,7 +18,6 @@ import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
 from team_config.model import JobConfig
 from team_config.naming import CLUSTER_TAG, TEAM_TAG, budget_name, parameter_path
@@ -31,50 +30,42 @@ CURRENT = f"{parameter_path(TEAM, CLUSTER)}/current-job"
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        ec2 = boto3.client("ec2")
-        ec2.create_launch_template(
-            LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": "ami-12345678", "InstanceType": "g5.xlarge"}
-        )
-        boto3.client("autoscaling").create_auto_scaling_group(
-            AutoScalingGroupName=GROUP,
-            MinSize=0,
-            MaxSize=2,
-            DesiredCapacity=0,
-            LaunchTemplate={"LaunchTemplateName": "nodes"},
-            AvailabilityZones=["us-east-1a"],
-            Tags=[{"Key": TEAM_TAG, "Value": TEAM}, {"Key": CLUSTER_TAG, "Value": CLUSTER}],
-        )
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
-        job = JobConfig()  # the team file's defaults, as the stack writes them into the job spec
-        spec = {
-            "version": 1,
-            "team": TEAM,
-            "cluster": CLUSTER,
-            "region": "us-east-1",
-            "bucket": BUCKET,
-            "prefix": f"{CLUSTER}/",
-            "log_group": "/spot-training/default/main",
-            "current_job_parameter": CURRENT,
-            **job.model_dump(),
-            "nproc_per_node": 1,  # the stack writes the types' GPU count when the team file leaves it unset
-            "min_nodes": 1,
-            "desired_nodes": 1,
-            "max_nodes": 2,
-            "warm_pool": None,
-        }
-        boto3.client("ssm").put_parameter(
-            Name=f"{parameter_path(TEAM, CLUSTER)}/job-spec", Value=json.dumps(spec), Type="String"
-        )
-        yield
+def aws(mocked_aws: None) -> Iterator[None]:
+    ec2 = boto3.client("ec2")
+    ec2.create_launch_template(
+        LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": "ami-12345678", "InstanceType": "g5.xlarge"}
+    )
+    boto3.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=GROUP,
+        MinSize=0,
+        MaxSize=2,
+        DesiredCapacity=0,
+        LaunchTemplate={"LaunchTemplateName": "nodes"},
+        AvailabilityZones=["us-east-1a"],
+        Tags=[{"Key": TEAM_TAG, "Value": TEAM}, {"Key": CLUSTER_TAG, "Value": CLUSTER}],
+    )
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    job = JobConfig()  # the team file's defaults, as the stack writes them into the job spec
+    spec = {
+        "version": 1,
+        "team": TEAM,
+        "cluster": CLUSTER,
+        "region": "us-east-1",
+        "bucket": BUCKET,
+        "prefix": f"{CLUSTER}/",
+        "log_group": "/spot-training/default/main",
+        "current_job_parameter": CURRENT,
+        **job.model_dump(),
+        "nproc_per_node": 1,  # the stack writes the types' GPU count when the team file leaves it unset
+        "min_nodes": 1,
+        "desired_nodes": 1,
+        "max_nodes": 2,
+        "warm_pool": None,
+    }
+    boto3.client("ssm").put_parameter(
+        Name=f"{parameter_path(TEAM, CLUSTER)}/job-spec", Value=json.dumps(spec), Type="String"
+    )
+    yield
 
 
 def submit(capsys: pytest.CaptureFixture[str], code: Path, *extra: str) -> tuple[int, str]:

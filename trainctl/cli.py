@@ -6,6 +6,7 @@
     trainctl stop   --team T --cluster C JOB [--force]
     trainctl list   --team T --cluster C
     trainctl cost   --team T --cluster C [JOB] [--prices FILE]
+    trainctl drill  --team T --cluster C [--timeout-s S]
     trainctl review [--assembly DIR] [--base DIR] [--prices FILE] [--spot-prices FILE] [--out FILE]
 
 The AWS endpoint, region and credentials come from the environment, as for the AWS CLI (``AWS_ENDPOINT_URL``
@@ -41,6 +42,7 @@ from botocore.exceptions import (
 from trainctl import assembly, prices, review
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, find_cluster
 from trainctl.cost import job_cost
+from trainctl.drill import DEFAULT_TIMEOUT_S, drill, format_drill
 from trainctl.job_logs import print_logs
 from trainctl.status import current_job, known_job, list_jobs, status
 from trainctl.stop import stop
@@ -154,6 +156,11 @@ def parser() -> argparse.ArgumentParser:
     _cluster_args(sp)
     sp.add_argument("job", nargs="?", help="job id (default: the current job)")
     sp.add_argument("--prices", type=Path, help="YAML/JSON {instance_type: on-demand USD per hour} to use")
+    sp = sub.add_parser("drill", help="start the cluster's interruption drill (FIS) on the running job, report")
+    _cluster_args(sp)
+    sp.add_argument(
+        "--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help=f"give up after (default {DEFAULT_TIMEOUT_S:.0f})"
+    )
     _review_args(
         sub.add_parser("review", help="Markdown summary of the synthesized app for a pull request (no AWS access)")
     )
@@ -259,6 +266,11 @@ def _stop(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> A
     return {"message": message} if args.json else message
 
 
+def _drill(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> Any:
+    report = drill(client, ref, timeout_s=args.timeout_s, progress=lambda line: print(line, file=sys.stderr))
+    return report if args.json else format_drill(report)
+
+
 def _list(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> Any:
     rows = list_jobs(client, ref)
     return rows if args.json else (table(rows, ["job_id", "state", "submitted"]) if rows else "no jobs")
@@ -272,6 +284,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, ClientFactory, ClusterRef], An
     "cost": _cost,
     "stop": _stop,
     "list": _list,
+    "drill": _drill,
 }
 
 

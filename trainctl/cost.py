@@ -90,7 +90,7 @@ def redone_text(redone: Mapping[str, Any]) -> str:
     )
 
 
-def _activities(client: ClientFactory, group: str) -> dict[str, dict[str, float]]:
+def instance_activities(client: ClientFactory, group: str) -> dict[str, dict[str, float]]:
     """Per instance: launch and termination times (s) from the group's scaling activities. A termination still in
     progress (its drain hook holds the instance, billed) has no end yet."""
     found: dict[str, dict[str, float]] = {}
@@ -137,7 +137,7 @@ def _evidence(
     last_line: dict[str, float] = {}
     for ts, stream, _ in events:
         last_line[stream.rsplit("/", 1)[-1]] = ts
-    activity = _activities(client, ref.group)
+    activity = instance_activities(client, ref.group)
     current = current_job_id(client, ref) == job_id
     in_group = {m["InstanceId"] for m in group(client, ref)["Instances"]} if current else set()
     # Instances the group launched for the job that never told (no boot marker, no log line: their user data or
@@ -277,7 +277,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
     (``min_nodes`` < ``max_nodes``) logs one too, and the training goes on past it.
     Unknown (None) when the trainer logged no ``step N epoch M loss`` line, or resumed from a flat checkpoint
     (``resume step: unknown``: the step its files hold is the script's to know)."""
-    spans = _restart_spans(events)
+    spans = restart_spans(events)
     if spans is None:  # a restart that cannot be measured: "0 redone" would be a guess, not a fact
         return Redone(None, None, None, None)
     node_s, gpu_s, usd, gpus_known = 0.0, 0.0, 0.0, True
@@ -294,7 +294,7 @@ def redone_work(events: Iterable[tuple[float, str, str]], nodes: list[NodeCost],
     return Redone(steps, node_s / 3600.0, gpu_s / 3600.0 if gpus_known else None, usd)
 
 
-def _restart_spans(events: Iterable[tuple[float, str, str]]) -> Optional[list[tuple[int, float, float]]]:
+def restart_spans(events: Iterable[tuple[float, str, str]]) -> Optional[list[tuple[int, float, float]]]:
     """Per restart: (steps redone, from, to), see :func:`redone_work`; None when they cannot be measured (no step
     line of the trainer, or a restart from a flat checkpoint)."""
     run: dict[int, float] = {}  # the current trainer run: step -> when this run first logged it

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any, Optional
 
 from bootstrap_scripts.spot_training.job_spec import END_MARKERS, SPOT_NOTICE
-from bootstrap_scripts.spot_training.protocol import LEAVING, NODES_FOLDER, RUN_MARKERS, STOP, read_marker, written_at
+from bootstrap_scripts.spot_training.protocol import (
+    LEAVING,
+    NODE_STATE,
+    NODES_FOLDER,
+    RUN_MARKERS,
+    STOP,
+    read_marker,
+    written_at,
+)
 from trainctl.checkpoints import Checkpoint
 from trainctl.cluster import ClientFactory, ClusterRef, group
 from trainctl.current_job import current_job_id
@@ -117,3 +126,20 @@ def spot_interruptions(client: ClientFactory, ref: ClusterRef, job_id: str) -> i
     """Nodes of the job that left on a spot interruption notice (their ``leaving`` marker names it)."""
     notices = (marker(client, ref, job_id, f"{NODES_FOLDER}/{i}/{LEAVING}") for i in leaving_nodes(client, ref, job_id))
     return sum(1 for m in notices if str((m or {}).get("notice", "")).startswith(SPOT_NOTICE))
+
+
+def node_states(client: ClientFactory, ref: ClusterRef, job_id: str, instances: list[str]) -> dict[str, dict[str, Any]]:
+    """The lifecycle state the agent of each of ``instances`` last wrote (``nodes/<instance>/state``): {instance:
+    {"state", "reason", "written": S3's time of it}}, from one listing and one read per node that has one. A node
+    whose agent has not written it yet (or whose marker is not JSON) has none."""
+    s3, found = client("s3"), {}
+    listed = [(i, obj) for i, name, obj in _node_objects(client, ref, job_id) if name == NODE_STATE and i in instances]
+    for instance, obj in listed:
+        try:
+            body = json.loads(s3.get_object(Bucket=ref.bucket, Key=obj["Key"])["Body"].read())
+        except (s3.exceptions.NoSuchKey, ValueError):  # deleted since the listing, or not JSON
+            continue
+        if isinstance(body, dict) and isinstance(body.get("state"), str):
+            written = obj["LastModified"].timestamp()
+            found[instance] = {"state": body["state"], "reason": body.get("reason"), "written": written}
+    return found

@@ -11,7 +11,7 @@ from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, group
 from trainctl.current_job import current_job_id
 from trainctl.job_logs import planned_steps
-from trainctl.job_state import eta_s, job_state, marker, run_starts, spot_interruptions, submitted
+from trainctl.job_state import eta_s, job_state, marker, node_states, run_starts, spot_interruptions, submitted
 
 
 def current_job(client: ClientFactory, ref: ClusterRef) -> str:
@@ -47,7 +47,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
         "group": ref.group,
         "group_job": group_job,
         "desired_capacity": members["DesiredCapacity"],
-        "nodes": _nodes(client, members["Instances"]),
+        "nodes": _nodes(client, ref, job_id, members["Instances"]),
         # a flat checkpoint (the script's own files) has no step: its number counts the snapshots
         "last_checkpoint_step": last.step if last and last.layout == "step" else None,
         "last_flat_checkpoint": last.step if last and last.layout == "flat" else None,
@@ -59,9 +59,12 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
     }
 
 
-def _nodes(client: ClientFactory, members: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The group's instances: id, lifecycle state, market, zone and type (the group's, else EC2's)."""
-    details = described(client, [m["InstanceId"] for m in members])
+def _nodes(client: ClientFactory, ref: ClusterRef, job_id: str, members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The group's instances: id, lifecycle state in the group, market, zone and type (the group's, else EC2's), and
+    the node agent's own lifecycle state (``agent_state``: BOOT, TRAIN, DRAIN ...; docs/reference/node-lifecycle.md),
+    how long it has been in it by S3's clock and why it went there; None until the agent writes one."""
+    ids = [m["InstanceId"] for m in members]
+    details, agents, now = described(client, ids), node_states(client, ref, job_id, ids), time.time()
     return [
         {
             "instance": m["InstanceId"],
@@ -69,9 +72,17 @@ def _nodes(client: ClientFactory, members: list[dict[str, Any]]) -> list[dict[st
             "market": "spot" if details.get(m["InstanceId"], {}).get("InstanceLifecycle") == "spot" else "on-demand",
             "az": m.get("AvailabilityZone"),
             "type": m.get("InstanceType") or details.get(m["InstanceId"], {}).get("InstanceType"),
+            **_agent_state(agents.get(m["InstanceId"]), now),
         }
         for m in members
     ]
+
+
+def _agent_state(agent: Optional[dict[str, Any]], now: float) -> dict[str, Any]:
+    if agent is None:
+        return {"agent_state": None, "agent_state_age_s": None, "agent_reason": None}
+    age = round(max(now - agent["written"], 0.0), 1)
+    return {"agent_state": agent["state"], "agent_state_age_s": age, "agent_reason": agent["reason"]}
 
 
 def _eta_s(

@@ -33,10 +33,20 @@ def format_status(info: dict[str, Any]) -> str:
     if info["reason"] is None:
         del shown["reason"]  # only a FAILED job has one
     head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))
-    nodes = table(info["nodes"], ["instance", "state", "market", "az", "type"]) if info["nodes"] else "no nodes"
+    nodes = table([_node_row(n) for n in info["nodes"]], NODE_COLUMNS) if info["nodes"] else "no nodes"
     if info["group_job"] not in (None, info["job_id"]):
         nodes = f"no nodes: the group belongs to the current job {info['group_job']}"
     return f"{head}\n\n{nodes}"
+
+
+NODE_COLUMNS = ["instance", "state", "agent_state", "market", "az", "type", "agent_reason"]
+
+
+def _node_row(node: dict[str, Any]) -> dict[str, Any]:
+    """A node as ``trainctl status`` shows it: the agent's state with how long it has been in it."""
+    if node.get("agent_state") is None:
+        return dict(node, agent_state="-")  # its agent has not written a state yet (booting, or no agent)
+    return dict(node, agent_state=f"{node['agent_state']} ({node['agent_state_age_s']:.0f} s)")
 
 
 def format_cost(info: dict[str, Any]) -> str:

@@ -19,6 +19,9 @@ NODES_FOLDER = "nodes"  # <job>/nodes/<instance>/<name>: a node agent's markers
 # checkpoint before one of them and one after are of different runs.
 RUN_MARKERS = ("boot", "training", "leaving")
 LEAVING = "leaving"  # nodes/<instance>/leaving: the node leaves the job (its body names a spot notice, if one)
+# nodes/<instance>/state: the node agent's lifecycle state (JSON: state, previous, since, reason; see
+# spot_training/agent/lifecycle.py), rewritten at each transition
+NODE_STATE = "state"
 
 
 def listed(s3: Any, bucket: str, key: str) -> Optional[Dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""EC2 (items 1 and 3 of :mod:`emulator.cfn_compat`): placement groups, and volumes with everything the template says.
+"""EC2 (items 1, 3 and 15 of :mod:`emulator.cfn_compat`): placement groups, volumes with everything the template
+says, and instances from a launch template with EFA interfaces.
 
 1. ``AWS::EC2::PlacementGroup``: moto has no placement groups at all, neither a CloudFormation type
    nor the EC2 API. -> A ``PlacementGroup`` model kept per EC2 backend (Strategy, PartitionCount,
@@ -10,7 +11,7 @@
    the resource's own ``Tags``. -> A model that passes all of them to moto's ``create_volume`` (which
    checks the snapshot exists) and tags the volume. ``VolumeInitializationRate`` has no equivalent in
    moto and is accepted and ignored (it only changes how fast EBS hydrates the volume).
-13. EFA interfaces in a launch template (``LaunchTemplateData.NetworkInterfaces`` of ``InterfaceType`` ``efa``, the
+15. EFA interfaces in a launch template (``LaunchTemplateData.NetworkInterfaces`` of ``InterfaceType`` ``efa``, the
    security groups on each interface, none on the template): moto stores them but launches an instance from a
    launch template with the template's own ``SecurityGroupIds`` only, so the node would get no security group. ->
    ``run_instances`` gives the instance the groups of the template's primary interface (device index 0). The
@@ -297,7 +298,7 @@ def _tag_volume(backend: Any, volume_id: str, props: dict[str, Any]) -> None:
         backend.create_tags([volume_id], tags)
 
 
-# --- 13. EFA interfaces in a launch template ------------------------------------------------------
+# --- 15. EFA interfaces in a launch template ------------------------------------------------------
 
 
 def _run_instances(
@@ -314,7 +315,7 @@ def _run_instances(
 
 def patch_moto() -> None:
     """The placement group actions on moto's EC2 Query API (where moto has none of its own), and instances launched
-    with the groups of a launch template's primary interface (item 13)."""
+    with the groups of a launch template's primary interface (item 15)."""
     for action, function in _EC2_ACTIONS.items():
         if not hasattr(EC2Response, action):
             patch(EC2Response, action, function)

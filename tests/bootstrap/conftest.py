@@ -11,6 +11,7 @@ import io
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -339,3 +340,21 @@ def make_nodes() -> Iterator[Any]:
 
 def address_map(nodes: list[Node]) -> dict[str, str]:
     return {n.private_ip: n.host for n in nodes}
+
+
+# One transition as the node agent logs it (in-process: the message alone; on a node: after its time and id)
+STATE_LINE = re.compile(r"(?:^| node-agent \S+ )state ([A-Z_]+) -> ([A-Z_]+): ")
+
+
+def states(lines: Iterable[str]) -> list[str]:
+    """The node's lifecycle states in the order its agent logged the transitions (``state A -> B: reason``), from the
+    first one's A; each transition must start where the one before ended."""
+    path: list[str] = []
+    for line in lines:
+        found = STATE_LINE.search(line)
+        if found is None:
+            continue
+        source, target = found.groups()
+        assert not path or path[-1] == source, f"{line!r} after the states {path}"
+        path += [target] if path else [source, target]
+    return path

@@ -29,7 +29,7 @@ from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory
 from trainctl.cli import main as trainctl_main
 
-from .conftest import REGION, TEAM, Cluster, address_map
+from .conftest import REGION, TEAM, Cluster, address_map, states
 from .test_agent_notice import agent_for, raising, restarting, store_of, tune
 
 
@@ -317,6 +317,7 @@ def test_a_node_past_max_nodes_waits_for_a_place_then_leaves_without_failing_the
     assert any(line.startswith("still past max_nodes 1 after 0 s (2 InService in ") for line in lines), lines
     assert cluster.marker("key-run", "FAILED") is None
     assert cluster.marker("key-run", f"nodes/{b}/leaving") is not None
+    assert states(lines) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "LEAVING"]
     assert a in [i for i, _ in cluster.instances()] and b not in [i for i, _ in cluster.instances()]
 
 
@@ -332,6 +333,7 @@ def test_a_node_that_cannot_write_its_boot_marker_leaves_the_group_instead_of_id
     with pytest.raises(errors.AgentError, match=r"^before training: An error occurred \(SlowDown\)"):
         agent._run(job)  # one line, exit code 2 (main)
     assert any(line.startswith("error: before training: ") and "SlowDown" in line for line in lines), lines
+    assert states(lines) == ["BOOT", "LEAVING"]
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
 
 
@@ -717,7 +719,7 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     FAILED cannot be written either, still with the one-line reason); the group goes to 0 either way."""
     cluster: Cluster = make_cluster(nodes=1)
     cluster.submit("aws-run", {"train.py": ""}, "python train.py")
-    agent, job, _ = agent_for(cluster)
+    agent, job, lines = agent_for(cluster)
     tune(agent, work_dir=str(tmp_path / "work"))
     refuse = raising("PutObject")
     agent.attempts = lambda *args: refuse()  # say the synced marker, eight SlowDowns in a row
@@ -735,6 +737,7 @@ def test_an_aws_error_that_outlasts_the_retries_fails_the_job_in_one_line(
     marker = cluster.marker("aws-run", "FAILED")
     assert (marker is not None and marker["reason"] == reason) if failed_writable else marker is None
     assert cluster.desired_capacity() == 0
+    assert states(lines) == ["BOOT", "FAILED"]  # the attempts (here: their S3 error) come after the boot
 
 
 @pytest.mark.parametrize(
@@ -766,6 +769,7 @@ def test_a_replacement_that_cannot_boot_leaves_a_job_its_peers_train_on(
     with pytest.raises(errors.AgentError) as error:
         agent._run(job)
     assert "AWS did not answer after the retries: An error occurred (SlowDown)" in str(error.value)
+    assert states(lines) == ["BOOT", "LEAVING" if leaves else "FAILED"]
     if leaves:
         assert not isinstance(error.value, errors.JobFailed)
         assert cluster.marker("boot-run", "FAILED") is None
@@ -819,6 +823,7 @@ def test_a_stop_while_a_node_waits_for_its_peers_takes_it_out_of_the_group(make_
     assert [i for i, _ in cluster.instances()] == [a] and cluster.desired_capacity() == 1  # one node fewer
     assert cluster.marker("wait-run", "FAILED") is None
     assert cluster.marker("wait-run", f"nodes/{b}/leaving") is None  # the peers stop anyway
+    assert states(lines) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "STOPPED"]
 
 
 def test_a_flat_checkpoints_dot_files_are_uploaded_and_restored_the_agents_own_entries_not(

@@ -36,7 +36,7 @@ from spot_training.sync_state import COMPLETE
 
 from emulator.imds import ImdsMock
 
-from .conftest import REGION, TEAM, Cluster, address_map
+from .conftest import REGION, TEAM, Cluster, address_map, states
 
 NOTICE = '{"action": "terminate", "time": "2026-11-23T18:00:00Z"}'
 # Writes "<out>.ready" once it handles SIGTERM; on SIGTERM writes "saved" to <out> and exits 143; by itself exits 0
@@ -777,6 +777,8 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
     job.checkpoint_dir = str(tmp_path / "ckpt")
     agent.node.stop_signal.set()  # the agent's SIGTERM: it leaves at boot, once it has made the job's store (and hold)
     assert agent._run(job) == 0
+    assert states(lines) == ["BOOT", "LEAVING"]
+    assert "state BOOT -> LEAVING: agent received SIGTERM during boot" in lines
     store = agent.store
     checkpoint = tmp_path / "model.pt"
     checkpoint.write_bytes(b"x" * (20 * 2**20))  # above the 16 MiB multipart threshold

@@ -12,7 +12,7 @@ from spot_training.agent.errors import AgentError, JobRefused
 from spot_training.agent.job import load_job
 from spot_training.job_spec import JOB_KEYS, JOB_SETTINGS, SPEC_KEYS, JobSpec, JobSpecError, WarmPoolSpec, check_job
 
-from .conftest import BOOTSTRAP, Cluster, address_map
+from .conftest import BOOTSTRAP, Cluster, address_map, states
 from .test_agent_notice import agent_for, raising
 
 ALLOWED = ", ".join(sorted(JOB_KEYS))
@@ -158,9 +158,9 @@ def test_user_data_rejects_a_bad_spec_before_running_anything(
         "node-agent: error: command contains shell syntax '&': it runs without a shell; put the logic in a script"
     )
     assert not marker.exists()
-    root = node.dir / "root"  # nothing downloaded, nothing started: only user data's reboot hook is there
+    root = node.dir / "root"  # nothing downloaded, nothing started: only user data's hand-back scripts are there
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == ["var/lib/cloud/scripts/per-boot/spot-training-reboot.sh"]
+    assert files == ["opt/spot-training/work/hand-back.sh", "var/lib/cloud/scripts/per-boot/spot-training-reboot.sh"]
     # No node of the group could run it: the job is FAILED with the reason, and the group no longer bills.
     assert cluster.desired_capacity() == 0
     failed = cluster.marker("job-1", "FAILED")
@@ -184,6 +184,7 @@ def test_a_refused_job_still_hands_the_node_back_when_its_group_cannot_be_found(
     failed = json.loads(cluster.aws.s3.get_object(Bucket=job.bucket, Key="c/job-1/F")["Body"].read())
     assert failed["reason"] == "the node agent refused the job: job spec team 'x' does not match --team 'y'"
     assert lines[0] == "error: job spec team 'x' does not match --team 'y'"
+    assert states(lines) == ["BOOT", "REFUSED"]
     assert any(
         line.startswith("could not find this instance's group to scale it to 0 (")
         and line.endswith("); scale it to 0 by hand")

@@ -19,7 +19,7 @@ import torch
 
 from trainctl.cli import main as trainctl_main
 
-from .conftest import EXAMPLE_FILES, TEAM, Clients, Cluster, Node, address_map, loopback
+from .conftest import EXAMPLE_FILES, TEAM, Clients, Cluster, Node, address_map, loopback, states
 
 TRAIN = EXAMPLE_FILES  # the example's folder: train.py and its data
 EPOCHS = 3
@@ -65,6 +65,7 @@ def test_job_runs_to_done(reference: Run) -> None:
     assert re.search(rf"epoch {EPOCHS - 1} done: step \d+ test accuracy 0\.9\d+ world size 1", node.text)
     shipped = "\n".join(cluster.log_messages("ref-run", node.instance_id))
     assert "training finished" in shipped and "DONE" in shipped
+    assert states(node.output) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "TRAIN", "DRAIN", "DONE"]
 
 
 def interrupted_after_a_checkpoint(cluster: Cluster, make_nodes: Any, job_id: str, command: str) -> Any:
@@ -101,6 +102,7 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
     # The agent handed the instance back to the group, which launched a replacement; it boots as a new node.
     assert f"left {cluster.group}" in first.text
     assert first.instance_id not in [i for i, _ in cluster.instances()]
+    assert states(first.output) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "TRAIN", "DRAIN", "LEAVING"]
     (second,) = make_nodes(cluster)
     assert second.instance_id != first.instance_id
     assert second.start(address_map([second])).wait() == 0, second.text

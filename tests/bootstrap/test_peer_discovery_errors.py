@@ -16,7 +16,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from spot_training.agent import errors
 
-from .conftest import Cluster
+from .conftest import Cluster, states
 from .test_agent_notice import agent_for, tune
 
 NOT_FOUND = "InvalidInstanceID.NotFound"
@@ -99,6 +99,10 @@ def test_an_aws_error_in_the_first_polls_for_peers_does_not_fail_the_job(
     assert trained == [1]  # the trainer ran, with this node as its one peer
     assert cluster.marker("peers-run", "FAILED") is None
     assert cluster.marker("peers-run", "DONE") is not None
+    assert states(lines) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "TRAIN", "DRAIN", "DONE"]
+    assert "state DRAIN -> DONE: every peer finished: this node writes DONE" in lines
+    node_state = cluster.marker("peers-run", f"nodes/{agent.node.instance_id}/state")
+    assert node_state is not None and (node_state["state"], node_state["previous"]) == ("DONE", "DRAIN")
     assert cluster.desired_capacity() == 0  # DONE scales to 0
 
 
@@ -120,6 +124,8 @@ def test_an_aws_error_that_lasts_past_the_join_timeout_fails_the_job_with_that_e
     marker = cluster.marker("peers-gone", "FAILED")
     assert marker is not None and marker["reason"] == reason
     assert trained == []
+    assert states(lines) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "FAILED"]
+    assert f"state WAIT_FOR_PEERS -> FAILED: {reason}" in lines
     # polled again and again until the deadline (0.05 s apart, 1 s: far more than two), each failure one line
     assert len(answered) >= 2
     assert len([line for line in lines if line.startswith("peer discovery failed (")]) == len(answered)
@@ -152,4 +158,5 @@ def test_a_spare_node_whose_last_poll_fails_still_leaves_without_failing_the_job
     assert any(line.startswith("still past max_nodes 1 after 3 s (2 InService in ") for line in lines), lines
     assert cluster.marker("spare-run", "FAILED") is None
     assert cluster.marker("spare-run", f"nodes/{b}/leaving") is not None
+    assert states(lines) == ["BOOT", "RESTORE", "WAIT_FOR_PEERS", "LEAVING"]
     assert a in [i for i, _ in cluster.instances()] and b not in [i for i, _ in cluster.instances()]

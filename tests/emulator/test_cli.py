@@ -224,3 +224,17 @@ def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.parametrize("argv", [["interrupt"], ["end", "i-0123", "--any", "group"]])
+def test_a_fault_names_an_instance_or_a_group_not_both(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli.main([*argv, "--run-dir", str(tmp_path)])
+    assert refused.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith(f"error: {argv[0]}: give an instance id or --any GROUP (one of them)")
+    )

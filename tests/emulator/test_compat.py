@@ -216,7 +216,7 @@ def test_attach_volume_answers_like_ec2(cloud: EmulatedCloud) -> None:
 
 
 def test_an_instance_from_a_launch_template_with_efa_interfaces_gets_the_primarys_groups(cloud: EmulatedCloud) -> None:
-    """Item 13: the groups live on the template's interfaces (EC2 takes them in one place only); the node keeps one
+    """Item 15: the groups live on the template's interfaces (EC2 takes them in one place only); the node keeps one
     interface, in them, and no EFA interface is created (nothing ever sends traffic to one here)."""
     ec2 = cloud.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
@@ -245,3 +245,55 @@ def test_an_instance_from_a_launch_template_with_efa_interfaces_gets_the_primary
     )["Instances"]
     assert [g["GroupId"] for g in instance["SecurityGroups"]] == [sg]
     assert len(instance["NetworkInterfaces"]) == 1
+
+
+def test_fis_template_and_its_stop_alarm_reach_the_apis_and_leave_with_the_stack(cloud: EmulatedCloud) -> None:
+    """Items 13 and 14: the drill's template as FIS's API shows it, its stop condition the alarm's ARN."""
+    alarm = {
+        "Type": "AWS::CloudWatch::Alarm",
+        "Properties": {
+            "ComparisonOperator": "LessThanThreshold", "EvaluationPeriods": 5, "MetricName": "GroupInServiceInstances",
+            "Namespace": "AWS/AutoScaling", "Period": 60, "Statistic": "Minimum", "Threshold": 1,
+            "Dimensions": [{"Name": "AutoScalingGroupName", "Value": "g"}], "TreatMissingData": "notBreaching",
+        },
+    }  # fmt: skip
+    target = {
+        "ResourceType": "aws:ec2:spot-instance", "SelectionMode": "PERCENT(50)",
+        "ResourceTags": {"spot-training:cluster": "main"}, "Filters": [{"Path": "State.Name", "Values": ["running"]}],
+    }  # fmt: skip
+    template = {
+        "Type": "AWS::FIS::ExperimentTemplate",
+        "Properties": {
+            "Description": "drill",
+            "RoleArn": "arn:aws:iam::123456789012:role/fis",
+            "StopConditions": [{"Source": "aws:cloudwatch:alarm", "Value": {"Fn::GetAtt": ["StopAlarm", "Arn"]}}],
+            "Targets": {"Spot": target},
+            "Actions": {
+                "Notices": {
+                    "ActionId": "aws:ec2:send-spot-instance-interruptions",
+                    "Parameters": {"durationBeforeInterruption": "PT3M"},
+                    "Targets": {"SpotInstances": "Spot"},
+                }
+            },
+            "Tags": {"spot-training:team": "t"},
+        },
+    }
+    stack = _create_stack(
+        cloud, {"StopAlarm": alarm, "Drill": template}, {"Drill": {"Value": {"Fn::GetAtt": ["Drill", "Id"]}}}
+    )
+    ids = _physical_ids(cloud, stack)
+    [output] = cloud.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]
+    assert output["OutputValue"] == ids["Drill"]
+    fis = cloud.client("fis")
+    found = fis.get_experiment_template(id=ids["Drill"])["experimentTemplate"]
+    [described] = cloud.client("cloudwatch").describe_alarms(AlarmNames=[ids["StopAlarm"]])["MetricAlarms"]
+    assert found["stopConditions"] == [{"source": "aws:cloudwatch:alarm", "value": described["AlarmArn"]}]
+    assert found["targets"]["Spot"]["resourceTags"] == {"spot-training:cluster": "main"}
+    assert found["targets"]["Spot"]["filters"] == [{"path": "State.Name", "values": ["running"]}]
+    assert found["actions"]["Notices"]["parameters"] == {"durationBeforeInterruption": "PT3M"}
+    assert found["tags"] == {"spot-training:team": "t"}
+    assert described["Dimensions"] == [{"Name": "AutoScalingGroupName", "Value": "g"}]
+    cloud.client("cloudformation").delete_stack(StackName=stack)
+    with pytest.raises(ClientError, match="ResourceNotFound"):
+        fis.get_experiment_template(id=ids["Drill"])
+    assert cloud.client("cloudwatch").describe_alarms(AlarmNames=[ids["StopAlarm"]])["MetricAlarms"] == []

@@ -103,7 +103,7 @@ def test_a_team_with_efa_clusters_deploys_and_its_nodes_launch_in_the_security_g
     cloud: EmulatedCloud, tmp_path: Path
 ) -> None:
     """EFA interfaces (4 on p4d, 32 on p5, a launch template per count in the group's overrides) are accepted; a node
-    launches with one interface in the node security group (emulator/cfn_compat/ec2.py, item 13)."""
+    launches with one interface in the node security group (emulator/cfn_compat/ec2.py, item 15)."""
     team = {"clusters": [{"name": "mixed", "instance_types": ["p4d.24xlarge", "p5.48xlarge"], "max_nodes": 2}]}
     (tmp_path / "efa.yaml").write_text(yaml.safe_dump(team))
     group = deploy(cloud, "TrainingStack-efa", context={"teams_dir": str(tmp_path), "team": "efa"})["GroupNamemixed"]

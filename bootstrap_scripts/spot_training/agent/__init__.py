@@ -10,6 +10,9 @@ Leaf modules:
                         one-line reasons (``AgentError``, ``JobFailed``, ``JobRefused``, ``S3Unanswered``,
                         ``LocalDiskError``, ``LeavingBeforeTraining``, ``StopBeforeTraining``), ``one_line``,
                         ``env_float``
+  ``lifecycle``         the node's named states and the one table of the transitions between them
+                        (``STATES``, ``TRANSITIONS``), and ``Lifecycle``, which makes a transition (logged as
+                        ``state A -> B: reason``, published to ``nodes/<id>/state``) and refuses one not in the table
   ``settings``          the environment knobs (``SPOT_TRAINING_POLL_INTERVAL_S``, ..._WORK_DIR, ...) as a frozen
                         ``AgentSettings`` read once at start
   ``aws_config``        botocore's retries and the node's id in the User-Agent (``client_config``), S3
@@ -58,7 +61,9 @@ Duties over one node's shared context (``node``), each an object the supervisor 
                         the peers' (waited for before a restart, a leave, a stop, the done barrier)
   ``trainer``           ``Trainer``, ``TrainerRun``: one torchrun per attempt, its output to the log, the sync while it
                         runs, SIGTERM with the grace on a notice, a stop, a lost peer or a stall
-  ``leaving``           ``Endings``: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a refused job, a leave
-                        before this node's trainer started
-  ``supervisor``        ``Agent``: boot, the training attempts (restore, peers, trainer, final sync) and the end
+  ``leaving``           ``Endings``: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a refused job, an error
+                        this node cannot go on after, a leave before this node's trainer started; each moves the
+                        node's lifecycle to its final state
+  ``supervisor``        ``Agent``: boot, the training attempts (restore, peers, trainer, final sync) and the end; it
+                        moves the node's lifecycle through them and writes each state to ``nodes/<id>/state``
 """

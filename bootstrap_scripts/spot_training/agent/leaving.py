@@ -1,5 +1,6 @@
 """How a node's part in the job ends: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a job every node would
-refuse, and a leave before this node's trainer started."""
+refuse, an error this node cannot go on after, and a leave before this node's trainer started. Each ending moves the
+node's lifecycle (``lifecycle``) to its final state first; the supervisor makes the other moves."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 import time
 from typing import List, Optional
 
+from spot_training.agent import lifecycle as state
 from spot_training.agent.checkpoint_store import CheckpointStore
-from spot_training.agent.errors import AWS_ERRORS, EXIT_FAILED, AgentError, JobRefused
+from spot_training.agent.errors import AWS_ERRORS, EXIT_FAILED, AgentError, JobFailed, JobRefused
 from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
 from spot_training.agent.job import Job
+from spot_training.agent.lifecycle import Lifecycle
 from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
 from spot_training.agent.rendezvous import Rendezvous
@@ -21,10 +24,16 @@ class Endings:
     """The ends of this node's part in the job (``not_done``: why the last ``finish`` did not make the job DONE)."""
 
     def __init__(
-        self, node: Node, markers: Markers, rendezvous: Rendezvous, syncs: FinalSyncs, group_exit: GroupExit
+        self,
+        node: Node,
+        markers: Markers,
+        rendezvous: Rendezvous,
+        syncs: FinalSyncs,
+        group_exit: GroupExit,
+        lifecycle: Lifecycle,
     ) -> None:
         self.node, self.markers, self.rendezvous, self.syncs = node, markers, rendezvous, syncs
-        self.group_exit = group_exit
+        self.group_exit, self.lifecycle = group_exit, lifecycle
         self.not_done = ""
 
     def finish(self, job: Job, group: str) -> bool:
@@ -46,10 +55,12 @@ class Endings:
         waiting = [i for i, _ in self.rendezvous.peers if i != self.node.instance_id]
         while waiting:
             if self.markers.marker(job, "DONE") is not None:  # scaled to 0 by that peer; again here, if it could not
+                self.lifecycle.move(state.DONE, "a peer wrote DONE")
                 self.node.log(f"job {job.job_id} is DONE (a peer finished it)")
                 self.group_exit.scale_to_zero(group)
                 return True
             if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
+                self.lifecycle.move(state.DONE, f"this node finished; peers {', '.join(waiting)} write DONE")
                 self.node.log(
                     f"peers {', '.join(waiting)} did not report done within {barrier_s:.0f} s; leaving the job "
                     "to them (the last node to finish writes DONE and scales the group to 0)"
@@ -63,6 +74,7 @@ class Endings:
             waiting = still
             if waiting:
                 time.sleep(min(self.node.poll_s, 1.0))
+        self.lifecycle.move(state.DONE, "every peer finished: this node writes DONE")
         self.markers.put_marker(job, "DONE", {"peers": [i for i, _ in self.rendezvous.peers]})
         self.node.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
         self.group_exit.scale_to_zero(group)
@@ -102,6 +114,7 @@ class Endings:
         """S3 or Auto Scaling failed in the done barrier after a good training. Once ``DONE`` is written, scale
         to 0 again (peers that saw it have exited and leave the scaling to this node); until then, leave the group
         (one fewer): a peer still in its barrier writes ``DONE``."""
+        self.lifecycle.move(state.DONE, f"this node finished; the done barrier failed ({exc})")
         try:
             done = self.markers.marker(job, "DONE") is not None
         except AWS_ERRORS as again:  # in doubt, never cut off a peer's final upload
@@ -119,6 +132,7 @@ class Endings:
         """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0. A stop
         is no failure: when S3 or Auto Scaling fails here, this node leaves the group (one fewer), and a peer that
         reaches this point writes STOPPED and scales to 0."""
+        self.lifecycle.move(state.STOPPED, "stop requested (STOP marker)")
         try:
             if self.markers.marker(job, "STOPPED") is None:
                 self.markers.put_marker(job, "STOPPED", {"last_checkpoint": store.newest_complete()})
@@ -131,16 +145,61 @@ class Endings:
         return 0
 
     def fail(self, job: Job, group: str, reason: str) -> int:
+        """FAILED with ``reason`` (the node's state first), the group to 0."""
+        self.lifecycle.move(state.FAILED, reason)
         self.markers.put_marker(job, "FAILED", {"reason": reason})
         self.node.log(f"job {job.job_id} FAILED: {reason}")
         self.group_exit.scale_to_zero(group)
         return EXIT_FAILED
+
+    def failed_before_the_end(self, job: Job, group: str, exc: Exception) -> int:
+        """No code, no readable checkpoint, peers that never came, an agent bug: this node cannot go on, and exiting
+        would leave it idle in the group (billed). FAILED with the reason, and the group to 0; or, when its peers
+        train on without it, it leaves. Raises: a one-line ``AgentError`` or ``JobFailed``, or an agent bug as is
+        (its traceback goes to the node's console too)."""
+        agents_own = isinstance(exc, (AgentError, *AWS_ERRORS))
+        if isinstance(exc, AgentError):
+            reason = str(exc)
+        elif isinstance(exc, AWS_ERRORS):
+            reason = f"AWS did not answer after the retries: {exc}"
+        else:
+            reason = f"node agent error: {type(exc).__name__}: {exc}"
+        training = self.training_without_this_node(job, group, reason)
+        if training:  # a replacement that could not join: the job goes on without it
+            self.lifecycle.move(state.LEAVING, f"{reason}; peers train on without this node")
+            self.group_exit.give_up(f"{reason} (peers {', '.join(training)} train on without this node)")
+            if agents_own:
+                raise AgentError(f"before training: {reason}") from None
+            raise exc
+        try:
+            self.fail(job, group, reason)
+        except AWS_ERRORS as failed:
+            self.node.log(f"could not mark the job FAILED ({failed})")
+            self.group_exit.scale_to_zero(group)
+        if agents_own:  # one line: S3 or Auto Scaling did not answer
+            raise JobFailed(reason) from None
+        raise exc
+
+    def training_without_this_node(self, job: Job, group: str, reason: str) -> List[str]:
+        """On an error before this node's trainer ever started (a replacement's boot: code download, restore,
+        peers): the peers that train now, who can go on without it (at least ``min_nodes`` of them). Empty if its
+        trainer ran, if no peer trains (the error is then the job's: every node would meet it), if fewer than
+        ``min_nodes`` do (they wait for this node at their rendezvous), or if that cannot be told."""
+        if self.syncs.trainer_started:
+            return []
+        try:
+            training = self.rendezvous.peers_training(job, group)
+        except AWS_ERRORS as exc:
+            self.node.log(f"could not tell whether peers train on ({exc}); failing the job for: {reason}")
+            return []
+        return training if len(training) >= job.min_nodes else []
 
     def leave_before_training(self, job: Job, group: str, why: str, stop: bool = False) -> int:
         """Announce the leave (``trainer: false``: peers that count on this node restart without it), make what an
         earlier attempt of this node saved durable (at most the grace), hand the instance back. Not the peers'
         final syncs: no trainer ran here since, so nothing of theirs waits on this node. ``stop``: the job is
         stopping: no announcement (the peers stop anyway), and the group gets no replacement."""
+        self.lifecycle.move(state.STOPPED if stop else state.LEAVING, why)
         self.node.log(f"{why}: leaving before the trainer starts")
         deadline = time.monotonic() + job.grace_s
         try:
@@ -161,6 +220,7 @@ class Endings:
         """Every node of the group would refuse this job: mark it FAILED (when its spec says where) and scale the
         group to 0, instead of leaving the nodes idle and billed. ``trainctl status`` then shows the reason."""
         self.node.log(f"error: {refused}")
+        self.lifecycle.move(state.REFUSED, str(refused))
         if refused.failed_at is not None:
             bucket, key = refused.failed_at
             body = {"reason": f"the node agent refused the job: {refused}", "instance_id": self.node.instance_id}

@@ -11,6 +11,7 @@ import signal
 import time
 from typing import Dict, List, Optional, Tuple
 
+from spot_training.agent import lifecycle as state
 from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import download_code
@@ -20,7 +21,6 @@ from spot_training.agent.errors import (
     AWS_ERRORS,
     EXIT_FAILED,
     AgentError,
-    JobFailed,
     JobRefused,
     LeavingBeforeTraining,
     StopBeforeTraining,
@@ -29,6 +29,8 @@ from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
 from spot_training.agent.job import Job, load_job
 from spot_training.agent.leaving import Endings
+from spot_training.agent.leftovers import end_leftover_trainer
+from spot_training.agent.lifecycle import Lifecycle
 from spot_training.agent.local_checkpoints import local_steps, remove_partial_writes
 from spot_training.agent.log_shipping import LogShipper, Timed
 from spot_training.agent.markers import Markers
@@ -40,6 +42,7 @@ from spot_training.agent.settings import AgentSettings
 from spot_training.agent.trainer import Trainer
 from spot_training.agent.warm_claim import WarmClaim
 from spot_training.job_spec import CHECKPOINT_FOLDER, END_MARKERS
+from spot_training.protocol import NODE_STATE
 
 
 class Agent:
@@ -63,7 +66,9 @@ class Agent:
         self.rendezvous = Rendezvous(node, self.markers, self.notices)
         self.syncs = FinalSyncs(node, self.markers, self.rendezvous, self.notices)
         self.trainer = Trainer(node, self.markers, self.notices, self.rendezvous, self.syncs)
-        self.endings = Endings(node, self.markers, self.rendezvous, self.syncs, self.group_exit)
+        # ``node.log`` looked up at each line (tests swap it)
+        self.lifecycle = Lifecycle(lambda line: self.node.log(line), state.BOOT)
+        self.endings = Endings(node, self.markers, self.rendezvous, self.syncs, self.group_exit, self.lifecycle)
         self.efa = EfaEnvironment(node)
         self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
         # Started with the job's store; ``node.log`` and ``group_ending_it`` looked up at each use (tests swap them).
@@ -77,6 +82,8 @@ class Agent:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.node.stop_signal.set())
+        # A trainer an earlier agent on this node left running (it was killed): ended before anything else
+        end_leftover_trainer(self.node.settings.work_dir, self.node.log)
         try:
             return self.load_and_run()
         finally:
@@ -122,6 +129,7 @@ class Agent:
             self.endings.refuse_job(exc)
             raise
         except (AgentError, *AWS_ERRORS) as exc:  # SSM unreadable: no job to run on this node
+            self.lifecycle.move(state.LEAVING, f"no job to run: {exc}")
             self.group_exit.give_up(str(exc))
             raise AgentError(str(exc)) from None
         return job
@@ -133,6 +141,7 @@ class Agent:
         )
         group, ended = self.boot(job)
         if ended:
+            self.lifecycle.move(ended, f"the job is {ended} already")  # the end markers are states of the same name
             self.node.log(f"job {job.job_id} is already {ended}; nothing to run")
             self.group_exit.scale_to_zero(group)
             return EXIT_FAILED if ended == "FAILED" else 0
@@ -152,7 +161,7 @@ class Agent:
             stop = isinstance(exc, StopBeforeTraining)
             return self.endings.leave_before_training(job, group, str(exc), stop=stop)
         except Exception as exc:
-            return self.failed_before_the_end(job, group, exc)
+            return self.endings.failed_before_the_end(job, group, exc)
 
     def boot(self, job: Job) -> Tuple[str, str]:
         """(this node's group, the job's end marker if it has one already, else ""), with the boot marker written.
@@ -160,52 +169,20 @@ class Agent:
         try:
             group = self.node.group = self.group_exit.group_name()
             self.markers.put_boot_marker(job)
+            self.lifecycle.publish_to(lambda record: self.publish_state(job, record))
             ended = [name for name in END_MARKERS if self.markers.marker(job, name) is not None]
         except (AgentError, *AWS_ERRORS) as exc:
+            self.lifecycle.move(state.LEAVING, f"no answer at boot: {exc}")
             self.group_exit.give_up(f"before training: {exc}")
             raise AgentError(f"before training: {exc}") from None
         return group, (ended[0] if ended else "")
 
-    def failed_before_the_end(self, job: Job, group: str, exc: Exception) -> int:
-        """No code, no readable checkpoint, peers that never came, an agent bug: this node cannot go on, and exiting
-        would leave it idle in the group (billed). FAILED with the reason, and the group to 0; or, when its peers
-        train on without it, it leaves. Raises: a one-line ``AgentError`` or ``JobFailed``, or an agent bug as is
-        (its traceback goes to the node's console too)."""
-        agents_own = isinstance(exc, (AgentError, *AWS_ERRORS))
-        if isinstance(exc, AgentError):
-            reason = str(exc)
-        elif isinstance(exc, AWS_ERRORS):
-            reason = f"AWS did not answer after the retries: {exc}"
-        else:
-            reason = f"node agent error: {type(exc).__name__}: {exc}"
-        training = self.training_without_this_node(job, group, reason)
-        if training:  # a replacement that could not join: the job goes on without it
-            self.group_exit.give_up(f"{reason} (peers {', '.join(training)} train on without this node)")
-            if agents_own:
-                raise AgentError(f"before training: {reason}") from None
-            raise exc
+    def publish_state(self, job: Job, record: Dict[str, object]) -> None:
+        """``nodes/<id>/state``, for ``trainctl status``; best effort: S3 failing here costs the node nothing."""
         try:
-            self.endings.fail(job, group, reason)
-        except AWS_ERRORS as failed:
-            self.node.log(f"could not mark the job FAILED ({failed})")
-            self.group_exit.scale_to_zero(group)
-        if agents_own:  # one line: S3 or Auto Scaling did not answer
-            raise JobFailed(reason) from None
-        raise exc
-
-    def training_without_this_node(self, job: Job, group: str, reason: str) -> List[str]:
-        """On an error before this node's trainer ever started (a replacement's boot: code download, restore,
-        peers): the peers that train now, who can go on without it (at least ``min_nodes`` of them). Empty if its
-        trainer ran, if no peer trains (the error is then the job's: every node would meet it), if fewer than
-        ``min_nodes`` do (they wait for this node at their rendezvous), or if that cannot be told."""
-        if self.syncs.trainer_started:
-            return []
-        try:
-            training = self.rendezvous.peers_training(job, group)
+            self.markers.put_own(job, NODE_STATE, record)
         except AWS_ERRORS as exc:
-            self.node.log(f"could not tell whether peers train on ({exc}); failing the job for: {reason}")
-            return []
-        return training if len(training) >= job.min_nodes else []
+            self.node.log(f"could not write this node's state {record['state']} ({exc})")
 
     def attempts(self, job: Job, group: str, code_dir: str, store: CheckpointStore) -> int:
         """Training attempts until the job is done, stopped or failed, or this node is interrupted."""
@@ -253,6 +230,7 @@ class Agent:
             self.endings.finish_failed(job, group, exc)
             return 0
         if interrupted and not self.trainer.stop_requested:  # being reclaimed: its peers train again without it
+            self.lifecycle.move(state.LEAVING, "interrupted; not DONE: its peers train again without this node")
             self.wait_durable_since_notice(job, store)
             self.group_exit.hand_back(group)
             return 0
@@ -271,6 +249,7 @@ class Agent:
             self.syncs.wait_durable(job, store, before, time.monotonic() + job.grace_s)
             return self.endings.stopped(job, group, store)
         if interrupted:
+            self.lifecycle.move(state.LEAVING, "interrupted: the group replaces this instance")
             self.wait_durable_since_notice(job, store)
             self.node.log("interrupted: exiting cleanly; the group replaces this instance")
             self.group_exit.hand_back(group)
@@ -304,14 +283,18 @@ class Agent:
     def attempt(self, job: Job, group: str, code_dir: str, store: CheckpointStore, attempt: int) -> Tuple[int, bool]:
         """One training attempt: restore, find the peers, run the trainer, sync its checkpoints a last time and
         report that sync; (exit code, interrupted)."""
+        self.lifecycle.move(state.RESTORE, f"attempt {attempt}" + (" (a restart)" if attempt else ""))
         self.notices.check_notice("code download" if attempt == 0 else "a restart")
         resume_step, flat = self.restore(job, store)
         syncer = Syncer(store, job, self.node.log, self.node.settings.keep)
         if flat is not None:
             syncer.restored_flat()
             self.node.log(f"resume step: unknown (flat checkpoint {flat})")
+            restored = f"flat checkpoint {flat} restored"
         else:
             self.node.log(f"resume step: {resume_step if resume_step is not None else 'none (fresh start)'}")
+            restored = "a fresh start" if resume_step is None else f"it resumes at step {resume_step}"
+        self.lifecycle.move(state.WAIT_FOR_PEERS, restored)
         with Timed(self.node.log, "peer discovery"):
             peers = self.rendezvous.peers = self.rendezvous.wait_for_peers(group, job)
             if attempt == 0 and job.min_nodes < job.max_nodes:
@@ -323,8 +306,11 @@ class Agent:
         self.efa.apply(job.efa, env)
         self.notices.check_notice("peer discovery")
         self.report_training(job, attempt, env["SPOT_TRAINING_STORE_BIND_ADDRESS"], peers)
+        self.lifecycle.move(state.TRAIN, f"attempt {attempt} with {len(ids)} node(s); rendezvous host {ids[0]}")
         with Timed(self.node.log, f"training attempt {attempt}"):
             rc, interrupted = self.trainer.run(job, code_dir, cmd, env, syncer)
+        why = self.trainer.stalled or ("a notice or a stop" if interrupted else "")
+        self.lifecycle.move(state.DRAIN, f"the trainer exited with code {rc}{f' ({why})' if why else ''}")
         with Timed(self.node.log, "final checkpoint sync"):
             syncer.sync(final=True)
         self.syncs.report(job, syncer, attempt, rc, interrupted)

@@ -15,6 +15,7 @@ from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.errors import AWS_ERRORS, EXIT_FAILED, IMDS_ERRORS, one_line
 from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.job import Job
+from spot_training.agent.leftovers import tag_trainer, trainer_ended
 from spot_training.agent.log_shipping import Timed, output_lines
 from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
@@ -53,11 +54,15 @@ class Trainer:
         self.node.log(f"running: {shlex.join(cmd)}")
         self.syncs.trainer_started = time.time()
         watch = StallWatch(self.markers, job, syncer, stall_s, self.newest_before) if stall_s else None
+        work_dir = self.node.settings.work_dir
+        env = dict(env)
+        tag_trainer(work_dir, env)  # a later agent on this node ends it if this one dies first (leftovers.py)
         proc = subprocess.Popen(  # noqa: S603 - argv list built from the validated job, no shell
             cmd, cwd=code_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.proc = proc
         rc, notice = TrainerRun(self, job, proc, syncer, watch).supervise()
+        trainer_ended(work_dir)
         if self.stalled and rc == 0:  # it handled the SIGTERM: still no finished training
             return EXIT_FAILED, False
         return rc, notice is not None
