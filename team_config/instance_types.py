@@ -3,7 +3,9 @@
 ``ec2_instance_types.txt`` lists botocore's instance types for the pinned version (the names a team file may use),
 one per line, with facts from moto's copy of ``DescribeInstanceTypes`` (``moto/ec2/resources/instance_types.json.gz``):
 CPU architecture, vCPUs, GPUs (a fractional GPU, as on g6f, counts as the one device it shows), whether the type
-launches into a cluster placement group and whether it is sold as spot. A type botocore knows but moto does not has
+launches into a cluster placement group, whether it is sold as spot, and its Elastic Fabric Adapter (EFA) interfaces
+(``NetworkInfo.EfaInfo.MaximumEfaInterfaces``, 0 where ``EfaSupported`` is false) and network cards
+(``NetworkInfo.MaximumNetworkCards``). A type botocore knows but moto does not has
 ``-`` in every fact column: its facts are unknown and the checks that need them skip it.
 
 Read from the text file (a few milliseconds) instead of botocore's EC2 model at every synth (a fraction of a second);
@@ -23,7 +25,7 @@ from typing import Any, Optional
 
 TYPES_FILE = Path(__file__).resolve().parent / "ec2_instance_types.txt"
 REGENERATE = ".venv/bin/python -m team_config.instance_types"
-COLUMNS = ("type", "architecture", "vcpus", "gpus", "cluster_placement", "spot", "gpu")
+COLUMNS = ("type", "architecture", "vcpus", "gpus", "cluster_placement", "spot", "efa", "network_cards", "gpu")
 UNKNOWN = "-"
 
 
@@ -37,6 +39,13 @@ class InstanceFacts:
     gpu: str  # manufacturer and model, e.g. "NVIDIA A10G"; "" without a GPU
     cluster_placement: bool  # launches into a cluster placement group
     spot: bool  # sold as spot
+    efa_interfaces: int = 0  # most EFA interfaces an instance takes; 0: no EFA
+    network_cards: int = 1
+
+    @property
+    def efa_layout(self) -> int:
+        """EFA interfaces a node of this type gets: one per network card, as many as the type allows."""
+        return min(self.efa_interfaces, self.network_cards)
 
     def describe_gpus(self) -> str:
         return f"{self.gpus} {self.gpu}" if self.gpus else "no GPU"
@@ -53,7 +62,7 @@ def instance_facts() -> dict[str, Optional[InstanceFacts]]:
     for line in TYPES_FILE.read_text().splitlines():
         if not line or line.startswith("#"):
             continue
-        name, arch, vcpus, gpus, cluster, spot, gpu = line.split(None, len(COLUMNS) - 1)
+        name, arch, vcpus, gpus, cluster, spot, efa, cards, gpu = line.split(None, len(COLUMNS) - 1)
         out[name] = (
             None
             if arch == UNKNOWN
@@ -64,6 +73,8 @@ def instance_facts() -> dict[str, Optional[InstanceFacts]]:
                 gpu="" if gpu == UNKNOWN else gpu,
                 cluster_placement=_yes(cluster),
                 spot=_yes(spot),
+                efa_interfaces=int(efa),
+                network_cards=int(cards),
             )
         )
     return out
@@ -93,6 +104,7 @@ def facts_of(described: dict[str, Any]) -> InstanceFacts:
     """The facts of one ``DescribeInstanceTypes`` entry."""
     arches = described["ProcessorInfo"]["SupportedArchitectures"]
     gpus = described.get("GpuInfo", {}).get("Gpus", [])
+    network = described.get("NetworkInfo", {})
     return InstanceFacts(
         architecture="x86_64" if "x86_64" in arches else arches[0],  # i386 types run x86_64 too
         vcpus=int(described["VCpuInfo"]["DefaultVCpus"]),
@@ -101,6 +113,10 @@ def facts_of(described: dict[str, Any]) -> InstanceFacts:
         gpu=", ".join(sorted({f"{g.get('Manufacturer', '')} {g.get('Name', '')}".strip() for g in gpus})),
         cluster_placement="cluster" in described.get("PlacementGroupInfo", {}).get("SupportedStrategies", []),
         spot="spot" in described.get("SupportedUsageClasses", []),
+        efa_interfaces=int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0))
+        if network.get("EfaSupported")
+        else 0,
+        network_cards=int(network.get("MaximumNetworkCards", 1)),
     )
 
 
@@ -116,7 +132,7 @@ def moto_instance_facts() -> tuple[str, dict[str, InstanceFacts]]:
 
 def render(botocore_version: str, types: list[str], moto_version: str, facts: dict[str, InstanceFacts]) -> str:
     """The text of ``ec2_instance_types.txt``: botocore's ``types`` with moto's ``facts`` (``-`` where unknown)."""
-    widths = (max(map(len, types)), 12, 5, 4, 17, 4)
+    widths = (max(map(len, types)), 12, 5, 4, 17, 4, 3, 13)
     rows: list[tuple[str, ...]] = [("# " + COLUMNS[0], *COLUMNS[1:])]
     for name in types:
         f = facts.get(name)
@@ -125,7 +141,17 @@ def render(botocore_version: str, types: list[str], moto_version: str, facts: di
         else:
             yes = {True: "yes", False: "no"}
             rows.append(
-                (name, f.architecture, str(f.vcpus), str(f.gpus), yes[f.cluster_placement], yes[f.spot], f.gpu or "-")
+                (
+                    name,
+                    f.architecture,
+                    str(f.vcpus),
+                    str(f.gpus),
+                    yes[f.cluster_placement],
+                    yes[f.spot],
+                    str(f.efa_interfaces),
+                    str(f.network_cards),
+                    f.gpu or "-",
+                )
             )
     lines = [
         f"# EC2 instance types of botocore {botocore_version}, with facts from moto {moto_version}'s instance type "

@@ -55,7 +55,7 @@ def test_review_prices_each_cluster_and_lists_budgets_and_acknowledgements(assem
     text = review.summary(load_assembly(head), prices, spot={"g5.2xlarge": 0.5, "g5.xlarge": 0.25})
     dearest = max(TYPES, key=prices.on_demand_price)
     worst = 3 * prices.on_demand_price(dearest)
-    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 + 0% above | {worst:.2f} | {3 * 0.5:.2f} |" in text
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 3 | 0 + 0% above | off | {worst:.2f} | {3 * 0.5:.2f} |" in text
     assert f"| TrainingStack-alpha | {budget_name('alpha', [], 80)} | 500 |" in text
     # every acknowledgement of the template's metadata, with its reason
     assert "AwsSolutions-IAM5[Resource::*]" in text
@@ -84,7 +84,10 @@ def test_the_worst_case_at_spot_counts_the_on_demand_share_above_the_base() -> N
     prices = load_prices()
     text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.3})
     on_demand = prices.on_demand_price("g5.xlarge")
-    assert f"| alpha | main | g5.xlarge | 4 | 1 + 50% above | {4 * on_demand:.2f} | {0.3 + 3 * on_demand:.2f} |" in text
+    assert (
+        f"| alpha | main | g5.xlarge | 4 | 1 + 50% above | off | {4 * on_demand:.2f} | {0.3 + 3 * on_demand:.2f} |"
+        in text
+    )
 
 
 def test_review_lists_resource_policies_and_security_group_rules_with_the_iam_statements() -> None:
@@ -228,9 +231,9 @@ def test_the_worst_case_at_spot_takes_the_dearest_spot_price_not_the_dearest_on_
     prices = load_prices()
     worst = f"{2 * prices.on_demand_price('g5.2xlarge'):.2f}"
     text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.5, "g5.2xlarge": 0.3})
-    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {worst} | 1.00 |" in text
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | off | {worst} | 1.00 |" in text
     text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.3})  # g5.2xlarge's could be dearer
-    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {worst} | - |" in text
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | off | {worst} | - |" in text
 
 
 def test_a_broken_assembly_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,7 +278,7 @@ def test_a_group_that_does_not_set_its_on_demand_percentage_is_all_on_demand() -
     prices = load_prices()
     worst = f"{2 * prices.on_demand_price('g5.2xlarge'):.2f}"
     text = review.summary({stack.name: stack}, prices, spot={"g5.xlarge": 0.5, "g5.2xlarge": 0.3})
-    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 100% above | {worst} | {worst} |" in text
+    assert f"| alpha | main | g5.xlarge, g5.2xlarge | 2 | 0 + 100% above | off | {worst} | {worst} |" in text
 
 
 def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
@@ -287,22 +290,22 @@ def test_against_a_base_the_clusters_table_shows_changed_values_as_base_to_head(
     text = review.summary(load_assembly(head), prices, base=load_assembly(base))
     dearest = prices.on_demand_price(max(TYPES, key=prices.on_demand_price))
     assert (
-        f"| alpha | main | g5.xlarge, g5.2xlarge | 2 -> 3 | 0 + 0% above | {2 * dearest:.2f} -> {3 * dearest:.2f} | - |"
-        in text
+        f"| alpha | main | g5.xlarge, g5.2xlarge | 2 -> 3 | 0 + 0% above | off | {2 * dearest:.2f} -> "
+        f"{3 * dearest:.2f} | - |" in text
     )
     # a changed type list, and a cluster the base does not have
     before, after = _group_stack(["g5.xlarge"], 2), _group_stack(TYPES, 2)
     text = review.summary({after.name: after}, prices, base={before.name: before})
     one = prices.on_demand_price("g5.xlarge")
     assert (
-        f"| alpha | main | g5.xlarge -> g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * one:.2f} -> {2 * dearest:.2f} "
-        "| - |" in text
+        f"| alpha | main | g5.xlarge -> g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | off | {2 * one:.2f} -> "
+        f"{2 * dearest:.2f} | - |" in text
     )
     text = review.summary({after.name: after}, prices, base={before.name: Stack(before.name, {}, [])})
-    assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
+    assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | off | {2 * dearest:.2f} | - |" in text
     # a new team (its stack not in the base): its clusters are new, not unchanged
     text = review.summary({after.name: after}, prices, base={})
-    assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | {2 * dearest:.2f} | - |" in text
+    assert f"| alpha | main (new) | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above | off | {2 * dearest:.2f} | - |" in text
 
 
 def test_against_a_base_a_budget_reads_new_or_base_to_head(assemblies: tuple[Path, Path]) -> None:

@@ -361,7 +361,7 @@ def test_rules_leave_other_resources_alone() -> None:
 
 
 def test_every_rule_has_an_id_a_fix_and_a_reason() -> None:
-    assert [r.id for r in RULES] == [f"ST{i}" for i in range(1, 11)]
+    assert [r.id for r in RULES] == [f"ST{i}" for i in range(1, 12)]
     for rule in RULES:
         assert rule.message.endswith(".") and len(rule.message.splitlines()) == 1
         assert rule.why

@@ -1,16 +1,16 @@
 """``trainctl review``: a Markdown summary of what the synthesized app deploys, for a pull request to carry.
 
-Per team and cluster: instance types, max nodes, on-demand base, worst-case hourly cost (max nodes at the dearest
-type's on-demand price) and the same at spot when spot prices are given (the spot nodes at the dearest given spot
-price of the cluster's types, which need not be the type dearest on demand), changed values as base -> head
-against a base; warm pools (volumes, their size and performance, USD per month: billed while no node runs); team
-budgets; the IAM statements with what each policy is attached to (added and removed ones when
-a base assembly is given); the cdk-nag acknowledgements with their reasons; and, against a base, the resources
+Per team and cluster: instance types, max nodes, on-demand base, EFA interfaces per node, worst-case hourly cost
+(max nodes at the dearest type's on-demand price) and the same at spot when spot prices are given (the spot nodes at
+the dearest given spot price of the cluster's types, which need not be the type dearest on demand), changed values
+as base -> head against a base; warm pools (volumes, their size and performance, USD per month: billed while no node
+runs); team budgets; the IAM statements with what each policy is attached to (added and removed ones when a base
+assembly is given); the cdk-nag acknowledgements with their reasons; and, against a base, the resources
 CloudFormation would replace or delete and the data retention changes (DeletionPolicy, UpdateReplacePolicy, a
-bucket's versioning and lifecycle rules). Replacement is decided with cfn-lint's copy of the CloudFormation
-resource schemas (``createOnlyProperties``: changing one replaces the resource), then carried to the resources
-whose create-only references point at a replaced one (:data:`trainctl.review_changes.REFERENCE_CREATE_ONLY`).
-Reads a cloud assembly (``cdk.out``): the one it synthesizes, or one given with ``--assembly``.
+bucket's versioning and lifecycle rules). Replacement is decided with cfn-lint's copy of the CloudFormation resource
+schemas (``createOnlyProperties``: changing one replaces the resource), then carried to the resources whose
+create-only references point at a replaced one (:data:`trainctl.review_changes.REFERENCE_CREATE_ONLY`). Reads a cloud
+assembly (``cdk.out``): the one it synthesizes, or one given with ``--assembly``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,30 @@ from trainctl.review_changes import replaced, retention_changes
 from trainctl.review_iam import iam_statements, render
 
 
+def efa_interfaces(stack: Stack, policy: Mapping[str, Any]) -> dict[str, int]:
+    """EFA interfaces per node of each instance type of a MixedInstancesPolicy (its override's launch template, else
+    the policy's); a type without any is left out."""
+    spec = policy.get("LaunchTemplate", {})
+    out = {}
+    for override in spec.get("Overrides", []):
+        named = override.get("LaunchTemplateSpecification") or spec.get("LaunchTemplateSpecification", {})
+        template = stack.resources.get(named.get("LaunchTemplateId", {}).get("Ref", ""), {})
+        interfaces = template.get("Properties", {}).get("LaunchTemplateData", {}).get("NetworkInterfaces", [])
+        count = sum(1 for i in interfaces if i.get("InterfaceType") == "efa")
+        if count and "InstanceType" in override:
+            out[override["InstanceType"]] = count
+    return out
+
+
+def _efa_cell(efa: Mapping[str, int]) -> str:
+    """``off``, ``4 per node``, or per type where the types differ: ``p4d.24xlarge 4, p5.48xlarge 32``."""
+    if not efa:
+        return "off"
+    if len(set(efa.values())) == 1:
+        return f"{next(iter(efa.values()))} per node"
+    return ", ".join(f"{t} {n}" for t, n in efa.items())
+
+
 def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
     for resource in stack.resources.values():
         if resource["Type"] != "AWS::AutoScaling::AutoScalingGroup":
@@ -52,6 +76,7 @@ def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
             "on_demand_base": int(distribution.get("OnDemandBaseCapacity", 0)),
             # CloudFormation's default is 100: a group that does not say is all on demand above the base
             "on_demand_pct": int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)),
+            "efa": efa_interfaces(stack, policy),
         }
 
 
@@ -73,7 +98,7 @@ def _cluster_rows(
             dearest_spot = max(spot[t] for t in c["types"])
             spot_cost = f"{spot_nodes * dearest_spot + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
         cells = [", ".join(c["types"]), str(c["max_nodes"]), f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
-                 f"{on_demand:.2f}", spot_cost]  # fmt: skip
+                 _efa_cell(c["efa"]), f"{on_demand:.2f}", spot_cost]  # fmt: skip
         yield (stack.name, c["team"], c["cluster"]), cells
 
 
@@ -183,8 +208,8 @@ def _clusters_section(
     base_rows = {key: row for stack in (base or {}).values() for key, row in _cluster_rows(stack, prices, spot)}
     rows = _against_base(head_rows, base_rows, head, base is not None)
     out = ["", "### Clusters", ""]
-    out += _table(["team", "cluster", "instance types", "max nodes", "on-demand", "worst case USD/h on demand",
-                   "worst case USD/h at spot"], rows)  # fmt: skip
+    out += _table(["team", "cluster", "instance types", "max nodes", "on-demand", "EFA interfaces",
+                   "worst case USD/h on demand", "worst case USD/h at spot"], rows)  # fmt: skip
     used = {t for stack in [*head.values(), *(base or {}).values()] for c in clusters(stack) for t in c["types"]}
     before_cut = sorted(t for t in used if prices.before_cut(t))
     spot_text = (

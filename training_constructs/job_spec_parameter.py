@@ -74,6 +74,7 @@ def cluster_job_spec(
             if pool is not None and spec.warm_pool is not None
             else None
         ),
+        efa=spec.efa_enabled,
     )
 
 

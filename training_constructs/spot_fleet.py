@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from aws_cdk import ArnFormat, CfnElement, Duration, Stack
@@ -15,6 +15,7 @@ from constructs import Construct
 from bootstrap_scripts.spot_training.job_spec import DRAIN_HEARTBEAT_S, DRAIN_HOOK
 from compliance.checkov import skip_checkov
 from compliance.nag import acknowledge, acknowledge_all
+from training_constructs.efa import add_efa_interfaces
 
 ALLOCATION_STRATEGIES = {
     "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
@@ -75,6 +76,8 @@ class NodeSecurityGroup(ec2.SecurityGroup):
             description="Training nodes: all traffic between nodes of this cluster, no other ingress",
         )
         self.add_ingress_rule(self, ec2.Port.all_traffic(), "Node-to-node traffic within the cluster")
+        # EFA needs all traffic to the group itself allowed out as well as in: the allow-all egress holds the
+        # outbound half (tests/test_efa.py fails if egress is narrowed without a rule to the group itself).
 
 
 class SpotFleet(Construct):
@@ -87,7 +90,8 @@ class SpotFleet(Construct):
     rebalance on, min 0 so it can scale to zero, desired capacity left to the jobs. A terminating lifecycle hook
     (``DRAIN_HOOK``): an instance the group ends itself (capacity rebalancing replacing it, a scale-in) gets no
     spot notice, so it waits in ``Terminating:Wait`` until its node agent has saved a checkpoint and completes the
-    hook (at most ``DRAIN_HEARTBEAT_S``, then the termination goes on).
+    hook (at most ``DRAIN_HEARTBEAT_S``, then the termination goes on). ``efa_interfaces`` (instance type -> count):
+    EFA interfaces in the launch template (:mod:`training_constructs.efa`), one template per count.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class SpotFleet(Construct):
         root_volume_size_gib: int = 200,
         root_device_name: str = "/dev/xvda",
         role: Optional[iam.IRole] = None,
+        efa_interfaces: Optional[Mapping[str, int]] = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not instance_types:
@@ -126,13 +131,18 @@ class SpotFleet(Construct):
             if placement_group
             else None
         )
-        self.launch_template = self._launch_template(
-            machine_image, user_data, root_device_name=root_device_name, root_volume_size_gib=root_volume_size_gib
+        overrides = self._launch_templates(
+            instance_types,
+            dict(efa_interfaces or {}),
+            machine_image,
+            user_data,
+            root_device_name=root_device_name,
+            root_volume_size_gib=root_volume_size_gib,
         )
         self.asg = self._group(
             vpc,
             vpc_subnets,
-            instance_types,
+            overrides,
             max_nodes,
             autoscaling.InstancesDistribution(
                 on_demand_base_capacity=on_demand_base_capacity,
@@ -141,8 +151,44 @@ class SpotFleet(Construct):
             ),
         )
 
+    def _launch_templates(
+        self,
+        instance_types: Sequence[str],
+        efa_interfaces: Mapping[str, int],
+        machine_image: ec2.IMachineImage,
+        user_data: ec2.UserData,
+        *,
+        root_device_name: str,
+        root_volume_size_gib: int,
+    ) -> list[autoscaling.LaunchTemplateOverrides]:
+        """A launch template per EFA interface count of the types (``self.launch_template`` the first type's) and
+        the group's override for each type, naming its template where it is not the first."""
+        templates: dict[int, ec2.LaunchTemplate] = {}
+        for count in dict.fromkeys(efa_interfaces.get(t, 0) for t in instance_types):  # the first type's first
+            templates[count] = self._launch_template(
+                f"LaunchTemplateEfa{count}" if templates else "LaunchTemplate",
+                machine_image,
+                user_data,
+                root_device_name=root_device_name,
+                root_volume_size_gib=root_volume_size_gib,
+            )
+            if count:
+                add_efa_interfaces(templates[count], count, self.security_group)
+        self.launch_template = next(iter(templates.values()))
+        overrides = []
+        for name in instance_types:
+            template = templates[efa_interfaces.get(name, 0)]
+            overrides.append(
+                autoscaling.LaunchTemplateOverrides(
+                    instance_type=ec2.InstanceType(name),
+                    launch_template=None if template is self.launch_template else template,
+                )
+            )
+        return overrides
+
     def _launch_template(
         self,
+        construct_id: str,
         machine_image: ec2.IMachineImage,
         user_data: ec2.UserData,
         *,
@@ -152,7 +198,7 @@ class SpotFleet(Construct):
         """IMDSv2 only, instance metadata tags on, an encrypted gp3 root volume, detailed monitoring."""
         return ec2.LaunchTemplate(
             self,
-            "LaunchTemplate",
+            construct_id,
             machine_image=machine_image,
             user_data=user_data,
             instance_profile=self.instance_profile,
@@ -180,11 +226,13 @@ class SpotFleet(Construct):
         self,
         vpc: ec2.IVpc,
         vpc_subnets: ec2.SubnetSelection,
-        instance_types: Sequence[str],
+        overrides: list[autoscaling.LaunchTemplateOverrides],
         max_nodes: int,
         distribution: autoscaling.InstancesDistribution,
     ) -> autoscaling.AutoScalingGroup:
-        """The mixed-instances group over ``instance_types``, from 0 to ``max_nodes``, with its drain hook."""
+        """The mixed-instances group over the instance types of ``overrides`` (each with the launch template of its
+        EFA interface count where that differs from the first type's), from 0 to ``max_nodes``, with its drain
+        hook."""
         group = autoscaling.AutoScalingGroup(
             self,
             "Group",
@@ -196,9 +244,7 @@ class SpotFleet(Construct):
             group_metrics=[autoscaling.GroupMetrics.all()],
             mixed_instances_policy=autoscaling.MixedInstancesPolicy(
                 launch_template=self.launch_template,
-                launch_template_overrides=[
-                    autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(t)) for t in instance_types
-                ],
+                launch_template_overrides=overrides,
                 instances_distribution=distribution,
             ),
         )

@@ -83,6 +83,7 @@ class TrainingCluster(Construct):
             placement_group=spec.placement_group,
             root_volume_size_gib=spec.root_volume_size_gib,
             root_device_name=spec.ami.root_device_name,
+            efa_interfaces=spec.efa_interfaces,
         )
         self.asg = self.fleet.asg
         self.role = self.fleet.role

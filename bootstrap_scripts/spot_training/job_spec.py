@@ -67,6 +67,7 @@ class JobSpec:
     rendezvous_port: int
     stall_timeout_s: int  # 0: the stall watchdog is off
     warm_pool: Optional[WarmPoolSpec]
+    efa: bool = False  # the nodes have EFA interfaces: the agent sets NCCL's EFA environment (agent/efa.py)
 
     def as_dict(self) -> Dict[str, Any]:
         """The job spec as its JSON object: ``version`` first, then the fields in their order."""
@@ -213,9 +214,10 @@ def _merged(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     merged.update(current)
     for key in ("checkpoint_interval_s", "warm_pool"):  # the stack leaves unset values out of the JSON
         merged.setdefault(key, None)
-    wait = merged.setdefault("checkpoint_wait_for_upload", False)  # a job spec without the option: off
-    if not isinstance(wait, bool):
-        raise JobSpecError(f"checkpoint_wait_for_upload must be true or false, got {wait!r}")
+    for flag in ("checkpoint_wait_for_upload", "efa"):
+        value = merged.setdefault(flag, False)  # a job spec without the option: off
+        if not isinstance(value, bool):
+            raise JobSpecError(f"{flag} must be true or false, got {value!r}")
     return merged
 
 

@@ -123,6 +123,7 @@ class SpotTrainingChecks:
 
     def _validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
         described: dict[str, str] = {}  # rule id -> description of its first finding (cdk-nag groups by rule)
+        severity: dict[str, str] = {}
         violating: dict[str, list[PolicyViolatingResource]] = {}
         app: Optional[IConstruct] = None
         for stack in context.stack_templates:
@@ -141,9 +142,11 @@ class SpotTrainingChecks:
                         locations=["Properties"], resource_logical_id=logical_id, template_path=stack.template_path
                     )
                 described.setdefault(rule_id, description)
+                severity[rule_id] = rule.severity
                 violating.setdefault(rule_id, []).append(where)
         violations = [
-            PolicyViolation(rule_name=k, description=d, severity="error", violating_resources=violating[k])
+            PolicyViolation(rule_name=k, description=d, severity=severity[k], violating_resources=violating[k])
             for k, d in described.items()
         ]
-        return PolicyValidationPluginReport(success=not violations, violations=violations)
+        errors = [v for v in violations if v.severity == "error"]
+        return PolicyValidationPluginReport(success=not errors, violations=violations)

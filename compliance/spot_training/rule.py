@@ -19,3 +19,4 @@ class Rule:
     message: str  # one line: what is wrong and how to fix it
     why: str
     check: Check
+    severity: str = "error"  # "warning": reported, the synth goes on

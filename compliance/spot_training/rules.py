@@ -10,6 +10,7 @@ from compliance.spot_training.auto_scaling import (
     check_scale_to_zero,
 )
 from compliance.spot_training.checkpoint_bucket import check_checkpoint_bucket
+from compliance.spot_training.efa import check_efa_on_multi_node_efa_types
 from compliance.spot_training.instance_role import check_instance_role_policy
 from compliance.spot_training.launch_template import check_launch_template_metadata
 from compliance.spot_training.log_group import check_log_retention
@@ -66,4 +67,10 @@ RULES: tuple[Rule, ...] = (
          "allow the cluster's own group only.",
          "Training nodes talk only to each other; access is through SSM Session Manager.",
          check_security_group_ingress),
+    Rule("ST11", ("AWS::AutoScaling::AutoScalingGroup",),
+         "Multi-node group of EFA instance types in a cluster placement group should launch with EFA interfaces: "
+         "give its launch template NetworkInterfaces of InterfaceType efa (team file: efa: auto or true).",
+         "Without EFA, NCCL's all-reduce between nodes runs over TCP on the ordinary interface, a fraction of the "
+         "network those instances are billed for.",
+         check_efa_on_multi_node_efa_types, severity="warning"),
 )  # fmt: skip

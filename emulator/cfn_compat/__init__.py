@@ -12,14 +12,14 @@ A resource type moto does not know is *skipped with a warning* and every ``Ref``
 never a stand-in that makes the deploy "succeed" while weakening what the template says.
 
 
-What moto lacks, item by item, is in the module of the AWS service each item patches (the item numbers stay
-the same, for the references elsewhere): :mod:`~emulator.cfn_compat.ec2` (1 placement groups, 3 volumes),
-:mod:`~emulator.cfn_compat.s3` (2 bucket policies, 6 bucket policies on requests, 9 buckets),
-:mod:`~emulator.cfn_compat.cloudformation` (4 CDK metadata, 10 ExecuteChangeSet), :mod:`~emulator.cfn_compat.ssm`
-(5 public SSM parameters, 7 SSM parameters with tags), :mod:`~emulator.cfn_compat.autoscaling` (8 Auto Scaling
-groups, 12 lifecycle hooks), :mod:`~emulator.cfn_compat.budgets` (11 budgets), :mod:`~emulator.cfn_compat.fis`
-(13 FIS experiment templates) and :mod:`~emulator.cfn_compat.cloudwatch` (14 CloudWatch alarms). Each replaces a
-moto function through :func:`emulator.moto_patch.patch`, which keeps moto's original.
+What moto lacks, item by item, is in the module of the AWS service each item patches (the item numbers stay the
+same, for the references elsewhere): :mod:`~emulator.cfn_compat.ec2` (1 placement groups, 3 volumes, 15 EFA
+interfaces), :mod:`~emulator.cfn_compat.s3` (2 bucket policies, 6 bucket policies on requests, 9 buckets),
+:mod:`~emulator.cfn_compat.cloudformation` (4 CDK metadata, 10 ExecuteChangeSet), :mod:`~emulator.cfn_compat.ssm` (5
+public SSM parameters, 7 SSM parameters with tags), :mod:`~emulator.cfn_compat.autoscaling` (8 Auto Scaling groups,
+12 lifecycle hooks), :mod:`~emulator.cfn_compat.budgets` (11 budgets), :mod:`~emulator.cfn_compat.fis` (13 FIS
+experiment templates) and :mod:`~emulator.cfn_compat.cloudwatch` (14 CloudWatch alarms). Each replaces a moto
+function through :func:`emulator.moto_patch.patch`, which keeps moto's original.
 
 Properties a compat model does not emulate are reported as ``EMULATOR-UNSUPPORTED-PROPERTY`` in the
 server log, and :func:`emulator.deploy.deploy` fails on them (as on moto's own "No Moto

@@ -1,4 +1,5 @@
-"""EC2 (items 1 and 3 of :mod:`emulator.cfn_compat`): placement groups, and volumes with everything the template says.
+"""EC2 (items 1, 3 and 15 of :mod:`emulator.cfn_compat`): placement groups, volumes with everything the template
+says, and instances from a launch template with EFA interfaces.
 
 1. ``AWS::EC2::PlacementGroup``: moto has no placement groups at all, neither a CloudFormation type
    nor the EC2 API. -> A ``PlacementGroup`` model kept per EC2 backend (Strategy, PartitionCount,
@@ -10,6 +11,12 @@
    the resource's own ``Tags``. -> A model that passes all of them to moto's ``create_volume`` (which
    checks the snapshot exists) and tags the volume. ``VolumeInitializationRate`` has no equivalent in
    moto and is accepted and ignored (it only changes how fast EBS hydrates the volume).
+15. EFA interfaces in a launch template (``LaunchTemplateData.NetworkInterfaces`` of ``InterfaceType`` ``efa``, the
+   security groups on each interface, none on the template): moto stores them but launches an instance from a
+   launch template with the template's own ``SecurityGroupIds`` only, so the node would get no security group. ->
+   ``run_instances`` gives the instance the groups of the template's primary interface (device index 0). The
+   instance keeps moto's one interface: the emulated nodes run on this machine and never send traffic to an EFA
+   interface.
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from typing import Any, ClassVar, Optional
 from moto.core.common_models import CloudFormationModel
 from moto.core.responses import ActionResult
 from moto.ec2.models import ec2_backends
+from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
 from moto.utilities.utils import get_partition
 
 from emulator.cfn_compat.base import CompatModel, as_bool
-from emulator.moto_patch import patch
+from emulator.moto_patch import original, patch
 
 PLACEMENT_STRATEGIES = ("cluster", "spread", "partition")
 
@@ -290,8 +298,25 @@ def _tag_volume(backend: Any, volume_id: str, props: dict[str, Any]) -> None:
         backend.create_tags([volume_id], tags)
 
 
+# --- 15. EFA interfaces in a launch template ------------------------------------------------------
+
+
+def _run_instances(
+    self: Any, image_id: str, count: int, user_data: Any, security_group_names: Any, **kwargs: Any
+) -> Any:
+    """moto's ``run_instances``; from a launch template whose groups are on its interfaces, with the primary's."""
+    if kwargs.get("launch_template") and not kwargs.get("security_group_ids"):
+        data = self._get_template_from_args(kwargs["launch_template"]).data
+        primary = [n for n in data.get("NetworkInterfaces", []) if str(n.get("DeviceIndex")) == "0"]
+        if not data.get("SecurityGroupIds") and primary and primary[0].get("Groups"):
+            kwargs["security_group_ids"] = list(primary[0]["Groups"])
+    return original(InstanceBackend, "run_instances")(self, image_id, count, user_data, security_group_names, **kwargs)
+
+
 def patch_moto() -> None:
-    """The placement group actions on moto's EC2 Query API (where moto has none of its own)."""
+    """The placement group actions on moto's EC2 Query API (where moto has none of its own), and instances launched
+    with the groups of a launch template's primary interface (item 15)."""
     for action, function in _EC2_ACTIONS.items():
         if not hasattr(EC2Response, action):
             patch(EC2Response, action, function)
+    patch(InstanceBackend, "run_instances", _run_instances)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from team_config.instance_types import InstanceFacts, closest_instance_type, instance_facts, known_instance_types
 from team_config.model.base import InstanceType, Name, Strict, empty_section
@@ -16,6 +17,13 @@ from team_config.model.node import (
     instance_architecture,
     rebalancing_pool,
 )
+
+
+def _efa_value(value: object) -> object:
+    """``auto``, ``true`` or ``false``, refused in one line (not one per member of the union)."""
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise PydanticCustomError("efa_value", "expected auto, true or false; write efa: auto, true or false (no quotes)")
 
 
 class ClusterConfig(Strict):
@@ -38,6 +46,12 @@ class ClusterConfig(Strict):
         False,
         description="Let a multi-node cluster span the network's AZs (more spot pools), its traffic between them "
         "billed as inter-AZ data transfer.",
+    )
+    efa: Annotated[Union[Literal["auto"], bool], BeforeValidator(_efa_value)] = Field(
+        "auto",
+        description="Elastic Fabric Adapter interfaces for NCCL, one per network card the type allows. auto: on when "
+        "the cluster has more than one node (max_nodes), a placement group and only types with EFA; true: on (refused "
+        "on a type without EFA, without a placement group or across AZs); false: off.",
     )
     root_volume_size_gib: int = Field(200, ge=8, le=16384, description="Encrypted gp3 root volume size.")
     ami: Annotated[
@@ -69,7 +83,26 @@ class ClusterConfig(Strict):
         self._check_instance_facts()
         self._check_capacity()
         self._check_warm_pool_ami()
+        self._check_efa()
         return self
+
+    def _check_efa(self) -> None:
+        """``efa: true`` only on types with EFA, in a placement group."""
+        if self.efa is not True:
+            return
+        for name in self.instance_types:
+            facts = instance_facts().get(name)
+            if facts is None or not facts.efa_interfaces:
+                why = "has no EFA" if facts is not None else "has no known EFA facts (moto's data lacks it)"
+                raise ValueError(
+                    f"efa: true on cluster {self.name}, but {name} {why}; list only EFA types (such as "
+                    "p4d.24xlarge, p5.48xlarge) or set efa: auto (off for this cluster)"
+                )
+        if not self.placement_group:
+            raise ValueError(
+                f"efa: true on cluster {self.name} ({', '.join(self.instance_types)}) with placement_group: false; "
+                "EFA wants its nodes in one cluster placement group: set placement_group: true or efa: false"
+            )
 
     def _check_node_counts(self) -> None:
         if not self.min_nodes <= self.desired_nodes <= self.max_nodes:
@@ -217,6 +250,22 @@ class ClusterConfig(Strict):
             key=lambda c: (c[0].split(".", 1)[0] != family, c[1].gpu != mine.gpu, abs(c[1].vcpus - mine.vcpus), c[0]),
         )
         return ranked[0][0] if ranked else None
+
+    @property
+    def efa_enabled(self) -> bool:
+        """Whether the nodes get EFA interfaces: ``efa``, with ``auto`` resolved (see the field's description)."""
+        if self.efa != "auto":
+            return bool(self.efa)
+        facts = [instance_facts().get(t) for t in self.instance_types]
+        all_efa = all(f is not None and f.efa_interfaces for f in facts)
+        return all_efa and self.max_nodes > 1 and self.placement_group
+
+    @property
+    def efa_interfaces(self) -> dict[str, int]:
+        """EFA interfaces per instance type (one per network card the type allows); empty without EFA."""
+        if not self.efa_enabled:
+            return {}
+        return {t: f.efa_layout for t in self.instance_types if (f := instance_facts().get(t)) is not None}
 
     @property
     def image_id(self) -> Optional[str]:

@@ -97,6 +97,12 @@ class TeamConfig(Strict):
                 )
             seen[key] = cluster.name
         for i, cluster in enumerate(self.clusters):
+            if cluster.efa is True and self.network.az_count != 1:
+                raise ValueError(
+                    f"clusters[{i}] ({cluster.name}): efa: true ({', '.join(cluster.instance_types)}) across "
+                    f"{self.network.az_count} AZs, but EFA traffic stays within one subnet; use one AZ/subnet or set "
+                    "efa: false"
+                )
             if cluster.placement_group and self.network.az_count != 1:
                 raise ValueError(
                     f"clusters[{i}] ({cluster.name}): a cluster placement group lives in one AZ but the network "

@@ -252,18 +252,24 @@ def test_on_node_code_parses_as_python_38(path: str) -> None:
         assert "from __future__ import annotations" in source
 
 
-def test_the_job_spec_the_stack_writes_passes_the_agents_check() -> None:
-    """The stack writes a JobSpec's as_dict() (training_constructs/job_spec_parameter.py): as JSON, the agent's
-    check_job takes it by the same field names, a submitted job's settings among them."""
-    pool = WarmPoolSpec(tag_key="spot-training:warm-pool", pool="t-main", device_name="/dev/sdf", volumes=["vol-1"])
-    spec = JobSpec(
+def a_job_spec(**changes: Any) -> JobSpec:
+    """A job spec as the stack writes one, with ``changes``."""
+    fields: dict[str, Any] = dict(
         team="t", cluster="main", region="us-east-1", bucket="bucket", prefix="main/", log_group="logs",
         current_job_parameter="/spot-training/t/main/current-job", command="python train.py",
         python="/opt/pytorch/bin/python", nproc_per_node=1, min_nodes=1, desired_nodes=1, max_nodes=2,
         checkpoint_dir="/opt/ml/checkpoints", checkpoint_interval_s=None, checkpoint_wait_for_upload=False,
         mean_time_between_interruptions_s=3600, max_restarts=3, interruption_grace_s=90, rendezvous_port=29400,
-        stall_timeout_s=0, warm_pool=pool,
+        stall_timeout_s=0, warm_pool=None,
     )  # fmt: skip
+    return JobSpec(**{**fields, **changes})
+
+
+def test_the_job_spec_the_stack_writes_passes_the_agents_check() -> None:
+    """The stack writes a JobSpec's as_dict() (training_constructs/job_spec_parameter.py): as JSON, the agent's
+    check_job takes it by the same field names, a submitted job's settings among them."""
+    pool = WarmPoolSpec(tag_key="spot-training:warm-pool", pool="t-main", device_name="/dev/sdf", volumes=["vol-1"])
+    spec = a_job_spec(warm_pool=pool)
     written = json.loads(json.dumps(spec.as_dict()))
     assert set(written) == SPEC_KEYS and JOB_SETTINGS <= SPEC_KEYS
     merged = check_job(written, {"job_id": "j1", "code_key": "main/code/j1.tar.gz", "max_restarts": 5}, "current")

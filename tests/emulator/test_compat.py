@@ -215,6 +215,38 @@ def test_attach_volume_answers_like_ec2(cloud: EmulatedCloud) -> None:
         ec2.attach_volume(VolumeId=volume, InstanceId=second, Device="/dev/sdf")
 
 
+def test_an_instance_from_a_launch_template_with_efa_interfaces_gets_the_primarys_groups(cloud: EmulatedCloud) -> None:
+    """Item 15: the groups live on the template's interfaces (EC2 takes them in one place only); the node keeps one
+    interface, in them, and no EFA interface is created (nothing ever sends traffic to one here)."""
+    ec2 = cloud.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24")["Subnet"]["SubnetId"]
+    sg = ec2.create_security_group(GroupName=f"efa-{uuid.uuid4().hex[:6]}", Description="efa", VpcId=vpc)["GroupId"]
+    offset = cloud.server_log.stat().st_size
+    interfaces = [
+        {"DeviceIndex": 0 if card == 0 else 1, "NetworkCardIndex": card, "InterfaceType": "efa", "Groups": [sg]}
+        for card in range(4)
+    ]
+    stack = _create_stack(
+        cloud,
+        {
+            "Lt": {
+                "Type": "AWS::EC2::LaunchTemplate",
+                "Properties": {"LaunchTemplateData": {"InstanceType": "p4d.24xlarge", "NetworkInterfaces": interfaces}},
+            }
+        },
+    )
+    assert not unsupported(cloud.server_log, offset)
+    template = _physical_ids(cloud, stack)["Lt"]
+    [version] = ec2.describe_launch_template_versions(LaunchTemplateId=template)["LaunchTemplateVersions"]
+    assert [i["NetworkCardIndex"] for i in version["LaunchTemplateData"]["NetworkInterfaces"]] == [0, 1, 2, 3]
+    [instance] = ec2.run_instances(
+        ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=subnet, LaunchTemplate={"LaunchTemplateId": template}
+    )["Instances"]
+    assert [g["GroupId"] for g in instance["SecurityGroups"]] == [sg]
+    assert len(instance["NetworkInterfaces"]) == 1
+
+
 def test_fis_template_and_its_stop_alarm_reach_the_apis_and_leave_with_the_stack(cloud: EmulatedCloud) -> None:
     """Items 13 and 14: the drill's template as FIS's API shows it, its stop condition the alarm's ARN."""
     alarm = {

@@ -97,3 +97,38 @@ def test_a_node_that_cannot_fetch_the_bootstrap_scripts_leaves_its_group(cloud: 
         ) in console
     finally:
         s3.put_object(Bucket=bucket, Key=key, Body=asset)
+
+
+def test_a_team_with_efa_clusters_deploys_and_its_nodes_launch_in_the_security_group(
+    cloud: EmulatedCloud, tmp_path: Path
+) -> None:
+    """EFA interfaces (4 on p4d, 32 on p5, a launch template per count in the group's overrides) are accepted; a node
+    launches with one interface in the node security group (emulator/cfn_compat/ec2.py, item 15)."""
+    team = {"clusters": [{"name": "mixed", "instance_types": ["p4d.24xlarge", "p5.48xlarge"], "max_nodes": 2}]}
+    (tmp_path / "efa.yaml").write_text(yaml.safe_dump(team))
+    group = deploy(cloud, "TrainingStack-efa", context={"teams_dir": str(tmp_path), "team": "efa"})["GroupNamemixed"]
+    ec2, asg = cloud.client("ec2"), cloud.client("autoscaling")
+    [found] = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+    policy = found["MixedInstancesPolicy"]["LaunchTemplate"]
+    counts = {}
+    for override in policy["Overrides"]:
+        spec = override.get("LaunchTemplateSpecification", policy["LaunchTemplateSpecification"])
+        [version] = ec2.describe_launch_template_versions(LaunchTemplateId=spec["LaunchTemplateId"])[
+            "LaunchTemplateVersions"
+        ]
+        interfaces = version["LaunchTemplateData"]["NetworkInterfaces"]
+        counts[override["InstanceType"]] = len([i for i in interfaces if i["InterfaceType"] == "efa"])
+        groups = {g for i in interfaces for g in i["Groups"]}
+    assert counts == {"p4d.24xlarge": 4, "p5.48xlarge": 32}
+    asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=1)  # no node launcher: no node process
+    try:
+        [found] = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        [instance] = [
+            i
+            for r in ec2.describe_instances(InstanceIds=[i["InstanceId"] for i in found["Instances"]])["Reservations"]
+            for i in r["Instances"]
+        ]
+        assert {g["GroupId"] for g in instance["SecurityGroups"]} == groups
+        assert len(instance["NetworkInterfaces"]) == 1
+    finally:
+        asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0)

@@ -55,6 +55,8 @@ Duties over one node's shared context (``node``), each an object the supervisor 
                         writes, peers' ``progress`` markers and newly durable checkpoints; it sees the sync through a
                         small protocol (``WatchedSync``)
   ``notices``           ``Notices``: the agent's SIGTERM, the spot notice, the group ending the instance
+  ``efa``               ``EfaEnvironment``: NCCL's EFA variables (libfabric provider, GPUDirect RDMA) in the
+                        trainer's environment on an EFA cluster, below what the environment holds; logged once
   ``warm_claim``        ``WarmClaim``: claim (attach, mount) and release a warm volume of the pool
   ``group_exit``        ``GroupExit``: leave the group, hand the instance back, scale to 0, complete the drain hook
   ``membership``        ``Membership``: the group's instances while the trainers run, asked of Auto Scaling by the

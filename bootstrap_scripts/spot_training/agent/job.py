@@ -36,6 +36,7 @@ class Job:
         self.log_group: str = spec["log_group"]
         self.stall_timeout_s: Optional[int] = spec["stall_timeout_s"]  # None: the stall watchdog is off
         self.warm_pool: Optional[Dict[str, Any]] = spec["warm_pool"]
+        self.efa: bool = spec["efa"]  # the nodes have EFA interfaces (agent/efa.py)
 
     @property
     def job_prefix(self) -> str:

@@ -16,6 +16,7 @@ from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.checkpoint_sync import Syncer
 from spot_training.agent.code_fetch import download_code
 from spot_training.agent.drain import DrainHold
+from spot_training.agent.efa import EfaEnvironment
 from spot_training.agent.errors import (
     AWS_ERRORS,
     EXIT_FAILED,
@@ -76,6 +77,7 @@ class Agent:
         # ``node.log`` looked up at each line (tests swap it)
         self.lifecycle = Lifecycle(lambda line: self.node.log(line), state.BOOT)
         self.endings = Endings(node, self.markers, self.rendezvous, self.syncs, self.group_exit, self.lifecycle)
+        self.efa = EfaEnvironment(node)
         self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
         # Started with the job's store; ``node.log`` and ``group_ending_it`` looked up at each use (tests swap them).
         self.drain_hold = DrainHold(
@@ -309,6 +311,7 @@ class Agent:
         self.node.log(f"peers: {', '.join(ids)}; rendezvous host {ids[0]}")
         cmd, env = self.rendezvous.torchrun_command(job, peers)
         env.update(self.trainer_env(job, attempt, resume_step, flat, ids))
+        self.efa.apply(job.efa, env)
         self.notices.check_notice("peer discovery")
         self.report_training(job, attempt, env["SPOT_TRAINING_STORE_BIND_ADDRESS"], peers)
         self.lifecycle.move(state.TRAIN, f"attempt {attempt} with {len(ids)} node(s); rendezvous host {ids[0]}")
