@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spot_training import protocol
 from spot_training.agent import lifecycle
 from spot_training.agent.lifecycle import BOOT, STATES, TERMINAL, TRANSITIONS, Lifecycle
 
@@ -121,3 +122,8 @@ def test_a_notice_while_training_moves_the_node_through_drain_to_leaving(make_cl
     assert (marker["state"], marker["previous"]) == ("LEAVING", "DRAIN")
     assert marker["reason"] == "interrupted: the group replaces this instance"
     assert agent.node.instance_id not in [i for i, _ in cluster.instances()]
+
+
+def test_the_final_states_of_a_job_are_named_as_its_end_markers() -> None:
+    """The supervisor moves a node to the state named as the job's end marker it found or wrote."""
+    assert (lifecycle.DONE, lifecycle.FAILED, lifecycle.STOPPED) == protocol.END_MARKERS
