@@ -33,6 +33,16 @@ def counting_describes(agent: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict
     return calls
 
 
+def host_and_peer(cluster: Cluster) -> tuple[Any, Any, Any, list[str], str]:
+    """The agents of the rendezvous host and of a peer after an attempt of all three nodes, the job, the peer's log
+    lines, and the third node's id."""
+    (host_id, _), (peer_id, _), (other_id, _) = cluster.instances()
+    started = time.time()
+    host, job, _ = restarting(cluster, host_id, started=started)
+    peer, _, lines = restarting(cluster, peer_id, started=started)
+    return host, peer, job, lines, other_id
+
+
 def poll(agent: Any, job: Any) -> Any:
     """What a trainer poll does: one listing of ``nodes/``, then the lost-peer check over it."""
     published: dict[str, float] = {}
@@ -55,10 +65,7 @@ def test_the_host_publishes_the_same_bytes_while_the_group_does_not_change(clust
 def test_a_peer_reads_the_hosts_membership_and_asks_auto_scaling_nothing(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (host_id, _), (peer_id, _), (gone_id, _) = cluster.instances()
-    started = time.time()
-    host, job, _ = restarting(cluster, host_id, started=started)
-    peer, _, lines = restarting(cluster, peer_id, started=started)
+    host, peer, job, lines, gone_id = host_and_peer(cluster)
     tune(peer, poll_s=5.0)  # the real poll: a membership up to 17 s old is fresh
     describes = counting_describes(peer, monkeypatch)
     assert poll(host, job) is None
@@ -75,10 +82,7 @@ def test_a_peer_reads_the_hosts_membership_and_asks_auto_scaling_nothing(
 def test_a_peer_asks_auto_scaling_itself_once_the_hosts_membership_is_stale(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (host_id, _), (peer_id, _), (gone_id, _) = cluster.instances()
-    started = time.time()
-    host, job, _ = restarting(cluster, host_id, started=started)
-    peer, _, lines = restarting(cluster, peer_id, started=started)
+    host, peer, job, lines, gone_id = host_and_peer(cluster)
     tune(peer, poll_s=0.01)  # stale after 3 polls + 2 s of S3's whole-second LastModified
     assert poll(host, job) is None  # published once, then the host is gone
     describes = counting_describes(peer, monkeypatch)
@@ -90,7 +94,7 @@ def test_a_peer_asks_auto_scaling_itself_once_the_hosts_membership_is_stale(
     assert describes, "the peer kept using a stale membership"
     assert poll(peer, job) == (gone_id, "left the group without a notice")
     stale = [line for line in lines if "membership from" in line]
-    assert len(stale) == 1 and stale[0].startswith(f"membership from {host_id} is "), lines
+    assert len(stale) == 1 and stale[0].startswith(f"membership from {host.node.instance_id} is "), lines
     assert stale[0].endswith("s old: asking Auto Scaling"), stale
 
 
