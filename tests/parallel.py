@@ -29,6 +29,7 @@ LONGEST_FIRST = (
     "tests/emulator/test_matrix_notices.py",
     "tests/emulator/test_matrix_restores.py",
     "tests/emulator/test_matrix_hard.py",
+    "tests/emulator/test_drills.py",
     "tests/emulator/test_iam_job.py",
     "tests/bootstrap/test_node_agent.py",
     "tests/emulator/test_isolation.py",
