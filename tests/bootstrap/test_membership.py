@@ -110,3 +110,15 @@ def test_without_a_published_membership_a_peer_asks_auto_scaling(
     assert len(describes) == 2
     assert not [line for line in lines if "membership" in line], lines
     assert host_id != peer_id
+
+
+def test_a_listing_without_ages_asks_auto_scaling_without_a_stale_complaint(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, peer, job, lines, _ = host_and_peer(cluster)
+    assert poll(host, job) is None  # published
+    describes = counting_describes(peer, monkeypatch)
+    markers = peer.markers.node_markers(job)  # the membership's ETag, but no ages
+    assert peer.rendezvous.lost_peer(job, markers) is None
+    assert len(describes) == 1
+    assert not [line for line in lines if "membership" in line], lines

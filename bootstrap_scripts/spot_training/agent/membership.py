@@ -50,7 +50,7 @@ class Membership:
         etag = (markers or {}).get(publisher, {}).get(MEMBERSHIP_MARKER)
         age = (ages or {}).get(publisher)
         if etag is None or age is None or age > STALE_POLLS * self.node.poll_s + LAST_MODIFIED_SLACK_S:
-            if etag is not None and self.stale_said != publisher:
+            if etag is not None and age is not None and self.stale_said != publisher:
                 self.stale_said = publisher
                 self.node.log(f"membership from {publisher} is {age:.0f} s old: asking Auto Scaling")
             return group_states(self.node.asg, self.node.group)
