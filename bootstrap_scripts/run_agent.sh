@@ -119,6 +119,9 @@ run_in_loop() {
     fi
     log "node agent ended with $(ending "$rc"): starting it again (restart $crashes of $RESTARTS)"
     sleep "${SPOT_TRAINING_AGENT_RESTART_PAUSE_S:-5}"
+    if ((stopping)); then  # a TERM during the pause: the instance is going, no new agent
+      return "$rc"
+    fi
   done
 }
 
