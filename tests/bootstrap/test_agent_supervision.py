@@ -151,3 +151,21 @@ def test_a_bad_supervisor_setting_is_one_line(tmp_path: Path) -> None:
         2,
         "run_agent: error: SPOT_TRAINING_SUPERVISOR=cron (auto, systemd or loop)\n",
     )
+
+
+def test_a_term_during_the_pause_after_a_crash_starts_no_other_agent(tmp_path: Path) -> None:
+    """The loop: an agent that crashes (here a stand-in that counts its starts and dies by SIGKILL) is started again
+    after the pause, unless the node is told to stop during it."""
+    starts = tmp_path / "starts"
+    agent = tmp_path / "python"
+    agent.write_text(f"#!/bin/sh\necho start >> {starts}\nkill -KILL $$\n")
+    agent.chmod(0o755)
+    env = {**os.environ, "SPOT_TRAINING_SUPERVISOR": "loop", "SPOT_TRAINING_AGENT_RESTART_PAUSE_S": "3"}
+    argv = ["bash", str(BOOTSTRAP / "run_agent.sh"), str(tmp_path / "hand-back.sh"), str(agent), "--"]
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    said = [proc.stderr.readline() for _ in range(2)]  # bash's "Killed", then the loop's line, at once
+    assert "node agent ended with signal KILL: starting it again (restart 1 of 3)" in said[-1], said
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 137  # the crashed agent's status; no restart after the pause
+    assert starts.read_text().splitlines() == ["start"]
