@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
+from .job_parts import check_job_parts
+from .job_spec_error import JobSpecError
 from .protocol import CODE_FOLDER
 
-
-class JobSpecError(ValueError):
-    """A job setting the agent refuses; ``str()`` is one line: the key, what is wrong, what it got."""
+__all__ = ["JobSpecError", "check_job"]
 
 
 SPEC_VERSION = 1  # the job spec's schema version: the agent refuses any other
@@ -68,6 +68,7 @@ class JobSpec:
     stall_timeout_s: int  # 0: the stall watchdog is off
     warm_pool: Optional[WarmPoolSpec]
     efa: bool = False  # the nodes have EFA interfaces: the agent sets NCCL's EFA environment (agent/efa.py)
+    data_buckets: List[str] = field(default_factory=list)  # the S3 buckets a job's inputs may come from
 
     def as_dict(self) -> Dict[str, Any]:
         """The job spec as its JSON object: ``version`` first, then the fields in their order."""
@@ -89,8 +90,10 @@ JOB_SETTINGS = {
     "interruption_grace_s",
     "stall_timeout_s",
 }
+# A submitted job's own parts (spot_training/job_parts.py); the job spec has no defaults for them.
+JOB_PARTS = {"setup", "env", "secrets", "inputs"}
 # Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
-JOB_KEYS = JOB_SETTINGS | {"job_id", "code_key", "nodes"}
+JOB_KEYS = JOB_SETTINGS | JOB_PARTS | {"job_id", "code_key", "nodes"}
 SPEC_KEYS = {f.name for f in fields(JobSpec)} | {"version"}
 # The keys a warm_pool entry must hold; its volumes may be missing (the node claims a volume by its tag then).
 WARM_POOL_KEYS = {f.name for f in fields(WarmPoolSpec)} - {"volumes"}
@@ -191,6 +194,7 @@ def check_job(spec: Any, current: Any, current_name: str) -> Dict[str, Any]:
     merged["argv"] = parse_command(merged.get("command"))
     _check_numbers(merged)
     _check_warm_pool(merged.get("warm_pool"))
+    check_job_parts(merged)
     return merged
 
 
