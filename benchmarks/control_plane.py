@@ -15,16 +15,14 @@ figures).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator import http_serving
 from emulator.request_counts import OTHER_CALLER, RequestCounts
-from tests.bootstrap.conftest import FAKE_CREDENTIALS, Clients, Cluster, Node, loopback  # the agent harness
+from tests.bootstrap.conftest import Clients, Cluster, Node, loopback, moto_with_fake_credentials  # the agent harness
 
 POLL_S = 5.0  # the agent's poll on a real node (SPOT_TRAINING_POLL_INTERVAL_S default)
 WINDOW_S = 90.0
@@ -73,13 +71,10 @@ def node_calls(counts: RequestCounts) -> Counter[str]:
 
 def measure(nodes: int, root: Path, window_s: float = WINDOW_S) -> CallRates:
     """One cluster of ``nodes`` nodes training; the calls its agents make in ``window_s`` seconds."""
-    saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(FAKE_CREDENTIALS)
     counts = RequestCounts(root / f"requests-{nodes}.json")
     started: list[Node] = []
-    try:
-        with http_serving.moto_in_thread(counts=counts) as endpoint:
-            os.environ["AWS_ENDPOINT_URL"] = endpoint
+    with moto_with_fake_credentials(counts) as endpoint:
+        try:
             cluster = Cluster(Clients(endpoint), root / f"nodes-{nodes}", nodes, checkpoint_dir="/opt/ml/checkpoints")
             cluster.submit("bench", {"train.py": LIGHT_TRAINER}, "python train.py")
             started = [Node(cluster, i, ip, loopback(20 + n)) for n, (i, ip) in enumerate(cluster.instances())]
@@ -96,14 +91,9 @@ def measure(nodes: int, root: Path, window_s: float = WINDOW_S) -> CallRates:
             if still:
                 raise RuntimeError(f"{nodes} nodes: {still} ended during the window:\n{started[0].text[-3000:]}")
             return CallRates(nodes, window_s, dict(after - before), booted_s)
-    finally:
-        for node in started:
-            node.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        finally:
+            for node in started:
+                node.stop()
 
 
 def wait_until_training(nodes: list[Node], deadline: float) -> None:

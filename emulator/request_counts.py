@@ -160,8 +160,9 @@ def counting(app: WsgiApp, counts: RequestCounts) -> WsgiApp:
 
     def wrapped(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         stream = environ["wsgi.input"]
-        body = stream.read() if isinstance(stream, io.BytesIO) else b""
+        body = b""
         if isinstance(stream, io.BytesIO):
+            body = stream.read()
             stream.seek(0)
         service = service_of(environ)
         counts.count(caller_of(environ), service, action_of(environ, service, body))

@@ -6,6 +6,7 @@ labels; ``Cluster.address_map`` maps each one to the node's loopback address (SP
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -29,6 +30,7 @@ import pytest
 
 from emulator import http_serving
 from emulator.imds import ImdsMock
+from emulator.request_counts import RequestCounts
 from team_config.naming import CLUSTER_TAG, TEAM_TAG
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,21 +64,29 @@ class Clients:
         return str(self.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
 
 
+@contextlib.contextmanager
+def moto_with_fake_credentials(counts: Optional[RequestCounts] = None) -> Iterator[str]:
+    """moto served on 127.0.0.1 (free port, requests counted in ``counts``), its endpoint and fake credentials in
+    the environment while the block runs (the node agents started in it inherit them); yields the endpoint."""
+    saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(FAKE_CREDENTIALS)
+    try:
+        with http_serving.moto_in_thread(counts=counts) as endpoint:
+            os.environ["AWS_ENDPOINT_URL"] = endpoint
+            yield endpoint
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def aws() -> Iterator[Clients]:
     """moto server on 127.0.0.1 (free port) with fake credentials in the environment for the whole session."""
-    saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(FAKE_CREDENTIALS)
-    with http_serving.moto_in_thread() as endpoint:
-        os.environ["AWS_ENDPOINT_URL"] = endpoint
-        try:
-            yield Clients(endpoint)
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with moto_with_fake_credentials() as endpoint:
+        yield Clients(endpoint)
 
 
 def loopback(last: int) -> str:
