@@ -13,6 +13,7 @@ condition keys and KMS (a SecureString decrypts without a key policy check); see
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import boto3
@@ -84,14 +85,14 @@ def test_the_teams_own_secret_parameter_is_read_and_decrypted_others_are_denied(
     ssm = node("ssm")
     assert ssm.get_parameter(Name=f"/{OWN}", WithDecryption=True)["Parameter"]["Value"] == OWN
     for name in FOREIGN:
-        assert_denied(lambda name=name: ssm.get_parameter(Name=f"/{name}", WithDecryption=True))
+        assert_denied(partial(ssm.get_parameter, Name=f"/{name}", WithDecryption=True))
 
 
 def test_the_teams_own_secret_is_read_others_are_denied(node: Any) -> None:
     secrets = node("secretsmanager")
     assert secrets.get_secret_value(SecretId=OWN)["SecretString"] == OWN
     for name in FOREIGN:
-        assert_denied(lambda name=name: secrets.get_secret_value(SecretId=name))
+        assert_denied(partial(secrets.get_secret_value, SecretId=name))
 
 
 def test_a_listed_data_bucket_is_read_and_listed_an_unlisted_one_is_denied(node: Any) -> None:
