@@ -12,7 +12,7 @@ import boto3
 import pytest
 import yaml
 
-from tests.test_trainctl_submit import CLUSTER, CURRENT, TEAM, aws, state
+from tests.test_trainctl_submit import CLUSTER, CURRENT, GROUP, LOG_GROUP, TEAM, aws, state, trainctl
 from trainctl.cli import main as trainctl_main
 from trainctl.job_file import JobFile, load_job_file
 
@@ -194,3 +194,26 @@ def test_the_example_job_file_loads_with_every_part() -> None:
     assert job.setup is not None and (path.parent / job.setup).is_file()
     assert job.env and job.secrets and job.inputs and job.command
     assert set(JobFile.model_fields) >= set(yaml.safe_load(path.read_text()))
+
+
+def test_status_shows_the_env_and_only_the_names_of_the_secrets(
+    listed: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Of an earlier job too: its job is read back from the current-job parameter's history."""
+    path = job_file(tmp_path, {**GOOD, "secrets": {"HF_TOKEN": GOOD["secrets"]["HF_TOKEN"], "A_KEY": "ssm:/x"}})
+    assert trainctl_main(["submit", str(path), "--secret", f"A_KEY=ssm:/spot-training-secrets/{TEAM}/a"]) == 0
+    boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
+    (tmp_path / "second").mkdir()
+    second = job_file(tmp_path / "second", {"cluster": CLUSTER})
+    assert trainctl_main(["submit", str(second), "--job-id", "run-2", "--nodes", "1"]) == 0
+    boto3.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    capsys.readouterr()
+    rc, out, err = trainctl(capsys, "status", "run-1")
+    assert (rc, err) == (0, "")
+    assert "\nenv: LOG_LEVEL=debug\nsecrets: A_KEY, HF_TOKEN\n" in out
+    assert "spot-training-secrets" not in out  # the names of the variables, not where their values are
+    assert trainctl_main(["--json", "status", "--team", TEAM, "--cluster", CLUSTER, "run-1"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["env"], info["secrets"]) == ({"LOG_LEVEL": "debug"}, ["A_KEY", "HF_TOKEN"])
+    rc, out, _ = trainctl(capsys, "status", "run-2")
+    assert rc == 0 and "\nenv: -\nsecrets: -\n" in out

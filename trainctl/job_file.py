@@ -132,10 +132,11 @@ def code_dir(path: Path, job_file: JobFile) -> Path:
     return path.parent / job_file.code if job_file.code is not None else path.parent
 
 
-def check_against_cluster(path: Path, job_file: JobFile, ref: ClusterRef) -> None:
-    """The node agent's rules for the file's values on cluster ``ref``: the team's secret prefix, the team file's
-    data buckets, the job settings' ranges; a one-line :class:`JobError` naming the file and the key."""
-    values = job_values(job_file)
+def check_against_cluster(path: Path, values: dict[str, Any], ref: ClusterRef) -> None:
+    """The node agent's rules for the job file's ``values`` (:func:`job_values`, less what options override) on
+    cluster ``ref``: the team's secret prefix, the team file's data buckets, the job settings' ranges; a one-line
+    :class:`JobError` naming the file and the key."""
+    values = dict(values)
     if "nodes" in values:  # as submit does: a job on fewer nodes than the cluster's min_nodes lowers its own
         values.setdefault("min_nodes", min(int(ref.spec["min_nodes"]), values["nodes"]))
     placeholder = "job-file-check"  # check_job wants an id and a code key; the file's own are checked as they are

@@ -120,14 +120,18 @@ def _pair(option: str, text: str, first: str) -> tuple[str, str]:
 
 
 def job_keys(request: SubmitRequest, ref: ClusterRef) -> dict[str, Any]:
-    """The job's keys: the job file's (checked on the cluster first: a mistake names the file), then the options';
-    ``env`` and ``secrets`` of both merged by name, an option's value winning."""
+    """The job's keys: the job file's (what the options leave of them checked on the cluster first: a mistake names
+    the file), then the options'; ``env`` and ``secrets`` of both merged by name, an option's value winning."""
     keys: dict[str, Any] = {}
     if request.loaded is not None and request.job_file is not None:
-        check_against_cluster(request.job_file, request.loaded, ref)
         keys = job_values(request.loaded)
         if request.loaded.resume_from is not None:
             keys["resume_from"] = request.loaded.resume_from
+        kept = {key: value for key, value in keys.items() if key not in request.options or key in PAIR_OPTIONS.values()}
+        for key in PAIR_OPTIONS.values():
+            if key in kept:
+                kept[key] = {n: v for n, v in kept[key].items() if n not in request.options.get(key, {})}
+        check_against_cluster(request.job_file, {k: v for k, v in kept.items() if k != "resume_from"}, ref)
     for key, value in request.options.items():
         keys[key] = {**keys.get(key, {}), **value} if key in PAIR_OPTIONS.values() else value
     return keys
