@@ -217,3 +217,9 @@ def test_status_shows_the_env_and_only_the_names_of_the_secrets(
     assert (info["env"], info["secrets"]) == ({"LOG_LEVEL": "debug"}, ["A_KEY", "HF_TOKEN"])
     rc, out, _ = trainctl(capsys, "status", "run-2")
     assert rc == 0 and "\nenv: -\nsecrets: -\n" in out
+
+
+def test_the_how_to_page_shows_the_example_job_file_as_it_is() -> None:
+    page = (REPO / "docs" / "how-to" / "job-files.md").read_text()
+    example = (REPO / "examples" / "digits" / "job.yaml").read_text()
+    assert f"```yaml\n{example}```\n" in page
