@@ -21,6 +21,13 @@ from team_config.validation_errors import error_lines
 from trainctl.cluster import ClusterRef, JobError
 
 REFERENCE = "docs/reference/job-file.md"
+
+
+def unset(description: str) -> Any:
+    """A key the file may leave out (None: the option's or the cluster's value)."""
+    return Field(None, description=description)
+
+
 JobId = Annotated[str, StringConstraints(pattern=JOB_ID_RE.pattern)]
 
 
@@ -39,24 +46,21 @@ class InputEntry(Strict):
 class JobFile(Strict):
     """One job; every key is optional. The options of ``trainctl submit`` override the file's values."""
 
-    cluster: Optional[Name] = Field(None, description="The cluster to run on (--cluster).")
-    team: Optional[Name] = Field(None, description="The cluster's team (--team); default: default.")
-    code: Optional[str] = Field(
-        None,
-        description="The directory packed as the job's code archive, relative to the job file (--code); default: "
+    cluster: Optional[Name] = unset("The cluster to run on (--cluster).")
+    team: Optional[Name] = unset("The cluster's team (--team); default: default.")
+    code: Optional[str] = unset(
+        "The directory packed as the job's code archive, relative to the job file (--code); default: "
         "the job file's directory.",
     )
-    command: Optional[str] = Field(
-        None, description="Entry command: python SCRIPT [ARGS] or python -m MODULE [ARGS] (--command); default: the "
+    command: Optional[str] = unset(
+        "Entry command: python SCRIPT [ARGS] or python -m MODULE [ARGS] (--command); default: the "
         "cluster's job.command."
-    )  # fmt: skip
+    )
     nodes: Optional[int] = Field(
         None, ge=1, description="Number of nodes (--nodes); default: the cluster's desired_nodes."
     )
-    setup: Optional[str] = Field(
-        None,
-        description="A script in the code directory, run with bash on each node before the trainer, once per node "
-        "boot (--setup).",
+    setup: Optional[str] = unset(
+        "A script in the code directory, run with bash on each node before the trainer, once per node boot (--setup).",
     )
     env: dict[str, str] = Field(
         {}, description="Plain environment variables of the trainer, NAME: value; shown by trainctl status (--env)."
@@ -70,33 +74,30 @@ class JobFile(Strict):
     inputs: list[InputEntry] = Field(
         [], description="S3 data downloaded to each node before the trainer starts: - {s3: ..., path: ...} (--input)."
     )
-    job_id: Optional[JobId] = Field(None, description="Job id (--job-id); default: job-<time>-<random>.")
-    resume_from: Optional[JobId] = Field(
-        None, description="An earlier job of the cluster whose newest intact checkpoint the job starts from "
-        "(--resume-from)."
-    )  # fmt: skip
-    python: Optional[str] = Field(None, description="Interpreter of the training environment on the node (--python).")
-    nproc_per_node: Optional[int] = Field(None, description="Processes per node (--nproc-per-node).")
-    min_nodes: Optional[int] = Field(None, description="Fewest nodes the job trains on (--min-nodes).")
-    max_nodes: Optional[int] = Field(None, description="Most nodes the job trains on (--max-nodes).")
-    checkpoint_interval_s: Optional[float] = Field(
-        None, description="Fixed checkpoint interval in seconds (--checkpoint-interval-s); default: Young/Daly."
+    job_id: Optional[JobId] = unset("Job id (--job-id); default: job-<time>-<random>.")
+    resume_from: Optional[JobId] = unset(
+        "An earlier job of the cluster whose newest intact checkpoint the job starts from (--resume-from)."
     )
-    checkpoint_wait_for_upload: Optional[bool] = Field(
-        None, description="Train on only once each checkpoint is durable in S3 (--checkpoint-wait-for-upload)."
+    python: Optional[str] = unset("Interpreter of the training environment on the node (--python).")
+    nproc_per_node: Optional[int] = unset("Processes per node (--nproc-per-node).")
+    min_nodes: Optional[int] = unset("Fewest nodes the job trains on (--min-nodes).")
+    max_nodes: Optional[int] = unset("Most nodes the job trains on (--max-nodes).")
+    checkpoint_interval_s: Optional[float] = unset(
+        "Fixed checkpoint interval in seconds (--checkpoint-interval-s); default: Young/Daly."
     )
-    mean_time_between_interruptions_s: Optional[float] = Field(
-        None, description="Expected seconds between spot interruptions, for the Young/Daly interval "
+    checkpoint_wait_for_upload: Optional[bool] = unset(
+        "Train on only once each checkpoint is durable in S3 (--checkpoint-wait-for-upload)."
+    )
+    mean_time_between_interruptions_s: Optional[float] = unset(
+        "Expected seconds between spot interruptions, for the Young/Daly interval "
         "(--mean-time-between-interruptions-s)."
-    )  # fmt: skip
-    max_restarts: Optional[int] = Field(
-        None, description="Restarts of the trainer before the job fails (--max-restarts)."
     )
-    interruption_grace_s: Optional[float] = Field(
-        None, description="Seconds of a spot notice the emergency checkpoint may take (--interruption-grace-s)."
+    max_restarts: Optional[int] = unset("Restarts of the trainer before the job fails (--max-restarts).")
+    interruption_grace_s: Optional[float] = unset(
+        "Seconds of a spot notice the emergency checkpoint may take (--interruption-grace-s)."
     )
-    stall_timeout_s: Optional[int] = Field(
-        None, description="Seconds without progress before the trainer is ended as hung; 0: off (--stall-timeout-s)."
+    stall_timeout_s: Optional[int] = unset(
+        "Seconds without progress before the trainer is ended as hung; 0: off (--stall-timeout-s)."
     )
 
 
