@@ -223,3 +223,16 @@ def test_the_how_to_page_shows_the_example_job_file_as_it_is() -> None:
     page = (REPO / "docs" / "how-to" / "job-files.md").read_text()
     example = (REPO / "examples" / "digits" / "job.yaml").read_text()
     assert f"```yaml\n{example}```\n" in page
+
+
+def test_a_job_too_large_for_its_parameter_names_its_parts_too(
+    listed: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = job_file(tmp_path, {**GOOD, "env": {f"VAR_{i}": "x" * 100 for i in range(40)}})
+    assert trainctl_main(["submit", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainctl: error: the job takes ") and err.endswith(
+        " bytes as JSON, above the 4,096 of its SSM parameter: shorten --command (long arguments go in a file of "
+        "your code) or its env, secrets, inputs\n"
+    )
+    assert state() == UNCHANGED

@@ -123,7 +123,7 @@ def checked_job(ref: ClusterRef, job: dict[str, Any]) -> list[str]:
     if size > PARAMETER_MAX_BYTES:  # refused by SSM after the code's upload otherwise
         raise JobError(
             f"the job takes {size:,} bytes as JSON, above the {PARAMETER_MAX_BYTES:,} of its SSM "
-            "parameter: shorten --command (long arguments go in a file of your code)"
+            f"parameter: shorten --command (long arguments go in a file of your code){_parts_hint(job)}"
         )
     stall, interval = merged["stall_timeout_s"], merged["checkpoint_interval_s"]
     if stall_too_short(stall, interval):  # the team file's rule, which an override must not get round
@@ -133,6 +133,12 @@ def checked_job(ref: ClusterRef, job: dict[str, Any]) -> list[str]:
             f"{stall / 2:g}"
         )
     return list(merged["argv"])
+
+
+def _parts_hint(job: dict[str, Any]) -> str:
+    """What else to shorten when the job has its own parts."""
+    parts = [key for key in ("env", "secrets", "inputs") if job.get(key)]
+    return f" or its {', '.join(parts)}" if parts else ""
 
 
 def check_new_job(client: ClientFactory, ref: ClusterRef, job_id: str, resume_from: Optional[str]) -> None:
