@@ -187,6 +187,8 @@ def _too_short(error: Any, msg: str, key: Optional[str]) -> Optional[str]:
 def _too_long(error: Any, msg: str, key: Optional[str]) -> Optional[str]:
     if key == "instance_types":  # the one list with a service's limit
         return f"{msg}: an Auto Scaling group takes at most {error['ctx']['max_length']}; remove the rest"
+    if key == "data_buckets":  # the job spec, an SSM parameter, has room for so many
+        return f"{msg}: the job spec has room for at most {error['ctx']['max_length']}; list fewer"
     return None
 
 

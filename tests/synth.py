@@ -30,6 +30,7 @@ EVERYTHING: dict[str, Any] = {
         }
     },
     "budget": {"usd_per_month": 1000},
+    "data_buckets": ["everything-datasets", "corpus.example.com"],
     "clusters": [
         {
             "name": "pool",

@@ -23,7 +23,7 @@ from bootstrap_scripts.spot_training.job_spec import (
     SPEC_KEYS,
     WarmPoolSpec,
 )
-from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
+from team_config.model import DATA_BUCKETS_JSON_BYTES, DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
 from training_constructs import WarmVolumePool, node_bootstrap
@@ -1000,8 +1000,9 @@ LONGEST_REF = {"AWS::Region": 14, "CheckpointsBucket": 63, "LogsLogGroup": 200, 
 
 def test_the_longest_job_spec_fits_its_ssm_parameter() -> None:
     """The job spec is a Standard SSM parameter (4,096 bytes at most: a longer one fails the deploy). The team file
-    bounds the text it controls (JOB_SPEC_TEXT_BYTES); with that text at its bound and everything else at its
-    longest (64 warm volumes, 32-character names, the largest numbers), the resolved job spec still fits."""
+    bounds the text it controls (JOB_SPEC_TEXT_BYTES, DATA_BUCKETS_JSON_BYTES); with that text at its bound and
+    everything else at its longest (64 warm volumes, 32-character names, the largest numbers), the resolved job spec
+    still fits."""
     fixed = len(DEFAULT_PYTHON) + len("/opt/ml/checkpoints")
     command = "python train.py --" + "x" * (JOB_SPEC_TEXT_BYTES - fixed - len("python train.py --"))
     job = {
@@ -1017,7 +1018,12 @@ def test_the_longest_job_spec_fits_its_ssm_parameter() -> None:
     pool = {**WARM_POOL, "size": 64}
     types = {"instance_types": ["p5.48xlarge", "p4d.24xlarge"]}
     cluster = {**POOLED, **types, "name": "c" * 32, "max_nodes": 64, "desired_nodes": 64, "warm_pool": pool, "job": job}
-    config = team_config(network={"existing_vpc": EXISTING_VPC}, clusters=[cluster])
+    # data buckets of 63 characters (S3's longest), as many as fit in DATA_BUCKETS_JSON_BYTES, and the rest in one
+    buckets = [f"{i:02}" + "d" * 61 for i in range(DATA_BUCKETS_JSON_BYTES // 68)]
+    rest = DATA_BUCKETS_JSON_BYTES - len(json.dumps(buckets)) - len(', ""')
+    buckets.append("e" * rest)
+    assert len(json.dumps(buckets)) == DATA_BUCKETS_JSON_BYTES
+    config = team_config(network={"existing_vpc": EXISTING_VPC}, clusters=[cluster], data_buckets=buckets)
     [spec] = [
         r["Properties"]["Value"]
         for r in synth(config, team="t" * 32)[1].find_resources("AWS::SSM::Parameter").values()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from aws_cdk import RemovalPolicy, Tags
@@ -20,7 +21,7 @@ from training_constructs.job_spec_parameter import (
 )
 from training_constructs.node_bootstrap import NodeBootstrap
 from training_constructs.node_image import node_image
-from training_constructs.node_permissions import NodeBootPolicy, PeerDiscoveryPolicy
+from training_constructs.node_permissions import JobInputsPolicy, NodeBootPolicy, PeerDiscoveryPolicy
 from training_constructs.spot_fleet import SpotFleet
 from training_constructs.training_logs import TrainingLogs
 from training_constructs.warm_volume_pool import WarmVolumePool
@@ -34,7 +35,7 @@ class TrainingCluster(Construct):
 
     Exposes ``bucket``, ``asg``, ``role``, ``log_group``, ``placement_group``, ``job_spec``,
     ``warm_pool``, ``drill``. Every grant is scoped to this cluster: its bucket prefix, its log group, its
-    group, its job-spec parameters, its pool's volumes.
+    group, its job-spec parameters, its pool's volumes; and to its team: the team's job secrets and data buckets.
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class TrainingCluster(Construct):
         vpc_subnets: ec2.SubnetSelection,
         checkpoint_store: CheckpointStore,
         log_retention: logs.RetentionDays,
+        data_buckets: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         Tags.of(self).add(CLUSTER_TAG, spec.name)
@@ -56,11 +58,10 @@ class TrainingCluster(Construct):
         self.logs = TrainingLogs(self, "Logs", retention=log_retention)
         self.log_group = self.logs.log_group
         self.warm_pool = self._warm_pool(team, spec, vpc, vpc_subnets)
-        self.job_spec = JobSpecParameter(
-            self,
-            "JobSpec",
-            job_spec=cluster_job_spec(team, spec, bucket=self.bucket, log_group=self.log_group, pool=self.warm_pool),
+        job_spec = cluster_job_spec(
+            team, spec, bucket=self.bucket, log_group=self.log_group, pool=self.warm_pool, data_buckets=data_buckets
         )
+        self.job_spec = JobSpecParameter(self, "JobSpec", job_spec=job_spec)
         bootstrap = NodeBootstrap(
             self,
             "BootstrapScripts",
@@ -94,7 +95,7 @@ class TrainingCluster(Construct):
             for volume in self.warm_pool.volumes:
                 self.asg.node.add_dependency(volume)
         self.parameter_arns = job_parameter_arns(self, team, spec.name)
-        self._grant_node(team, bootstrap, checkpoint_store)
+        self._grant_node(team, bootstrap, checkpoint_store, data_buckets)
         self.drill = self._drill(team, spec)
 
     def _warm_pool(
@@ -121,9 +122,13 @@ class TrainingCluster(Construct):
             removal_policy=RemovalPolicy.RETAIN if pool.removal_policy == "retain" else RemovalPolicy.DESTROY,
         )
 
-    def _grant_node(self, team: str, bootstrap: NodeBootstrap, checkpoint_store: CheckpointStore) -> None:
-        """Least privilege for the node role, each grant scoped to this cluster."""
+    def _grant_node(
+        self, team: str, bootstrap: NodeBootstrap, checkpoint_store: CheckpointStore, data_buckets: Sequence[str]
+    ) -> None:
+        """Least privilege for the node role, each grant scoped to this cluster (its team's, for a job's secrets and
+        data buckets)."""
         NodeBootPolicy(self, "NodePolicy", role=self.role, bootstrap=bootstrap, parameter_arns=self.parameter_arns)
+        JobInputsPolicy(self, "JobInputsPolicy", role=self.role, team=team, data_buckets=data_buckets)
         PeerDiscoveryPolicy(self, "DescribePolicy", role=self.role)
         checkpoint_store.cluster_access_policy(self, "CheckpointAccess", self.role, self.name)
         self.fleet.scale_policy("ScalePolicy", self.role)

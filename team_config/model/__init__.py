@@ -15,6 +15,7 @@ from team_config.model.base import (
     ABS_PATH_PATTERN,
     AMI_PATTERN,
     AZ_PATTERN,
+    BUCKET_PATTERN,
     EMAIL_PATTERN,
     INSTANCE_TYPE_PATTERN,
     NAME_PATTERN,
@@ -29,6 +30,7 @@ from team_config.model.base import (
     AbsPath,
     AmiId,
     AzName,
+    BucketName,
     InstanceType,
     Name,
     RouteTableId,
@@ -57,12 +59,20 @@ from team_config.model.node import (
     instance_architecture,
     rebalancing_pool,
 )
-from team_config.model.team import LOG_RETENTION_DAYS, CheckpointBucketConfig, TeamConfig
+from team_config.model.team import (
+    DATA_BUCKETS_JSON_BYTES,
+    LOG_RETENTION_DAYS,
+    MAX_DATA_BUCKETS,
+    CheckpointBucketConfig,
+    TeamConfig,
+)
 
 __all__ = [
     "ABS_PATH_PATTERN",
     "AMI_PATTERN",
     "AZ_PATTERN",
+    "BUCKET_PATTERN",
+    "DATA_BUCKETS_JSON_BYTES",
     "DEFAULT_AMI_PARAMETER",
     "DEFAULT_PYTHON",
     "EMAIL_PATTERN",
@@ -70,6 +80,7 @@ __all__ = [
     "JOB_SPEC_TEXT_BYTES",
     "LOG_RETENTION_DAYS",
     "MAX_BUDGET_SUBSCRIBERS",
+    "MAX_DATA_BUCKETS",
     "NAME_PATTERN",
     "NOT_FOR_HOSTS",
     "PATTERN_EXAMPLES",
@@ -86,6 +97,7 @@ __all__ = [
     "AmiConfig",
     "AmiId",
     "AzName",
+    "BucketName",
     "BudgetConfig",
     "CheckpointBucketConfig",
     "ClusterConfig",
