@@ -124,3 +124,30 @@ def test_a_directory_in_the_way_is_refused(aws: Clients, tmp_path: Path) -> None
             print,
             _never,
         )
+
+
+def test_a_link_the_agent_did_not_make_is_left_alone(aws: Clients, tmp_path: Path) -> None:
+    """An input path naming a system link (``/usr/bin/python3`` is one on many images) is refused, not replaced."""
+    bucket = _bucket(aws, {"ds/a.bin": b"abc"})
+    (tmp_path / "root" / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "root" / "usr" / "bin" / "python3").symlink_to("python3.11")
+    with pytest.raises(AgentError, match="is a link on this node that the agent did not make"):
+        sync_inputs(
+            aws.s3,
+            [{"s3": f"s3://{bucket}/ds", "path": "/usr/bin/python3"}],
+            str(tmp_path / "root"),
+            None,
+            str(tmp_path),
+            print,
+            _never,
+        )
+    assert os.readlink(tmp_path / "root" / "usr" / "bin" / "python3") == "python3.11"
+
+
+def test_a_path_given_another_input_links_to_the_new_store(aws: Clients, tmp_path: Path) -> None:
+    bucket = _bucket(aws, {"one/a.bin": b"one", "two/a.bin": b"two"})
+    root = tmp_path / "root"
+    for prefix in ("one", "two"):
+        url = f"s3://{bucket}/{prefix}"
+        sync_inputs(aws.s3, [{"s3": url, "path": "/data/x"}], str(root), None, str(tmp_path), print, _never)
+    assert (root / "data" / "x" / "a.bin").read_bytes() == b"two"

@@ -1,9 +1,10 @@
 """A job's setup, env, secrets and inputs on the emulated cloud (issue 38), end to end.
 
-A team whose one-node cluster has a warm pool of one volume is deployed; the job's setup installs a wheel from a
-wheelhouse inside the code archive into a virtual environment in its cache directory; it has an env value, one SSM
-SecureString secret under the team's prefix and one S3 input from a data bucket. It trains the example through a
-spot notice to DONE; the replacement claims the same volume (the emulator gives each volume a directory:
+A team whose one-node cluster has a warm pool of one volume, and whose team file lists a data bucket, is deployed;
+the nodes run with their instance role's credentials under moto's IAM enforcement. The job's setup installs a wheel
+from a wheelhouse inside the code archive into a virtual environment in its cache directory; it has an env value,
+one SSM SecureString secret under the team's prefix and one S3 input from the data bucket. It trains the example
+through a spot notice to DONE; the replacement claims the same volume (the emulator gives each volume a directory:
 ``SPOT_TRAINING_WARM_VOLUME_DIRS``), and its log says the setup was skipped and the input kept.
 
 The secret's value is planted (unique): afterwards every artifact of the job is searched for it (every S3 object of
@@ -14,8 +15,8 @@ sha256 the trainer printed from its environment matches it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ from trainctl.submit import submit
 pytestmark = pytest.mark.slow
 
 TEAM, CLUSTER = "jobparts", "main"
+DATA_BUCKET = f"jobparts-data-{uuid.uuid4().hex[:8]}"  # the team file's data_buckets
 # The example's trainer, after it proves what it got: the wheel from the setup's venv, the env value, the input's
 # content, and the sha256 of the secret (never the secret itself).
 TRAIN = (
@@ -59,7 +61,7 @@ runpy.run_path("train.py", run_name="__main__")
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
     run_dir = tmp_path_factory.mktemp("job-parts")
-    with EmulatedCloud(run_dir=run_dir) as c:
+    with EmulatedCloud(run_dir=run_dir, iam_enforcement=True) as c:
         ec2 = c.client("ec2")
         source = ec2.create_volume(AvailabilityZone=f"{c.region}a", Size=8)
         cluster = {
@@ -78,9 +80,11 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
         }
         teams_dir = run_dir / "teams"
         teams_dir.mkdir()
-        (teams_dir / f"{TEAM}.yaml").write_text(yaml.safe_dump({"clusters": [cluster]}))
+        team = {"data_buckets": [DATA_BUCKET], "clusters": [cluster]}
+        (teams_dir / f"{TEAM}.yaml").write_text(yaml.safe_dump(team))
         bootstrap(c)
         deploy(c, f"TrainingStack-{TEAM}", context={"teams_dir": str(teams_dir)})
+        c.use_admin_user()  # the harness's calls keep working under IAM enforcement; the nodes' are their role's
         yield c
 
 
@@ -89,10 +93,8 @@ def run(cloud: EmulatedCloud) -> dict[str, Any]:
     """The job run through a spot notice to DONE: its ids, the planted secret, the replacement."""
     assert cloud.run_dir is not None
     client = cloud.client
-    data_bucket = f"data-{uuid.uuid4().hex[:8]}"
-    client("s3").create_bucket(Bucket=data_bucket)
-    client("s3").put_object(Bucket=data_bucket, Key="digits/part-0.txt", Body=b"rows 0-1399")
-    _list_data_bucket(client, data_bucket)
+    client("s3").create_bucket(Bucket=DATA_BUCKET)
+    client("s3").put_object(Bucket=DATA_BUCKET, Key="digits/part-0.txt", Body=b"rows 0-1399")
     secret = f"planted-{uuid.uuid4().hex}"
     parameter = f"/spot-training-secrets/{TEAM}/digits/hf-token"
     client("ssm").put_parameter(Name=parameter, Value=secret, Type="SecureString")
@@ -103,7 +105,10 @@ def run(cloud: EmulatedCloud) -> dict[str, Any]:
         (code / name).write_bytes(body)
     (code / "train_parts.py").write_text(TRAIN)
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
-    with NodeLauncher(cloud, cloud.run_dir / "nodes", groups=[ref.group], node_env=NODE_ENV) as launcher:
+    launcher = NodeLauncher(
+        cloud, cloud.run_dir / "nodes", groups=[ref.group], node_env=NODE_ENV, instance_credentials=True
+    )
+    with launcher, enforced(cloud):  # the launcher assumes the node role before enforcement goes on
         job_id = submit(
             client,
             ref,
@@ -115,7 +120,7 @@ def run(cloud: EmulatedCloud) -> dict[str, Any]:
             setup="setup.sh",
             env={"GREETING": "hello"},
             secrets={"HF_TOKEN": f"ssm:{parameter}"},
-            inputs=[{"s3": f"s3://{data_bucket}/digits", "path": "/data/digits"}],
+            inputs=[{"s3": f"s3://{DATA_BUCKET}/digits", "path": "/data/digits"}],
         )
         job = JobRun(client, ref, job_id, launcher, time.monotonic() + 480, lambda _: None)
         interrupt_once(8)(job)
@@ -132,13 +137,14 @@ def run(cloud: EmulatedCloud) -> dict[str, Any]:
     }
 
 
-def _list_data_bucket(client: Any, bucket: str) -> None:
-    """The stack's job spec lists the team's data buckets (the team file's ``data_buckets``): here written into the
-    deployed spec parameter, as a stack listing it writes it."""
-    name = f"/spot-training/{TEAM}/{CLUSTER}/job-spec"
-    spec = json.loads(client("ssm").get_parameter(Name=name)["Parameter"]["Value"])
-    spec["data_buckets"] = [bucket]
-    client("ssm").put_parameter(Name=name, Value=json.dumps(spec), Type="String", Overwrite=True)
+@contextlib.contextmanager
+def enforced(cloud: EmulatedCloud) -> Iterator[None]:
+    """moto's IAM enforcement on while the block runs: the nodes' calls are checked against their role's policies."""
+    cloud.enforce_iam(True)
+    try:
+        yield
+    finally:
+        cloud.enforce_iam(False)
 
 
 def _stream(cloud: EmulatedCloud, run: dict[str, Any], instance_id: str) -> list[str]:

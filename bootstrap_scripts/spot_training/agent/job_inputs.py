@@ -27,6 +27,7 @@ from spot_training.job_parts import split_s3_url
 
 PLAIN_ETAG = re.compile(r'^"?([0-9a-f]{32})"?$')
 PART = ".part"
+STORES = "inputs"  # the folder of the input stores, on the warm volume or in the work directory
 Listing = Dict[str, Tuple[str, int]]  # file (relative) -> (ETag, size)
 Range = Tuple[str, str, int, int]  # (key, file path, start, length)
 
@@ -152,14 +153,20 @@ class InputSync:
 def store_dir(url: str, volume_dir: Optional[str], work_dir: str) -> str:
     """Where input ``url``'s files live on this node (see the module's docstring)."""
     name = hashlib.sha256(url.encode()).hexdigest()[:32]
-    return os.path.join(volume_dir if volume_dir is not None else work_dir, "inputs", name)
+    return os.path.join(volume_dir if volume_dir is not None else work_dir, STORES, name)
 
 
 def place(path: str, store: str) -> None:
-    """Make ``path`` a symbolic link to ``store`` (replacing an older link; a directory there is refused)."""
+    """Make ``path`` a symbolic link to ``store``, replacing a link to another input store; anything else there (a
+    directory, a file, a link the agent did not make) is refused."""
     if os.path.islink(path):
-        if os.readlink(path) == store:
+        target = os.readlink(path)
+        if target == store:
             return
+        if os.path.basename(os.path.dirname(target)) != STORES:
+            raise AgentError(
+                f"input path {path} is a link on this node that the agent did not make; choose another path"
+            )
         os.remove(path)
     elif os.path.exists(path):
         raise AgentError(f"input path {path} exists on this node and is no link the agent made; choose another path")
