@@ -140,19 +140,12 @@ class CheckpointDownload:
             ) from None
 
     def get_range(
-        self,
-        key: str,
-        path: str,
-        start: int,
-        length: int,
-        abandoned: Optional[threading.Event] = None,
-        digest: Callable[[], Any] = hashlib.sha256,
+        self, key: str, path: str, start: int, length: int, abandoned: Optional[threading.Event] = None
     ) -> Optional[str]:
         """GET ``length`` bytes of ``key`` from ``start`` into the same bytes of ``path``, hashing them as they
-        arrive: their ``digest`` (sha256 unless told), or None if the object had fewer bytes (or ``abandoned`` was
-        set meanwhile)."""
+        arrive: their sha256, or None if the object had fewer bytes (or ``abandoned`` was set meanwhile)."""
         for attempt in range(1, RANGE_ATTEMPTS + 1):
-            h, got = digest(), 0
+            h, got = hashlib.sha256(), 0
             try:
                 rng = f"bytes={start}-{start + length - 1}"
                 body = self.s3.get_object(Bucket=self.bucket, Key=key, Range=rng)["Body"]
