@@ -111,19 +111,16 @@ def test_inputs_are_linked_into_place_and_logged(aws: Clients, tmp_path: Path) -
     ]
 
 
+def _sync_without_volume(aws: Clients, url: str, path: str, tmp_path: Path) -> None:
+    """``sync_inputs`` of one input on a node rooted at ``tmp_path/root`` without a warm volume."""
+    sync_inputs(aws.s3, [{"s3": url, "path": path}], str(tmp_path / "root"), None, str(tmp_path), print, _never)
+
+
 def test_a_directory_in_the_way_is_refused(aws: Clients, tmp_path: Path) -> None:
     bucket = _bucket(aws, {"ds/a.bin": b"abc"})
     (tmp_path / "root" / "data" / "x").mkdir(parents=True)
     with pytest.raises(AgentError, match="exists on this node and is no link the agent made"):
-        sync_inputs(
-            aws.s3,
-            [{"s3": f"s3://{bucket}/ds", "path": "/data/x"}],
-            str(tmp_path / "root"),
-            None,
-            str(tmp_path),
-            print,
-            _never,
-        )
+        _sync_without_volume(aws, f"s3://{bucket}/ds", "/data/x", tmp_path)
 
 
 def test_a_link_the_agent_did_not_make_is_left_alone(aws: Clients, tmp_path: Path) -> None:
@@ -132,15 +129,7 @@ def test_a_link_the_agent_did_not_make_is_left_alone(aws: Clients, tmp_path: Pat
     (tmp_path / "root" / "usr" / "bin").mkdir(parents=True)
     (tmp_path / "root" / "usr" / "bin" / "python3").symlink_to("python3.11")
     with pytest.raises(AgentError, match="is a link on this node that the agent did not make"):
-        sync_inputs(
-            aws.s3,
-            [{"s3": f"s3://{bucket}/ds", "path": "/usr/bin/python3"}],
-            str(tmp_path / "root"),
-            None,
-            str(tmp_path),
-            print,
-            _never,
-        )
+        _sync_without_volume(aws, f"s3://{bucket}/ds", "/usr/bin/python3", tmp_path)
     assert os.readlink(tmp_path / "root" / "usr" / "bin" / "python3") == "python3.11"
 
 
@@ -148,6 +137,5 @@ def test_a_path_given_another_input_links_to_the_new_store(aws: Clients, tmp_pat
     bucket = _bucket(aws, {"one/a.bin": b"one", "two/a.bin": b"two"})
     root = tmp_path / "root"
     for prefix in ("one", "two"):
-        url = f"s3://{bucket}/{prefix}"
-        sync_inputs(aws.s3, [{"s3": url, "path": "/data/x"}], str(root), None, str(tmp_path), print, _never)
+        _sync_without_volume(aws, f"s3://{bucket}/{prefix}", "/data/x", tmp_path)
     assert (root / "data" / "x" / "a.bin").read_bytes() == b"two"
