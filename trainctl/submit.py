@@ -20,7 +20,7 @@ from bootstrap_scripts.spot_training.protocol import code_key
 from trainctl.budget import team_budget
 from trainctl.checkpoints import copy_checkpoints, delete_keys
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, group
-from trainctl.code_archive import check_script, pack_code
+from trainctl.code_archive import check_script, check_setup, pack_code
 from trainctl.current_job import (
     Beaten,
     CurrentJob,
@@ -54,7 +54,8 @@ def submit(
     """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id.
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
-    checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
+    checkpoint_interval_s, max_restarts, interruption_grace_s, ..., and the job's setup, env, secrets and inputs),
+    checked with the agent's own rules first; the command's script and the setup script must be in the archive.
     ``resume_from``: an earlier job of the cluster (nothing writes to it any more: the group is idle, see
     :func:`check_idle`); its newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so
     the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from,
@@ -79,6 +80,7 @@ def submit(
         with archive.open("wb") as out:
             names = pack_code(code_dir, out)  # every refusal comes before the first write
         check_script(argv, names, code_dir)
+        check_setup(overrides.get("setup"), names, code_dir)
         size = archive.stat().st_size
         if size > LARGE_CODE_BYTES:
             report(

@@ -32,6 +32,8 @@ def format_status(info: dict[str, Any]) -> str:
         )
     if info["reason"] is None:
         del shown["reason"]  # only a FAILED job has one
+    shown["env"] = ", ".join(f"{name}={value}" for name, value in info["env"].items()) or None
+    shown["secrets"] = ", ".join(info["secrets"]) or None
     head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))
     nodes = table([_node_row(n) for n in info["nodes"]], NODE_COLUMNS) if info["nodes"] else "no nodes"
     if info["group_job"] not in (None, info["job_id"]):
