@@ -1,9 +1,10 @@
 """A job's setup, env, secrets and inputs on the emulated cloud (issue 38), end to end.
 
 A team whose one-node cluster has a warm pool of one volume, and whose team file lists a data bucket, is deployed;
-the nodes run with their instance role's credentials under moto's IAM enforcement. The job's setup installs a wheel
-from a wheelhouse inside the code archive into a virtual environment in its cache directory; it has an env value,
-one SSM SecureString secret under the team's prefix and one S3 input from the data bucket. It trains the example
+the nodes run with their instance role's credentials under moto's IAM enforcement. The job is a job file submitted
+with ``trainctl submit job.yaml``: its setup installs a wheel from a wheelhouse inside the code archive into a
+virtual environment in its cache directory; it has an env value, one SSM SecureString secret under the team's
+prefix and one S3 input from the data bucket. It trains the example
 through a spot notice to DONE; the replacement claims the same volume (the emulator gives each volume a directory:
 ``SPOT_TRAINING_WARM_VOLUME_DIRS``), and its log says the setup was skipped and the input kept.
 
@@ -38,7 +39,6 @@ from emulator.nodes import NodeLauncher
 from tests.wheelhouse import IMPORT_FROM_SETUP, WHEEL_VALUE, wheel_files
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
-from trainctl.submit import submit
 
 pytestmark = pytest.mark.slow
 
@@ -109,19 +109,7 @@ def run(cloud: EmulatedCloud) -> dict[str, Any]:
         cloud, cloud.run_dir / "nodes", groups=[ref.group], node_env=NODE_ENV, instance_credentials=True
     )
     with launcher, enforced(cloud):  # the launcher assumes the node role before enforcement goes on
-        job_id = submit(
-            client,
-            ref,
-            code,
-            command="python train_parts.py --epochs 3 --seed 0 --step-sleep-s 0.1",
-            nodes=1,
-            python=sys.executable,
-            checkpoint_interval_s=2.0,
-            setup="setup.sh",
-            env={"GREETING": "hello"},
-            secrets={"HF_TOKEN": f"ssm:{parameter}"},
-            inputs=[{"s3": f"s3://{DATA_BUCKET}/digits", "path": "/data/digits"}],
-        )
+        job_id = submit_job_file(cloud, code, parameter)
         job = JobRun(client, ref, job_id, launcher, time.monotonic() + 480, lambda _: None)
         interrupt_once(8)(job)
         markers = (DONE, FAILED)
@@ -135,6 +123,34 @@ def run(cloud: EmulatedCloud) -> dict[str, Any]:
         "nodes": nodes,
         "failed": jobs.marker(client, ref, job_id, FAILED),
     }
+
+
+def submit_job_file(cloud: EmulatedCloud, code: Path, parameter: str) -> str:
+    """``trainctl submit job.yaml``, the job file in the code directory, as a user runs it (the emulator's
+    exports in the environment); the job's id."""
+    job_id = f"parts-{uuid.uuid4().hex[:8]}"
+    job = {
+        "team": TEAM,
+        "cluster": CLUSTER,
+        "job_id": job_id,
+        "nodes": 1,
+        "command": "python train_parts.py --epochs 3 --seed 0 --step-sleep-s 0.1",
+        "python": sys.executable,  # the environment with torch (on an AMI: the job spec's /opt/pytorch/...)
+        "checkpoint_interval_s": 2.0,
+        "setup": "setup.sh",
+        "env": {"GREETING": "hello"},
+        "secrets": {"HF_TOKEN": f"ssm:{parameter}"},
+        "inputs": [{"s3": f"s3://{DATA_BUCKET}/digits", "path": "/data/digits"}],
+    }
+    (code / "job.yaml").write_text(yaml.safe_dump(job))
+    saved = dict(os.environ)
+    os.environ.update(cloud.client_env({}))
+    try:
+        assert trainctl_main(["submit", str(code / "job.yaml")]) == 0
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return job_id
 
 
 @contextlib.contextmanager
