@@ -139,3 +139,28 @@ def test_a_path_given_another_input_links_to_the_new_store(aws: Clients, tmp_pat
     for prefix in ("one", "two"):
         _sync_without_volume(aws, f"s3://{bucket}/{prefix}", "/data/x", tmp_path)
     assert (root / "data" / "x" / "a.bin").read_bytes() == b"two"
+
+
+def test_a_sync_cut_off_mid_way_fetches_the_files_it_was_changing_again(
+    aws: Clients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files a sync is about to change leave its record first: if it is cut off (a notice, a failed object),
+    the next sync fetches them again even when S3 lists what the old record said."""
+    bucket = _bucket(aws, {"ds/a.bin": b"old"})
+    store = tmp_path / "store"
+    InputSync(aws.s3, f"s3://{bucket}/ds", str(store), _never).sync()
+    aws.s3.put_object(Bucket=bucket, Key="ds/a.bin", Body=b"new")
+    cut = InputSync(aws.s3, f"s3://{bucket}/ds", str(store), _never)
+
+    def cut_off(rels: list[str], wanted: Any) -> None:
+        (store / "a.bin").write_bytes(b"new")  # in place, but the sync never finished
+        raise AgentError("spot interruption notice during input download")
+
+    monkeypatch.setattr(cut, "fetch", cut_off)
+    with pytest.raises(AgentError):
+        cut.sync()
+    monkeypatch.undo()
+    aws.s3.put_object(Bucket=bucket, Key="ds/a.bin", Body=b"old")  # S3 back to what the first record said
+    again = InputSync(aws.s3, f"s3://{bucket}/ds", str(store), _never)
+    again.sync()
+    assert (again.fetched, again.kept) == (1, 0) and (store / "a.bin").read_bytes() == b"old"

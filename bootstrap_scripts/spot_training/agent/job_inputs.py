@@ -53,6 +53,13 @@ def read_state(path: str) -> Listing:
         return {}
 
 
+def write_state(path: str, files: Listing) -> None:
+    """Record ``files`` (ETag and size of each) in ``path``, replaced whole."""
+    with open(path + PART, "w") as f:
+        json.dump({rel: list(meta) for rel, meta in files.items()}, f)
+    os.replace(path + PART, path)
+
+
 def md5_file(path: str) -> str:
     h = hashlib.md5()  # noqa: S324 - S3's ETag of a single-part upload, not a security check
     with open(path, "rb") as f:
@@ -85,11 +92,11 @@ class InputSync:
         self.removed = self.remove_unlisted(set(wanted))
         fetch = [rel for rel, meta in wanted.items() if not self.current(rel, meta, had.get(rel))]
         self.kept = len(wanted) - len(fetch)
+        # the files about to change leave the record first: one cut off mid-way is never taken for a kept one
+        write_state(state_file, {rel: meta for rel, meta in wanted.items() if rel not in set(fetch)})
         self.fetch(fetch, wanted)
         self.fetched = len(fetch)
-        with open(state_file + PART, "w") as f:
-            json.dump({rel: list(meta) for rel, meta in wanted.items()}, f)
-        os.replace(state_file + PART, state_file)
+        write_state(state_file, wanted)
 
     def current(self, rel: str, meta: Tuple[str, int], recorded: Optional[Tuple[str, int]]) -> bool:
         path = os.path.join(self.store, rel)
