@@ -4,9 +4,9 @@ agent's parallel ranged GETs (``checkpoint_download.in_parallel`` and ``Checkpoi
 Each input's files live in a store directory: ``<warm volume>/inputs/<sha256 of the s3 URL>`` on a node with a
 claimed warm volume (the next node claiming it finds them), else ``<work dir>/inputs/<...>``; the job's ``path``
 (under the node root) is a symbolic link to it. Beside the store, ``<store>.json`` records each file's ETag and size
-as S3 listed them when it was fetched, written once every file is in place. An object listed with the recorded ETag
-and size, its file present at that size, is kept; others are fetched (to ``<file>.part``, renamed once whole and
-checked); files S3 no longer lists are removed.
+as S3 listed them when it was fetched. An object listed with the recorded ETag and size, its file present at that
+size, is kept; others leave the record, are fetched (to ``<file>.part``, renamed once whole and checked), and join
+it once every file is in place; files S3 no longer lists are removed.
 
 A fetched object is checked for its size and, when its ETag is an MD5 (a single-part upload), for the MD5 of its
 content; a multipart or SSE-KMS object's ETag is no MD5 of its content, and is checked for its size only."""
