@@ -149,3 +149,26 @@ def test_a_node_handing_its_instance_back_ships_its_logs_before_the_volume_detac
     monkeypatch.setattr(agent.group_exit, "leave_group", lambda *args, **kwargs: steps.append("leave group"))
     agent.group_exit.hand_back(cluster.group)
     assert steps == ["flush logs", "detach volume", "leave group"]
+
+
+def test_the_volume_directory_is_the_stand_in_or_a_writable_mount(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Where a job's setup cache and inputs go on the claimed volume: none without a claim; with
+    SPOT_TRAINING_WARM_VOLUME_DIRS (the emulated cloud), its directory for the volume; on a mount, the mount only
+    when it is writable (a read-only one, as the agent mounts it, gives none)."""
+    _, _, volume, agent, _, _ = _mounting(make_cluster, monkeypatch, "dir-run")
+    assert agent.warm.volume_dir() is None
+    agent.warm.volume = (volume, "/dev/sdf", None)  # attached, not mounted
+    monkeypatch.setenv("SPOT_TRAINING_WARM_VOLUME_DIRS", str(tmp_path / "volumes"))
+    assert agent.warm.volume_dir() == str(tmp_path / "volumes" / volume)
+    assert (tmp_path / "volumes" / volume).is_dir()
+    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_DIRS")
+    assert agent.warm.volume_dir() is None  # attached without a mount: nothing to write to
+    monkeypatch.setattr(warm_claim, "WARM_MOUNT", str(tmp_path / "mnt"))
+    (tmp_path / "mnt").mkdir()
+    agent.warm.volume = (volume, "/dev/sdf", "/opt/pytorch")
+    assert agent.warm.volume_dir() == str(tmp_path / "mnt")
+    monkeypatch.setattr(warm_claim.os, "access", lambda path, mode: False)  # mounted read-only
+    assert agent.warm.volume_dir() is None
+    agent.warm.volume = None  # nothing to release

@@ -49,6 +49,22 @@ class WarmClaim:
             return
         self.mount(volume, device, env_root)
 
+    def volume_dir(self) -> Optional[str]:
+        """A writable directory on the claimed volume that the next node claiming it finds again (the job's setup
+        cache and inputs live there), or None (no volume, or not writable). On an instance: the volume's mount, when
+        writable. Without a block device (the emulated cloud: ``SPOT_TRAINING_WARM_VOLUME_DIRS``): the directory
+        ``<that directory>/<volume id>``, which stands for the volume's file system."""
+        if self.volume is None:
+            return None
+        stand_ins = os.environ.get("SPOT_TRAINING_WARM_VOLUME_DIRS", "")
+        if stand_ins:
+            path = os.path.join(stand_ins, self.volume[0])
+            os.makedirs(path, exist_ok=True)
+            return path
+        if self.volume[2] is not None and os.access(WARM_MOUNT, os.W_OK):
+            return WARM_MOUNT
+        return None
+
     def attach(self, job: Job, pool: str, device: str) -> Optional[str]:
         """The id of a volume of ``pool`` claimed and attached as ``device``, or None (logged)."""
         assert job.warm_pool is not None
