@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -946,12 +947,15 @@ def test_the_budget_guard_package_holds_the_protocol_it_imports(tmp_path: Path) 
     assert files == ["bootstrap_scripts/spot_training/protocol.py", "handler.py"]
     for name, source in PACKAGE_FILES.items():
         assert (package / name).read_bytes() == source.read_bytes()
-    code = "import handler; print(handler.END_MARKERS, handler.listed.__module__)"
-    # -E -s: no PYTHONPATH, no user site; the package's folder is the only code at hand
-    imported = subprocess.run([sys.executable, "-E", "-s", "-c", code], cwd=package, capture_output=True, text=True)
-    assert imported.stdout == "('DONE', 'FAILED', 'STOPPED') bootstrap_scripts.spot_training.protocol\n", (
-        imported.stderr
-    )
+    # As in Lambda: the package's folder and the runtime's libraries (boto3), nothing else of the repository. -S: no
+    # site, so not the dev venv's .pth files either (the editable trainctl puts the checkout on the venv's path).
+    libraries = sysconfig.get_paths()["purelib"]
+    code = f"""import sys; sys.path.append({libraries!r}); import handler
+print(handler.END_MARKERS, sys.modules[handler.listed.__module__].__file__)"""
+    lambda_like = [sys.executable, "-E", "-s", "-S", "-c", code]
+    imported = subprocess.run(lambda_like, cwd=package, capture_output=True, text=True, timeout=60)
+    protocol = package / "bootstrap_scripts" / "spot_training" / "protocol.py"
+    assert imported.stdout == f"('DONE', 'FAILED', 'STOPPED') {protocol}\n", imported.stderr
 
 
 def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:

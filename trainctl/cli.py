@@ -11,7 +11,9 @@
 
 The AWS endpoint, region and credentials come from the environment, as for the AWS CLI (``AWS_ENDPOINT_URL``
 for the emulator: ``python -m emulator up`` prints the exports). ``--json`` prints machine-readable output.
-``review`` needs no AWS access: it synthesizes the app (or reads ``--assembly``) and prints Markdown.
+``review`` needs no AWS access: it synthesizes the app (or reads ``--assembly``) and prints Markdown; the
+synth needs the ops repository's toolchain (``assembly.load_cdk_app``), the other commands only the package's own
+dependencies (pyproject.toml).
 Errors are one line on stderr with exit code 2 (bad input, unknown team/cluster/job) or 3 (AWS unreachable
 or no credentials); Ctrl-C exits 130 without a traceback.
 """
