@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from werkzeug.serving import BaseWSGIServer
 
-from emulator import billing, cfn_compat, ebs_strict, fis_state, http_serving, lifecycle
+from emulator import billing, cfn_compat, ebs_strict, fis_state, http_serving, lifecycle, spot_capacity
 from emulator.request_counts import RequestCounts, WsgiApp
 from emulator.settings import ACCOUNT_ID, REGION
 
@@ -56,15 +56,26 @@ def serve(
     exit_on_stdin_eof: bool = False,
     iam_enforcement: bool = False,
     requests_file: Optional[str] = None,
+    no_spot_capacity: tuple[str, ...] = (),
 ) -> None:
     """Install the compat layer, seed public parameters, bind, announce the ports, serve until told to stop."""
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
     # go to stderr, i.e. the server log that emulator.deploy checks.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     _install(iam_enforcement)
+    for option in no_spot_capacity:
+        zone, types = spot_capacity.parse_option(option)
+        spot_capacity.set_capacity(zone, False, types)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
     counts = None if requests_file is None else RequestCounts(Path(requests_file))
-    servers = _bind(host, port, insecure_port, tls_cert, tls_key, fis_state.serving(http_serving.moto_app(counts)))
+    servers = _bind(
+        host,
+        port,
+        insecure_port,
+        tls_cert,
+        tls_key,
+        _routes(counts),
+    )
     stopping = threading.Event()
 
     def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
@@ -97,6 +108,11 @@ def serve(
             s.server_close()
         if counts is not None:
             counts.stop()
+
+
+def _routes(counts: Optional[RequestCounts]) -> WsgiApp:
+    """moto's app with the emulator's own routes: FIS experiment states, spot capacity."""
+    return spot_capacity.serving(fis_state.serving(http_serving.moto_app(counts)))
 
 
 def _install(iam_enforcement: bool) -> None:
@@ -158,6 +174,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         metavar="PATH",
         help="count the requests by service, action and caller into this JSON file (emulator/request_counts.py)",
     )
+    parser.add_argument(
+        "--no-spot-capacity",
+        action="append",
+        default=[],
+        metavar="ZONE[:TYPE,TYPE]",
+        help="the zone has no spot capacity for these types (default: any); repeatable (emulator/spot_capacity.py)",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127."):
         parser.error("the emulator only listens on loopback (127.0.0.0/8)")
@@ -171,6 +194,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         exit_on_stdin_eof=args.exit_on_stdin_eof,
         iam_enforcement=args.iam_enforcement,
         requests_file=args.requests_file,
+        no_spot_capacity=tuple(args.no_spot_capacity),
     )
     return 0
 

@@ -26,22 +26,10 @@ from compliance.nag import acknowledge_all
 from team_config.model import BudgetConfig
 from team_config.naming import TEAM_TAG, budget_name
 from training_constructs.checkpoint_store import CheckpointStore
-from training_constructs.guard_code import guard_code
+from training_constructs.guard_code import GUARD_CHECKOV_SKIPS, GUARD_RUNTIME, guard_code
 from training_constructs.job_spec_parameter import job_parameter_name
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
-
-GUARD_RUNTIME = lambda_.Runtime.PYTHON_3_14
-GUARD_CHECKOV_SKIPS = {
-    "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
-    "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
-    "CKV_AWS_117": "Calls only AWS APIs (Budgets, SSM, S3, Auto Scaling) and reaches no VPC resource; inside the VPC "
-    "it would need a NAT or interface endpoints, for no protection gained.",
-    "CKV_AWS_115": "No reserved concurrency: it runs once per schedule period, and reserving even 1 fails the deploy "
-    "on accounts at Lambda's minimum concurrency quota (AWS keeps 10 unreserved).",
-    "CKV_AWS_173": "The environment holds names only (budget, team, tag key, SSM parameter names), no secrets; "
-    "the default AWS-managed key encrypts it at rest.",
-}
 
 
 class TeamBudget(Construct):

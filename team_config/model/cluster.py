@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from team_config.instance_types import InstanceFacts, closest_instance_type, instance_facts, known_instance_types
 from team_config.model.base import InstanceType, Name, Strict, empty_section
+from team_config.model.capacity import CapacityConfig
 from team_config.model.job import JobConfig
 from team_config.model.node import (
     AmiConfig,
@@ -70,6 +71,10 @@ class ClusterConfig(Strict):
         Optional[WarmPoolConfig],
         BeforeValidator(empty_section("give its keys (size: ..., snapshot_id: ...) or remove the line")),
     ] = Field(None, description="A pool of pre-warmed EBS volumes the nodes attach at boot.")
+    capacity: Annotated[
+        Optional[CapacityConfig],
+        BeforeValidator(empty_section("give its keys (on_demand_after_minutes: ...) or remove the line")),
+    ] = Field(None, description="What the cluster does when spot capacity does not come (default: wait for spot).")
     interruption_drill: Annotated[
         Optional[InterruptionDrillConfig],
         BeforeValidator(empty_section("write interruption_drill: {} for the defaults, or remove the line")),
@@ -145,6 +150,12 @@ class ClusterConfig(Strict):
             raise ValueError(
                 "interruption_drill interrupts spot instances, and this cluster launches none (all on-demand); remove "
                 "interruption_drill, or lower on_demand_percentage_above_base / on_demand_base_capacity"
+            )
+        if self.capacity is not None and self.on_demand_percentage_above_base == 100:
+            raise ValueError(
+                "capacity.on_demand_after_minutes falls back from spot to on-demand, and this cluster launches no spot "
+                "(on_demand_percentage_above_base: 100); remove the capacity section, or lower "
+                "on_demand_percentage_above_base"
             )
         if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
             raise ValueError(

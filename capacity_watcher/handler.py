@@ -1,0 +1,86 @@
+"""Capacity watcher: a scheduled Lambda function that moves one cluster's group to on-demand when spot capacity has
+not come for ``ON_DEMAND_AFTER_S``, and back to spot once the group stands at 0 (:mod:`capacity_watcher.decision`).
+
+Every run: read the group (DescribeAutoScalingGroups), its newest scaling activities (one page of
+DescribeScalingActivities: the failed spot launches, ``Could not launch Spot Instances. InsufficientInstanceCapacity
+...``) and the watcher's record (``<cluster>/capacity.json`` in the checkpoint bucket, see
+``bootstrap_scripts/spot_training/protocol.py``). To switch, it updates the group's MixedInstancesPolicy (the whole
+policy as the group has it, with ``OnDemandPercentageAboveBaseCapacity`` 100 for on-demand, ``SPOT_PERCENTAGE``, the
+team file's value, for spot) and its desired capacity (unchanged: the group launches what it lacks under the new
+policy). It writes the record when it changes: trainctl status and cost read it.
+Environment: ``GROUP_NAME``, ``BUCKET``, ``RECORD_KEY``, ``ON_DEMAND_AFTER_S``, ``SPOT_PERCENTAGE``. Standard library
+and boto3 only (the Lambda runtime's); ``training_constructs/guard_code.py`` bundles it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from typing import Any
+
+import boto3
+
+from capacity_watcher.decision import ON_DEMAND, capacity_failures, decide
+
+LAUNCHED_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
+
+
+def read_record(s3: Any, bucket: str, key: str) -> dict[str, Any]:
+    """The watcher's record, or {} before its first write."""
+    try:
+        return dict(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+    except s3.exceptions.NoSuchKey:
+        return {}
+
+
+def group_policy(group: dict[str, Any], on_demand_percentage: int) -> dict[str, Any]:
+    """The group's MixedInstancesPolicy with ``on_demand_percentage`` above the base."""
+    policy = copy.deepcopy(group["MixedInstancesPolicy"])
+    policy.setdefault("InstancesDistribution", {})["OnDemandPercentageAboveBaseCapacity"] = on_demand_percentage
+    return policy
+
+
+def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
+    """One run; its report (what it read and did)."""
+    autoscaling, s3 = clients("autoscaling"), clients("s3")
+    name, bucket, key = env["GROUP_NAME"], env["BUCKET"], env["RECORD_KEY"]
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    if not groups:
+        raise LookupError(f"no Auto Scaling group {name}")
+    group = groups[0]
+    activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=100)["Activities"]
+    record = read_record(s3, bucket, key)
+    launched = sum(1 for i in group["Instances"] if i["LifecycleState"] in LAUNCHED_STATES)
+    decision = decide(
+        desired=group["DesiredCapacity"],
+        launched=launched,
+        failures=capacity_failures(activities),
+        record=record,
+        now=now,
+        after_s=float(env["ON_DEMAND_AFTER_S"]),
+    )
+    if decision.action is not None:
+        percentage = 100 if decision.action == ON_DEMAND else int(env["SPOT_PERCENTAGE"])
+        autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=name,
+            MixedInstancesPolicy=group_policy(group, percentage),
+            DesiredCapacity=group["DesiredCapacity"],
+        )
+    if decision.record != record:
+        s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(decision.record).encode())
+    return {
+        "group": name,
+        "desired": group["DesiredCapacity"],
+        "launched": launched,
+        "action": decision.action,
+        "reason": decision.reason,
+        "record": decision.record,
+    }
+
+
+def handler(event: Any, context: Any) -> dict[str, Any]:
+    report = watch(boto3.session.Session().client, dict(os.environ), time.time())
+    print(json.dumps(report))
+    return report

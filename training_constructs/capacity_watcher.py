@@ -1,0 +1,149 @@
+"""CapacityWatcher: a scheduled function that moves one cluster's group to on-demand when spot capacity does not come,
+and back to spot once the group stands at 0 (``capacity_watcher/handler.py``, docs/concepts/capacity.md).
+
+No node runs while spot capacity is missing, so no node agent can act: the watcher is an AWS-native function, like
+the budget guard. EventBridge runs it every ``check_every_minutes``. Its role may read the group and its scaling
+activities, update this group only, read and write the one record object ``<cluster>/capacity.json``, and (what
+EC2 Auto Scaling checks when a group's launch template is named in an update) launch from this cluster's launch
+templates and pass the node role to EC2.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from bootstrap_scripts.spot_training import protocol
+from compliance.checkov import skip_checkov
+from compliance.nag import acknowledge_all
+from team_config.model import CapacityConfig
+from training_constructs.guard_code import GUARD_CHECKOV_SKIPS, GUARD_RUNTIME, watcher_code
+from training_constructs.spot_fleet import SpotFleet
+from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
+
+# What RunInstances from the cluster's launch templates touches, by EC2 resource type (the launch templates
+# themselves are named one by one)
+LAUNCH_RESOURCE_TYPES = ("instance", "volume", "network-interface", "subnet", "security-group", "image")
+
+
+class CapacityWatcher(Construct):
+    """Exposes ``function``, ``schedule`` (its rule), ``policy`` and ``record_key``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: str,
+        config: CapacityConfig,
+        fleet: SpotFleet,
+        spot_percentage: int,
+        bucket: s3.IBucket,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.record_key = protocol.capacity_key(protocol.cluster_prefix(cluster))
+        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        skip_checkov(log_group, *LOG_GROUP_KMS_SKIP)
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=GUARD_RUNTIME,
+            handler="handler.handler",
+            code=watcher_code(GUARD_RUNTIME),
+            timeout=Duration.minutes(1),
+            memory_size=256,
+            # by ARN, as the budget guard: no DependsOn on the role (cfn-lint W3005); it depends on the policies below
+            role=iam.Role.from_role_arn(self, "RoleByArn", role.role_arn, mutable=False),
+            log_group=log_group,
+            environment={
+                "GROUP_NAME": fleet.asg.auto_scaling_group_name,
+                "BUCKET": bucket.bucket_name,
+                "RECORD_KEY": self.record_key,
+                "ON_DEMAND_AFTER_S": str(round(config.on_demand_after_minutes * 60, 3)),
+                "SPOT_PERCENTAGE": str(spot_percentage),
+            },
+            description=f"Moves cluster {cluster}'s group to on-demand when spot capacity does not come, and back",
+        )
+        for check, reason in GUARD_CHECKOV_SKIPS.items():
+            skip_checkov(self.function, check, reason)
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            schedule=events.Schedule.rate(Duration.minutes(config.check_every_minutes)),
+            targets=[targets.LambdaFunction(self.function, retry_attempts=2)],
+        )
+        self.policy = self._policy(role, fleet, bucket)
+        log_group.grant_write(role)
+        self.function.node.add_dependency(self.policy, role.node.find_child("DefaultPolicy"))
+
+    def _policy(self, role: iam.IRole, fleet: SpotFleet, bucket: s3.IBucket) -> iam.Policy:
+        stack = Stack.of(self)
+        templates = [
+            stack.format_arn(service="ec2", resource="launch-template", resource_name=t.launch_template_id)
+            for t in fleet.launch_templates
+        ]
+        launched = [
+            stack.format_arn(service="ec2", resource=kind, resource_name="*", arn_format=ArnFormat.SLASH_RESOURCE_NAME)
+            for kind in LAUNCH_RESOURCE_TYPES
+        ]
+        policy = iam.Policy(
+            self,
+            "Policy",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ReadGroups",
+                    actions=["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities"],
+                    resources=["*"],
+                ),
+                iam.PolicyStatement(
+                    sid="UpdateOwnGroup", actions=["autoscaling:UpdateAutoScalingGroup"], resources=[fleet.group_arn]
+                ),
+                iam.PolicyStatement(
+                    sid="LaunchFromClusterTemplates",
+                    actions=["ec2:RunInstances"],
+                    resources=templates + launched,
+                    # a launch that names none of them is denied, whatever its other resources
+                    conditions={"ArnLike": {"ec2:LaunchTemplate": templates}},
+                ),
+                iam.PolicyStatement(
+                    sid="PassNodeRole",
+                    actions=["iam:PassRole"],
+                    resources=[fleet.role.role_arn],
+                    conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+                ),
+                iam.PolicyStatement(
+                    sid="ListRecord",
+                    actions=["s3:ListBucket"],
+                    resources=[bucket.bucket_arn],
+                    conditions={"StringEquals": {"s3:prefix": [self.record_key]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadWriteRecord",
+                    actions=["s3:GetObject", "s3:PutObject"],
+                    resources=[bucket.arn_for_objects(self.record_key)],
+                ),
+            ],
+        )
+        findings = dict(fleet.group_arn_finding())
+        findings["AwsSolutions-IAM5[Resource::*]"] = (
+            "autoscaling:DescribeAutoScalingGroups and DescribeScalingActivities support no resource-level "
+            "permissions; IAM requires '*'."
+        )
+        for kind in LAUNCH_RESOURCE_TYPES:
+            findings[
+                f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:{kind}/*]"
+            ] = (
+                "EC2 Auto Scaling checks ec2:RunInstances when an update names the group's launch templates; the "
+                "launch it allows is from this cluster's templates only (named in the same statement)."
+            )
+        acknowledge_all(policy, findings)
+        return policy
