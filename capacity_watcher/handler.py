@@ -9,7 +9,8 @@ policy as the group has it, with ``OnDemandPercentageAboveBaseCapacity`` 100 for
 team file's value, for spot) and its desired capacity (unchanged: the group launches what it lacks under the new
 policy). It writes the record when it changes: trainctl status and cost read it.
 Environment: ``GROUP_NAME``, ``BUCKET``, ``RECORD_KEY``, ``ON_DEMAND_AFTER_S``, ``SPOT_PERCENTAGE``. Standard library
-and boto3 only (the Lambda runtime's); ``training_constructs/guard_code.py`` bundles it.
+and boto3 only (the Lambda runtime's), the S3 contract's reader (``protocol.py``) and the decision;
+``training_constructs/guard_code.py`` bundles them at their repository paths.
 """
 
 from __future__ import annotations
@@ -22,22 +23,24 @@ from typing import Any
 
 import boto3
 
+from bootstrap_scripts.spot_training.protocol import read_marker
 from capacity_watcher.decision import ON_DEMAND, capacity_failures, decide
 
 LAUNCHED_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 
 
-def read_record(s3: Any, bucket: str, key: str) -> dict[str, Any]:
-    """The watcher's record, or {} before its first write."""
-    try:
-        return dict(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
-    except s3.exceptions.NoSuchKey:
-        return {}
-
-
 def group_policy(group: dict[str, Any], on_demand_percentage: int) -> dict[str, Any]:
-    """The group's MixedInstancesPolicy with ``on_demand_percentage`` above the base."""
+    """The group's MixedInstancesPolicy with ``on_demand_percentage`` above the base. Its launch templates by id
+    only: DescribeAutoScalingGroups names them by id and name, and an update takes one of the two."""
     policy = copy.deepcopy(group["MixedInstancesPolicy"])
+    template = policy.get("LaunchTemplate", {})
+    specs = [template.get("LaunchTemplateSpecification", {})]
+    specs += [
+        o["LaunchTemplateSpecification"] for o in template.get("Overrides", []) if "LaunchTemplateSpecification" in o
+    ]
+    for spec in specs:
+        if "LaunchTemplateId" in spec:
+            spec.pop("LaunchTemplateName", None)
     policy.setdefault("InstancesDistribution", {})["OnDemandPercentageAboveBaseCapacity"] = on_demand_percentage
     return policy
 
@@ -51,7 +54,7 @@ def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
         raise LookupError(f"no Auto Scaling group {name}")
     group = groups[0]
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=100)["Activities"]
-    record = read_record(s3, bucket, key)
+    record = read_marker(s3, bucket, key) or {}
     launched = sum(1 for i in group["Instances"] if i["LifecycleState"] in LAUNCHED_STATES)
     decision = decide(
         desired=group["DesiredCapacity"],

@@ -158,7 +158,12 @@ def test_the_watcher_package_imports_its_decision_alone(tmp_path: Path) -> None:
     [function] = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
     package = out / f"asset.{function['Properties']['Code']['S3Key'].removesuffix('.zip')}"
     files = sorted(str(p.relative_to(package)) for p in package.rglob("*") if p.is_file())
-    assert files == ["capacity_watcher/__init__.py", "capacity_watcher/decision.py", "handler.py"]
-    code = "import handler; print(handler.decide.__module__)"
+    assert files == [
+        "bootstrap_scripts/spot_training/protocol.py",
+        "capacity_watcher/__init__.py",
+        "capacity_watcher/decision.py",
+        "handler.py",
+    ]
+    code = "import handler; print(handler.decide.__module__, handler.read_marker.__module__)"
     imported = subprocess.run([sys.executable, "-E", "-s", "-c", code], cwd=package, capture_output=True, text=True)
-    assert imported.stdout == "capacity_watcher.decision\n", imported.stderr
+    assert imported.stdout == "capacity_watcher.decision bootstrap_scripts.spot_training.protocol\n", imported.stderr

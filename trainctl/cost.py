@@ -54,6 +54,9 @@ class NodeCost:
     timed_by: str
     usd_per_hour: float
     on_demand_usd_per_hour: float
+    # an on-demand node's time-weighted spot price of its type and AZ (what it would have cost as spot); None for a
+    # spot node, or without spot price history
+    spot_usd_per_hour: Optional[float] = None
 
     @property
     def hours(self) -> float:
@@ -213,15 +216,13 @@ def _priced(
     market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
     itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
     on_demand = prices.on_demand_price(itype)
-    price = on_demand
-    if market == "spot":
-        history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
-        spot = average_price(history, start, end)
-        if spot is None:
-            kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
-            raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
-        price = spot
-    return NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand)
+    spot = average_price(spot_history(client, itype, az, _dt(start), _dt(max(end, start))), start, end)
+    if market == "on-demand":
+        return NodeCost(instance, itype, market, az, start, end, timed_by, on_demand, on_demand, spot)
+    if spot is None:
+        kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
+        raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
+    return NodeCost(instance, itype, market, az, start, end, timed_by, spot, on_demand)
 
 
 def _window(client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float) -> tuple[float, float]:
@@ -365,11 +366,25 @@ def job_cost(
         "total_usd": total,
         "on_demand_usd": on_demand,
         "savings_pct": 100.0 * (1 - total / on_demand) if on_demand else 0.0,
+        "on_demand_nodes": _on_demand_nodes(nodes),
         "interruptions": spot_interruptions(client, ref, job_id),
         "redone": asdict(redone),
         "on_demand_prices": prices.source,
         "spot_prices": "EC2 spot price history (DescribeSpotPriceHistory), per type and AZ",
         "warnings": warnings,
+    }
+
+
+def _on_demand_nodes(nodes: list[NodeCost]) -> dict[str, Any]:
+    """The job's on-demand node-hours (an on-demand base, or the capacity watcher's fallback), their cost, and the
+    same hours at spot prices (None when a node's type and AZ have no spot price history)."""
+    on_demand = [n for n in nodes if n.market == "on-demand"]
+    spot_prices = [n.spot_usd_per_hour for n in on_demand]
+    at_spot = None if None in spot_prices else sum(n.hours * (n.spot_usd_per_hour or 0.0) for n in on_demand)
+    return {
+        "hours": sum(n.hours for n in on_demand),
+        "cost_usd": sum(n.cost_usd for n in on_demand),
+        "at_spot_usd": at_spot,
     }
 
 

@@ -3,8 +3,8 @@ that synthesizes: no Docker, and an asset's hash is that of its files' names and
 
 The budget guard: ``budget_guard/handler.py`` at its root and the S3 contract it imports,
 ``bootstrap_scripts/spot_training/protocol.py``, at the same path as in the repository (so ``handler.py`` imports it
-by one name in both places). The capacity watcher: ``capacity_watcher/handler.py`` at its root and its decision,
-``capacity_watcher/decision.py``, at the same path."""
+by one name in both places). The capacity watcher: ``capacity_watcher/handler.py`` at its root, its decision
+(``capacity_watcher/decision.py``) and the S3 contract at the same paths."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ WATCHER_FILES = {
     "handler.py": WATCHER_DIR / "handler.py",
     "capacity_watcher/__init__.py": WATCHER_DIR / "__init__.py",
     "capacity_watcher/decision.py": WATCHER_DIR / "decision.py",
+    "bootstrap_scripts/spot_training/protocol.py": PACKAGE_FILES["bootstrap_scripts/spot_training/protocol.py"],
 }
 
 
