@@ -14,8 +14,9 @@ from aws_cdk.assertions import Template
 
 from capacity_watcher.decision import ON_DEMAND, SPOT, Failure, capacity_failures, decide
 from emulator.spot_capacity import NO_CAPACITY_MESSAGE
+from team_config import load_team
 from tests.synth import CLUSTER, joined, resources, synth, team_config
-from tests.test_config import cluster, error_for
+from tests.test_config import cluster, error_for, write
 
 AFTER_S = 300.0
 
@@ -30,6 +31,20 @@ def test_fallback_with_no_spot_to_fall_back_from_is_refused_in_one_line(tmp_path
     assert "clusters[0]" in message and "capacity.on_demand_after_minutes" in message
     assert "on_demand_percentage_above_base: 100" in message
     assert message.endswith("remove the capacity section, or lower on_demand_percentage_above_base")
+
+
+def test_a_fallback_that_comes_after_the_agents_join_timeout_is_refused(tmp_path: Path) -> None:
+    """With min_nodes 2, a spot node that came waits for its peer at most 10 minutes (JOIN_TIMEOUT_S), then fails
+    the job: the fallback (its minutes, the watcher's period, 2 minutes to boot) must come within that."""
+    late = {"on_demand_after_minutes": 7.5, "check_every_minutes": 1}
+    message = error_for(tmp_path, cluster(min_nodes=2, desired_nodes=2, capacity=late))
+    assert "capacity.on_demand_after_minutes (7.5) plus check_every_minutes (1)" in message
+    assert message.endswith("set on_demand_after_minutes to at most 7, or min_nodes: 1")
+    in_time = {"on_demand_after_minutes": 7, "check_every_minutes": 1}
+    write(tmp_path, cluster(min_nodes=2, desired_nodes=2, capacity=in_time))
+    assert load_team(tmp_path / "team-a.yaml").config.clusters[0].capacity is not None
+    write(tmp_path, cluster(capacity={"on_demand_after_minutes": 60}))  # min_nodes 1: any node starts the job
+    assert load_team(tmp_path / "team-a.yaml").config.clusters[0].capacity is not None
 
 
 def test_an_empty_capacity_section_is_refused_with_its_fix(tmp_path: Path) -> None:
