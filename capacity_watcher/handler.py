@@ -4,10 +4,11 @@ not come for ``ON_DEMAND_AFTER_S``, and back to spot once the group stands at 0 
 Every run: read the group (DescribeAutoScalingGroups), its newest scaling activities (one page of
 DescribeScalingActivities: the failed spot launches, ``Could not launch Spot Instances. InsufficientInstanceCapacity
 ...``) and the watcher's record (``<cluster>/capacity.json`` in the checkpoint bucket, see
-``bootstrap_scripts/spot_training/protocol.py``). To switch, it updates the group's MixedInstancesPolicy (the whole
-policy as the group has it, with ``OnDemandPercentageAboveBaseCapacity`` 100 for on-demand, ``SPOT_PERCENTAGE``, the
-team file's value, for spot) and its desired capacity (unchanged: the group launches what it lacks under the new
-policy). It writes the record when it changes: trainctl status and cost read it.
+``bootstrap_scripts/spot_training/protocol.py``). To switch, it updates the group's MixedInstancesPolicy, only its
+InstancesDistribution (``OnDemandPercentageAboveBaseCapacity`` 100 for on-demand, ``SPOT_PERCENTAGE``, the team
+file's value, for spot; an update that names no launch template needs no ec2:RunInstances or iam:PassRole), and its
+desired capacity (unchanged: the group launches what it lacks under the new distribution). It writes the record when
+it changes: trainctl status reads it.
 Environment: ``GROUP_NAME``, ``BUCKET``, ``RECORD_KEY``, ``ON_DEMAND_AFTER_S``, ``SPOT_PERCENTAGE``. Standard library
 and boto3 only (the Lambda runtime's), the S3 contract's reader (``protocol.py``) and the decision;
 ``training_constructs/guard_code.py`` bundles them at their repository paths.
@@ -15,7 +16,6 @@ and boto3 only (the Lambda runtime's), the S3 contract's reader (``protocol.py``
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -29,20 +29,11 @@ from capacity_watcher.decision import ON_DEMAND, capacity_failures, decide
 LAUNCHED_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 
 
-def group_policy(group: dict[str, Any], on_demand_percentage: int) -> dict[str, Any]:
-    """The group's MixedInstancesPolicy with ``on_demand_percentage`` above the base. Its launch templates by id
-    only: DescribeAutoScalingGroups names them by id and name, and an update takes one of the two."""
-    policy = copy.deepcopy(group["MixedInstancesPolicy"])
-    template = policy.get("LaunchTemplate", {})
-    specs = [template.get("LaunchTemplateSpecification", {})]
-    specs += [
-        o["LaunchTemplateSpecification"] for o in template.get("Overrides", []) if "LaunchTemplateSpecification" in o
-    ]
-    for spec in specs:
-        if "LaunchTemplateId" in spec:
-            spec.pop("LaunchTemplateName", None)
-    policy.setdefault("InstancesDistribution", {})["OnDemandPercentageAboveBaseCapacity"] = on_demand_percentage
-    return policy
+def distribution(group: dict[str, Any], on_demand_percentage: int) -> dict[str, Any]:
+    """The group's InstancesDistribution with ``on_demand_percentage`` above the base: the only part of its
+    MixedInstancesPolicy the update names (its launch templates stay as they are)."""
+    current = dict(group["MixedInstancesPolicy"].get("InstancesDistribution", {}))
+    return {**current, "OnDemandPercentageAboveBaseCapacity": on_demand_percentage}
 
 
 def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
@@ -68,7 +59,7 @@ def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
         percentage = 100 if decision.action == ON_DEMAND else int(env["SPOT_PERCENTAGE"])
         autoscaling.update_auto_scaling_group(
             AutoScalingGroupName=name,
-            MixedInstancesPolicy=group_policy(group, percentage),
+            MixedInstancesPolicy={"InstancesDistribution": distribution(group, percentage)},
             DesiredCapacity=group["DesiredCapacity"],
         )
     if decision.record != record:

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from werkzeug.serving import BaseWSGIServer
 
-from emulator import billing, cfn_compat, ebs_strict, fis_state, http_serving, lifecycle, spot_capacity
+from emulator import billing, cfn_compat, ebs_strict, fis_state, group_updates, http_serving, lifecycle, spot_capacity
 from emulator.request_counts import RequestCounts, WsgiApp
 from emulator.settings import ACCOUNT_ID, REGION
 
@@ -120,6 +120,7 @@ def _install(iam_enforcement: bool) -> None:
     cfn_compat.install()
     ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
     billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
+    group_updates.install()  # UpdateAutoScalingGroup keeps the parts of a MixedInstancesPolicy it does not name
     lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
     fis_state.install()  # FIS experiments in the state the drill runner reports (emulator/fis_drills.py)
     if iam_enforcement:

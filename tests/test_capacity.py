@@ -13,10 +13,14 @@ import pytest
 from aws_cdk.assertions import Template
 
 from capacity_watcher.decision import ON_DEMAND, SPOT, Failure, capacity_failures, decide
+from emulator.group_updates import merged_policy
 from emulator.spot_capacity import NO_CAPACITY_MESSAGE
 from team_config import load_team
 from tests.synth import CLUSTER, joined, resources, synth, team_config
 from tests.test_config import cluster, error_for, write
+from trainctl import review
+from trainctl.assembly import load_assembly
+from trainctl.prices import load_prices
 
 AFTER_S = 300.0
 
@@ -102,11 +106,7 @@ def test_the_watcher_may_change_only_its_group_and_write_only_its_record(watched
     assert sorted(record["Action"]) == ["s3:GetObject", "s3:PutObject"]
     assert joined(record["Resource"]).endswith('"/main/capacity.json"]]}')
     assert statements["ListRecord"]["Condition"] == {"StringEquals": {"s3:prefix": ["main/capacity.json"]}}
-    launch = statements["LaunchFromClusterTemplates"]
-    templates = watched.find_resources("AWS::EC2::LaunchTemplate").keys()
-    assert all(f'{{"Ref": "{t}"}}' in joined(launch["Condition"]["ArnLike"]["ec2:LaunchTemplate"]) for t in templates)
-    passed = statements["PassNodeRole"]
-    assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    assert set(statements) == {"ReadGroups", "UpdateOwnGroup", "ListRecord", "ReadWriteRecord"}
     # no mutating action on "*": only the two Describe calls, which AWS authorizes on "*" only
     for sid, statement in statements.items():
         actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
@@ -182,3 +182,37 @@ def test_the_watcher_package_imports_its_decision_alone(tmp_path: Path) -> None:
     code = "import handler; print(handler.decide.__module__, handler.read_marker.__module__)"
     imported = subprocess.run([sys.executable, "-E", "-s", "-c", code], cwd=package, capture_output=True, text=True)
     assert imported.stdout == "capacity_watcher.decision bootstrap_scripts.spot_training.protocol\n", imported.stderr
+
+
+# ---- trainctl review ----------------------------------------------------------------------------------------
+
+
+def test_review_shows_the_fallback_and_its_worst_case_on_demand(tmp_path: Path) -> None:
+    out = tmp_path / "cdk.out"
+    synth(team_config(clusters=[{**CLUSTER, "capacity": {"on_demand_after_minutes": 7.5}}]), outdir=str(out))
+    prices = load_prices()
+    text = review.summary(load_assembly(out), prices, spot={"g5.xlarge": 0.25, "g5.2xlarge": 0.5})
+    worst = 2 * prices.on_demand_price(max(CLUSTER["instance_types"], key=prices.on_demand_price))
+    assert (
+        f"| team-a | main | g5.xlarge, g5.2xlarge | 2 | 0 + 0% above; all after 7.5 min without spot | off | "
+        f"{worst:.2f} | {2 * 0.5:.2f} ({worst:.2f} after the fallback) |"
+    ) in text
+
+
+def test_the_emulated_group_update_keeps_the_policy_parts_a_request_does_not_name() -> None:
+    """As EC2 Auto Scaling: an update naming only InstancesDistribution keeps the launch templates, one naming no
+    MixedInstancesPolicy keeps the whole policy (moto would drop it)."""
+    current = {
+        "LaunchTemplate": {
+            "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-1"},
+            "Overrides": [{"InstanceType": "g5.xlarge"}],
+        },
+        "InstancesDistribution": {"OnDemandBaseCapacity": 1, "OnDemandPercentageAboveBaseCapacity": 0},
+    }
+    update = {"InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 100}}
+    assert merged_policy(current, update) == {
+        "LaunchTemplate": current["LaunchTemplate"],
+        "InstancesDistribution": {"OnDemandBaseCapacity": 1, "OnDemandPercentageAboveBaseCapacity": 100},
+    }
+    assert merged_policy(current, None) == current
+    assert merged_policy(None, update) == update

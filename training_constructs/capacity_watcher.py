@@ -3,14 +3,13 @@ and back to spot once the group stands at 0 (``capacity_watcher/handler.py``, do
 
 No node runs while spot capacity is missing, so no node agent can act: the watcher is an AWS-native function, like
 the budget guard. EventBridge runs it every ``check_every_minutes``. Its role may read the group and its scaling
-activities, update this group only, read and write the one record object ``<cluster>/capacity.json``, and (what
-EC2 Auto Scaling checks when a group's launch template is named in an update) launch from this cluster's launch
-templates and pass the node role to EC2.
+activities, update this group only (its InstancesDistribution: an update that names no launch template needs no
+ec2:RunInstances or iam:PassRole), and read and write the one record object ``<cluster>/capacity.json``.
 """
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -26,10 +25,6 @@ from team_config.model import CapacityConfig
 from training_constructs.guard_code import GUARD_CHECKOV_SKIPS, GUARD_RUNTIME, watcher_code
 from training_constructs.spot_fleet import SpotFleet
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
-
-# What RunInstances from the cluster's launch templates touches, by EC2 resource type (the launch templates
-# themselves are named one by one)
-LAUNCH_RESOURCE_TYPES = ("instance", "volume", "network-interface", "subnet", "security-group", "image")
 
 
 class CapacityWatcher(Construct):
@@ -85,15 +80,6 @@ class CapacityWatcher(Construct):
         self.function.node.add_dependency(self.policy, role.node.find_child("DefaultPolicy"))
 
     def _policy(self, role: iam.IRole, fleet: SpotFleet, bucket: s3.IBucket) -> iam.Policy:
-        stack = Stack.of(self)
-        templates = [
-            stack.format_arn(service="ec2", resource="launch-template", resource_name=t.launch_template_id)
-            for t in fleet.launch_templates
-        ]
-        launched = [
-            stack.format_arn(service="ec2", resource=kind, resource_name="*", arn_format=ArnFormat.SLASH_RESOURCE_NAME)
-            for kind in LAUNCH_RESOURCE_TYPES
-        ]
         policy = iam.Policy(
             self,
             "Policy",
@@ -106,19 +92,6 @@ class CapacityWatcher(Construct):
                 ),
                 iam.PolicyStatement(
                     sid="UpdateOwnGroup", actions=["autoscaling:UpdateAutoScalingGroup"], resources=[fleet.group_arn]
-                ),
-                iam.PolicyStatement(
-                    sid="LaunchFromClusterTemplates",
-                    actions=["ec2:RunInstances"],
-                    resources=templates + launched,
-                    # a launch that names none of them is denied, whatever its other resources
-                    conditions={"ArnLike": {"ec2:LaunchTemplate": templates}},
-                ),
-                iam.PolicyStatement(
-                    sid="PassNodeRole",
-                    actions=["iam:PassRole"],
-                    resources=[fleet.role.role_arn],
-                    conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
                 ),
                 iam.PolicyStatement(
                     sid="ListRecord",
@@ -138,12 +111,5 @@ class CapacityWatcher(Construct):
             "autoscaling:DescribeAutoScalingGroups and DescribeScalingActivities support no resource-level "
             "permissions; IAM requires '*'."
         )
-        for kind in LAUNCH_RESOURCE_TYPES:
-            findings[
-                f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:{kind}/*]"
-            ] = (
-                "EC2 Auto Scaling checks ec2:RunInstances when an update names the group's launch templates; the "
-                "launch it allows is from this cluster's templates only (named in the same statement)."
-            )
         acknowledge_all(policy, findings)
         return policy
