@@ -331,11 +331,10 @@ class EmulatedCloud:
             self.admin_user = name
 
     def set_spot_capacity(self, zone: str, available: bool, instance_types: Optional[list[str]] = None) -> list[str]:
-        """Switch spot capacity in ``zone`` off (``available`` False) or back on, for ``instance_types`` (None: every
-        type); the types the zone then has none for (``*``: all). See emulator/spot_capacity.py."""
+        """Switch spot capacity in ``zone`` off or back on for ``instance_types`` (None: every type); the types the zone
+        then has none for (``*``: all). See emulator/spot_capacity.py."""
         body = json.dumps({"zone": zone, "available": available, "instance_types": instance_types}).encode()
-        answer = self._post("/_emulator/spot-capacity", body, "application/json")
-        return list(answer["without_spot_capacity"])
+        return list(self._post("/_emulator/spot-capacity", body, "application/json")["without_spot_capacity"])
 
     def _moto_api(self, path: str, body: bytes, content_type: str) -> dict[str, Any]:
         """POST ``body`` to moto's ``/moto-api/<path>``; its JSON answer."""

@@ -62,10 +62,7 @@ def serve(
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
     # go to stderr, i.e. the server log that emulator.deploy checks.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    _install(iam_enforcement)
-    for option in no_spot_capacity:
-        zone, types = spot_capacity.parse_option(option)
-        spot_capacity.set_capacity(zone, False, types)
+    _install(iam_enforcement, no_spot_capacity)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
     counts = None if requests_file is None else RequestCounts(Path(requests_file))
     servers = _bind(
@@ -115,8 +112,11 @@ def _routes(counts: Optional[RequestCounts]) -> WsgiApp:
     return spot_capacity.serving(fis_state.serving(http_serving.moto_app(counts)))
 
 
-def _install(iam_enforcement: bool) -> None:
-    """What the emulator adds to moto, before the first request."""
+def _install(iam_enforcement: bool, no_spot_capacity: tuple[str, ...] = ()) -> None:
+    """What the emulator adds to moto, before the first request; the zones without spot capacity from the start."""
+    for option in no_spot_capacity:
+        zone, types = spot_capacity.parse_option(option)
+        spot_capacity.set_capacity(zone, False, types)
     cfn_compat.install()
     ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
     billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)

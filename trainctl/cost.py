@@ -32,6 +32,7 @@ from trainctl.cluster import ClientFactory, ClusterRef, described, group
 from trainctl.current_job import current_job_id
 from trainctl.job_logs import log_events
 from trainctl.job_state import ENDED, node_markers, object_time, spot_interruptions
+from trainctl.market_split import on_demand_nodes
 from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTable, average_price, spot_history
 
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
@@ -54,8 +55,7 @@ class NodeCost:
     timed_by: str
     usd_per_hour: float
     on_demand_usd_per_hour: float
-    # an on-demand node's time-weighted spot price of its type and AZ (what it would have cost as spot); None for a
-    # spot node, or without spot price history
+    # an on-demand node's spot price (time-weighted, its type and AZ); None for a spot node or without spot history
     spot_usd_per_hour: Optional[float] = None
 
     @property
@@ -366,25 +366,12 @@ def job_cost(
         "total_usd": total,
         "on_demand_usd": on_demand,
         "savings_pct": 100.0 * (1 - total / on_demand) if on_demand else 0.0,
-        "on_demand_nodes": _on_demand_nodes(nodes),
+        "on_demand_nodes": on_demand_nodes(nodes),
         "interruptions": spot_interruptions(client, ref, job_id),
         "redone": asdict(redone),
         "on_demand_prices": prices.source,
         "spot_prices": "EC2 spot price history (DescribeSpotPriceHistory), per type and AZ",
         "warnings": warnings,
-    }
-
-
-def _on_demand_nodes(nodes: list[NodeCost]) -> dict[str, Any]:
-    """The job's on-demand node-hours (an on-demand base, or the capacity watcher's fallback), their cost, and the
-    same hours at spot prices (None when a node's type and AZ have no spot price history)."""
-    on_demand = [n for n in nodes if n.market == "on-demand"]
-    spot_prices = [n.spot_usd_per_hour for n in on_demand]
-    at_spot = None if None in spot_prices else sum(n.hours * (n.spot_usd_per_hour or 0.0) for n in on_demand)
-    return {
-        "hours": sum(n.hours for n in on_demand),
-        "cost_usd": sum(n.cost_usd for n in on_demand),
-        "at_spot_usd": at_spot,
     }
 
 
