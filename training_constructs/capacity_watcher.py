@@ -13,7 +13,6 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -22,7 +21,7 @@ from bootstrap_scripts.spot_training import protocol
 from compliance.checkov import skip_checkov
 from compliance.nag import acknowledge_all
 from team_config.model import CapacityConfig
-from training_constructs.guard_code import GUARD_CHECKOV_SKIPS, GUARD_RUNTIME, watcher_code
+from training_constructs.guard_code import GUARD_RUNTIME, scheduled_function, watcher_code
 from training_constructs.spot_fleet import SpotFleet
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
@@ -47,17 +46,13 @@ class CapacityWatcher(Construct):
         log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
         skip_checkov(log_group, *LOG_GROUP_KMS_SKIP)
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        self.function = lambda_.Function(
+        self.function = scheduled_function(
             self,
             "Function",
-            runtime=GUARD_RUNTIME,
-            handler="handler.handler",
             code=watcher_code(GUARD_RUNTIME),
-            timeout=Duration.minutes(1),
-            memory_size=256,
-            # by ARN, as the budget guard: no DependsOn on the role (cfn-lint W3005); it depends on the policies below
-            role=iam.Role.from_role_arn(self, "RoleByArn", role.role_arn, mutable=False),
+            role=role,
             log_group=log_group,
+            timeout=Duration.minutes(1),
             environment={
                 "GROUP_NAME": fleet.asg.auto_scaling_group_name,
                 "BUCKET": bucket.bucket_name,
@@ -67,8 +62,6 @@ class CapacityWatcher(Construct):
             },
             description=f"Moves cluster {cluster}'s group to on-demand when spot capacity does not come, and back",
         )
-        for check, reason in GUARD_CHECKOV_SKIPS.items():
-            skip_checkov(self.function, check, reason)
         self.schedule = events.Rule(
             self,
             "Schedule",

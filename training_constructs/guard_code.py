@@ -14,8 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import jsii
-from aws_cdk import BundlingOptions, ILocalBundling
+from aws_cdk import BundlingOptions, Duration, ILocalBundling
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from compliance.checkov import skip_checkov
 
 REPO = Path(__file__).resolve().parent.parent
 GUARD_DIR = REPO / "budget_guard"
@@ -76,3 +81,37 @@ def guard_code(runtime: lambda_.Runtime) -> lambda_.Code:
 def watcher_code(runtime: lambda_.Runtime) -> lambda_.Code:
     """The capacity watcher's code asset (:data:`WATCHER_FILES`)."""
     return _copied(runtime, WATCHER_DIR, WATCHER_FILES)
+
+
+def scheduled_function(
+    scope: Construct,
+    construct_id: str,
+    *,
+    code: lambda_.Code,
+    role: iam.IRole,
+    log_group: logs.ILogGroup,
+    timeout: Duration,
+    environment: dict[str, str],
+    description: str,
+) -> lambda_.Function:
+    """A scheduled function of this app (:data:`GUARD_RUNTIME`, ``handler.handler``, :data:`GUARD_CHECKOV_SKIPS`).
+
+    It takes its role by ARN: the ARN's GetAtt already creates the role first, and a Function given the Role
+    construct adds a DependsOn on it as well (cfn-lint W3005). The caller makes it depend on the role's policies
+    instead, which nothing else orders before it."""
+    function = lambda_.Function(
+        scope,
+        construct_id,
+        runtime=GUARD_RUNTIME,
+        handler="handler.handler",
+        code=code,
+        timeout=timeout,
+        memory_size=256,
+        role=iam.Role.from_role_arn(scope, f"{construct_id}RoleByArn", role.role_arn, mutable=False),
+        log_group=log_group,
+        environment=environment,
+        description=description,
+    )
+    for check, reason in GUARD_CHECKOV_SKIPS.items():
+        skip_checkov(function, check, reason)
+    return function
