@@ -90,10 +90,17 @@ def test_the_watcher_runs_on_its_schedule_told_the_group_record_and_minutes(watc
     assert env["GROUP_NAME"] == {"Ref": group_id}
     assert (env["RECORD_KEY"], env["ON_DEMAND_AFTER_S"], env["SPOT_PERCENTAGE"]) == ("main/capacity.json", "450.0", "0")
     assert function["Properties"]["Handler"] == "handler.handler"
-    [rule] = resources(watched, "AWS::Events::Rule")
-    assert rule["Properties"]["ScheduleExpression"] == "rate(2 minutes)"
     [function_id] = watched.find_resources("AWS::Lambda::Function").keys()
-    assert rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    rules = resources(watched, "AWS::Events::Rule")
+    assert all(r["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]} for r in rules)
+    [schedule] = [r for r in rules if "ScheduleExpression" in r["Properties"]]
+    assert schedule["Properties"]["ScheduleExpression"] == "rate(2 minutes)"
+    [failed] = [r for r in rules if "EventPattern" in r["Properties"]]
+    assert failed["Properties"]["EventPattern"] == {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance Launch Unsuccessful"],
+        "detail": {"AutoScalingGroupName": [{"Ref": group_id}]},
+    }
 
 
 def test_the_watcher_may_change_only_its_group_and_write_only_its_record(watched: Template) -> None:

@@ -2,9 +2,10 @@
 and back to spot once the group stands at 0 (``capacity_watcher/handler.py``, docs/concepts/capacity.md).
 
 No node runs while spot capacity is missing, so no node agent can act: the watcher is an AWS-native function, like
-the budget guard. EventBridge runs it every ``check_every_minutes``. Its role may read the group and its scaling
-activities, update this group only (its InstancesDistribution: an update that names no launch template needs no
-ec2:RunInstances or iam:PassRole), and read and write the one record object ``<cluster>/capacity.json``.
+the budget guard. EventBridge runs it every ``check_every_minutes`` and when the group reports a failed launch. Its
+role may read the group and its scaling activities, update this group only (its InstancesDistribution: an update that
+names no launch template needs no ec2:RunInstances or iam:PassRole), and read and write the one record object
+``<cluster>/capacity.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
 
 
 class CapacityWatcher(Construct):
-    """Exposes ``function``, ``schedule`` (its rule), ``policy`` and ``record_key``."""
+    """Exposes ``function``, ``schedule`` (its rule), ``on_failed_launch`` (the rule on the group's "EC2 Instance
+    Launch Unsuccessful" events), ``policy`` and ``record_key``."""
 
     def __init__(
         self,
@@ -66,6 +68,17 @@ class CapacityWatcher(Construct):
             self,
             "Schedule",
             schedule=events.Schedule.rate(Duration.minutes(config.check_every_minutes)),
+            targets=[targets.LambdaFunction(self.function, retry_attempts=2)],
+        )
+        # and at once when the group reports a failed launch (EC2 Auto Scaling's event), not only at the next period
+        self.on_failed_launch = events.Rule(
+            self,
+            "LaunchUnsuccessful",
+            event_pattern=events.EventPattern(
+                source=["aws.autoscaling"],
+                detail_type=["EC2 Instance Launch Unsuccessful"],
+                detail={"AutoScalingGroupName": [fleet.asg.auto_scaling_group_name]},
+            ),
             targets=[targets.LambdaFunction(self.function, retry_attempts=2)],
         )
         self.policy = self._policy(role, fleet, bucket)
