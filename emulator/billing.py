@@ -54,12 +54,14 @@ def _replace_instances(self: FakeAutoScalingGroup, count_needed: int, propagated
         above = position - base
         on_demand = above < 0 or math.ceil((above + 1) * percentage / 100) > math.ceil(above * percentage / 100)
         state.instance.lifecycle = None if on_demand else "spot"
-        zone = str(state.instance.placement.zone)
-        chosen = overrides[0] if on_demand or not overrides else spot_capacity.spot_type(zone, overrides)
-        if chosen is None:  # no spot capacity in its zone for any of the types: EC2 launches nothing
-            withdrawn.append(state)
-        elif not state.instance.instance_type or not on_demand:
-            state.instance.instance_type = chosen  # EC2 picks one of the overrides; moto leaves it empty
+        if not on_demand and overrides:  # the first type with spot capacity in the instance's zone, if any
+            chosen = spot_capacity.spot_type(str(state.instance.placement.zone), overrides)
+            if chosen is None:  # none: EC2 launches nothing
+                withdrawn.append(state)
+            else:
+                state.instance.instance_type = chosen
+        elif not state.instance.instance_type and overrides:
+            state.instance.instance_type = overrides[0]  # EC2 picks one of the overrides; moto leaves it empty
     if withdrawn:
         _withdraw(self, withdrawn)
 
