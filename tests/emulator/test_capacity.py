@@ -123,6 +123,8 @@ def test_without_spot_capacity_the_job_waits_then_runs_on_demand_to_done_and_the
             assert report["action"] == "on-demand", report
             assert report["reason"].startswith("spot launched 0 of 1 node(s) in ")
             assert _lifecycles(cloud, ref.group) == ["on-demand"]  # launched under the new policy at once
+            shown = _trainctl(capsys, "status", "--team", TEAM, "--cluster", CLUSTER, job_id)
+            assert "capacity: on-demand since " in shown and ": spot launched 0 of 1 node(s) in " in shown
 
             _wait(lambda: jobs.marker(client, ref, job_id, "DONE") is not None, JOB_TIMEOUT_S, "DONE", launcher)
             assert jobs.marker(client, ref, job_id, "FAILED") is None
