@@ -1146,8 +1146,8 @@ def test_a_multi_node_cluster_across_zones_is_refused_unless_the_team_accepts_th
         ),
         pytest.param(
             EMPTY + "    123: x\n",
-            "clusters[0].123: unknown key '123': allowed keys here: ami, cross_zone_training, desired_nodes, efa, "
-            "instance_types, interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
+            "clusters[0].123: unknown key '123': allowed keys here: ami, capacity, cross_zone_training, desired_nodes, "
+            "efa, instance_types, interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
             "on_demand_percentage_above_base, placement_group, root_volume_size_gib, spot_allocation_strategy, "
             "warm_pool",
             id="number-key",

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from bootstrap_scripts.spot_training.protocol import FAILED
 from trainctl.budget import Budget, team_budget
+from trainctl.capacity import capacity
 from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, group
 from trainctl.current_job import current_job_id, submitted_job
@@ -49,6 +50,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
         "group": ref.group,
         "group_job": group_job,
         "desired_capacity": members["DesiredCapacity"],
+        "capacity": capacity(client, ref, members) if group_job == job_id else None,
         "nodes": _nodes(client, ref, job_id, members["Instances"]),
         # a flat checkpoint (the script's own files) has no step: its number counts the snapshots
         "last_checkpoint_step": last.step if last and last.layout == "step" else None,

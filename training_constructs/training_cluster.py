@@ -27,6 +27,7 @@ from training_constructs.training_logs import TrainingLogs
 from training_constructs.warm_volume_pool import WarmVolumePool
 
 if TYPE_CHECKING:
+    from training_constructs.capacity_watcher import CapacityWatcher
     from training_constructs.interruption_drill import InterruptionDrill
 
 
@@ -34,8 +35,9 @@ class TrainingCluster(Construct):
     """Spot fleet, logs, job spec, optional warm volume pool and least-privilege grants for one cluster.
 
     Exposes ``bucket``, ``asg``, ``role``, ``log_group``, ``placement_group``, ``job_spec``,
-    ``warm_pool``, ``drill``. Every grant is scoped to this cluster: its bucket prefix, its log group, its
-    group, its job-spec parameters, its pool's volumes; and to its team: the team's job secrets and data buckets.
+    ``warm_pool``, ``drill``, ``capacity_watcher``. Every grant is scoped to this cluster: its bucket prefix, its log
+    group, its group, its job-spec parameters, its pool's volumes; and to its team: the team's job secrets and data
+    buckets.
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class TrainingCluster(Construct):
         self.parameter_arns = job_parameter_arns(self, team, spec.name)
         self._grant_node(team, bootstrap, checkpoint_store, data_buckets)
         self.drill = self._drill(team, spec)
+        self.capacity_watcher = self._capacity_watcher(spec, log_retention)
 
     def _warm_pool(
         self, team: str, spec: ClusterConfig, vpc: ec2.IVpc, vpc_subnets: ec2.SubnetSelection
@@ -137,6 +140,24 @@ class TrainingCluster(Construct):
             self.warm_pool.claim_policy(
                 "ClaimPolicy", self.role, cluster_tag_key=CLUSTER_TAG, cluster=self.name, team_tag=(TEAM_TAG, team)
             )
+
+    def _capacity_watcher(self, spec: ClusterConfig, log_retention: logs.RetentionDays) -> Optional[CapacityWatcher]:
+        """The function that falls back to on-demand when spot capacity does not come; None without ``capacity``."""
+        if spec.capacity is None:
+            return None
+        # Imported here: aws_lambda costs every synth an import only clusters with a fallback need.
+        from training_constructs.capacity_watcher import CapacityWatcher
+
+        return CapacityWatcher(
+            self,
+            "CapacityWatcher",
+            cluster=spec.name,
+            config=spec.capacity,
+            fleet=self.fleet,
+            spot_percentage=spec.on_demand_percentage_above_base,
+            bucket=self.bucket,
+            log_retention=log_retention,
+        )
 
     def _drill(self, team: str, spec: ClusterConfig) -> Optional[InterruptionDrill]:
         """The cluster's interruption drill (an AWS FIS experiment template); None without ``interruption_drill``."""

@@ -61,6 +61,9 @@ END_OF_TRAINING = (SYNCED_MARKER, LEAVING_MARKER, NODE_DONE_MARKER)
 RUN_MARKERS = (BOOT_MARKER, TRAINING_MARKER, LEAVING_MARKER)
 
 MANIFEST_VERSION = 1
+# <cluster>/capacity.json: the capacity watcher's record (the group's market, spot or on-demand, since when and why);
+# no job id ends in .json, and the nodes may read it but not write it
+CAPACITY_RECORD = "capacity.json"
 
 
 def cluster_prefix(cluster: str) -> str:
@@ -81,6 +84,11 @@ def code_prefix(cluster_prefix: str) -> str:
 def code_key(cluster_prefix: str, job_id: str) -> str:
     """``<cluster>/code/<job>.tar.gz``: the job's code archive."""
     return f"{code_prefix(cluster_prefix)}{job_id}{CODE_SUFFIX}"
+
+
+def capacity_key(cluster_prefix: str) -> str:
+    """``<cluster>/capacity.json``: the capacity watcher's record of the cluster's group (market, since when, why)."""
+    return f"{cluster_prefix}{CAPACITY_RECORD}"
 
 
 def checkpoints_prefix(job: str) -> str:

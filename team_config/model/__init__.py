@@ -41,6 +41,7 @@ from team_config.model.base import (
     empty_section,
 )
 from team_config.model.budget import MAX_BUDGET_SUBSCRIBERS, BudgetConfig
+from team_config.model.capacity import CapacityConfig
 from team_config.model.cluster import ClusterConfig
 from team_config.model.job import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, SYSTEM_DIRS, SYSTEM_TREES, JobConfig, json_bytes
 from team_config.model.network import (
@@ -99,6 +100,7 @@ __all__ = [
     "AzName",
     "BucketName",
     "BudgetConfig",
+    "CapacityConfig",
     "CheckpointBucketConfig",
     "ClusterConfig",
     "ExistingVpcConfig",
