@@ -93,8 +93,8 @@ def test_the_package_holds_trainctl_and_what_it_imports_only(
     packaged = json.loads(ran.stdout)
     assert "../../../bin/trainctl" in packaged  # the console script
     top_level = {name.split("/")[0] for name in packaged if not name.startswith("..") and ".dist-info/" not in name}
-    # capacity_watcher: its decision tells trainctl status whether a job waits for capacity
-    assert top_level == {"trainctl", "team_config", "bootstrap_scripts", "capacity_watcher"}  # not the CDK app, emulator or tests
+    # not the CDK app, emulator or tests; capacity_watcher's decision tells trainctl status a job waits for capacity
+    assert top_level == {"trainctl", "team_config", "bootstrap_scripts", "capacity_watcher"}
     assert "team_config/ec2_instance_types.txt" in packaged  # the instance types trainctl checks a price table by
     assert not [name for name in packaged if name.startswith("bootstrap_scripts/") and "/spot_training/" not in name]
 
