@@ -8,8 +8,12 @@ DescribeScalingActivities: the failed spot launches, ``Could not launch Spot Ins
 InstancesDistribution (``OnDemandPercentageAboveBaseCapacity`` 100 for on-demand, ``SPOT_PERCENTAGE``, the team
 file's value, for spot; an update that names no launch template needs no ec2:RunInstances or iam:PassRole), and its
 desired capacity (unchanged: the group launches what it lacks under the new distribution). It writes the record when
-it changes: trainctl status reads it.
-Environment: ``GROUP_NAME``, ``BUCKET``, ``RECORD_KEY``, ``ON_DEMAND_AFTER_S``, ``SPOT_PERCENTAGE``. Standard library
+it changes: trainctl status reads it. With ``ZONES`` (a JSON list of ``{"zone", "subnets", "placement_group"}``, the
+cluster's zones with a placement group each), a move to another zone updates only the group's ``VPCZoneIdentifier``
+and ``PlacementGroup`` (and its unchanged desired capacity): no launch template, so no ec2:RunInstances or
+iam:PassRole either.
+Environment: ``GROUP_NAME``, ``BUCKET``, ``RECORD_KEY``, ``ON_DEMAND_AFTER_S``, ``SPOT_PERCENTAGE``, ``ZONES``
+(optional). Standard library
 and boto3 only (the Lambda runtime's), the S3 contract's reader (``protocol.py``) and the decision;
 ``training_constructs/guard_code.py`` bundles them at their repository paths.
 """
@@ -19,12 +23,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Optional
 
 import boto3
 
 from bootstrap_scripts.spot_training.protocol import read_marker
-from capacity_watcher.decision import ON_DEMAND, capacity_failures, decide
+from capacity_watcher.decision import MOVE, ON_DEMAND, capacity_failures, decide
 
 LAUNCHED_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 
@@ -34,6 +38,14 @@ def distribution(group: dict[str, Any], on_demand_percentage: int) -> dict[str, 
     MixedInstancesPolicy the update names (its launch templates stay as they are)."""
     current = dict(group["MixedInstancesPolicy"].get("InstancesDistribution", {}))
     return {**current, "OnDemandPercentageAboveBaseCapacity": on_demand_percentage}
+
+
+def current_zone(group: dict[str, Any], zones: list[dict[str, str]]) -> Optional[str]:
+    """The listed zone the group is in: the one of its placement group (else of its subnets); None without zones."""
+    for entry in zones:
+        if entry["placement_group"] == group.get("PlacementGroup") or entry["subnets"] == group["VPCZoneIdentifier"]:
+            return entry["zone"]
+    return zones[0]["zone"] if zones else None
 
 
 def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
@@ -47,6 +59,7 @@ def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
     activities = autoscaling.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=100)["Activities"]
     record = read_marker(s3, bucket, key) or {}
     launched = sum(1 for i in group["Instances"] if i["LifecycleState"] in LAUNCHED_STATES)
+    zones = json.loads(env.get("ZONES") or "[]")
     decision = decide(
         desired=group["DesiredCapacity"],
         launched=launched,
@@ -54,8 +67,18 @@ def watch(clients: Any, env: dict[str, str], now: float) -> dict[str, Any]:
         record=record,
         now=now,
         after_s=float(env["ON_DEMAND_AFTER_S"]),
+        zones=[z["zone"] for z in zones],
+        zone=current_zone(group, zones),
     )
-    if decision.action is not None:
+    if decision.action == MOVE:
+        [target] = [z for z in zones if z["zone"] == decision.zone]
+        autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=name,
+            VPCZoneIdentifier=target["subnets"],
+            PlacementGroup=target["placement_group"],
+            DesiredCapacity=group["DesiredCapacity"],
+        )
+    elif decision.action is not None:
         percentage = 100 if decision.action == ON_DEMAND else int(env["SPOT_PERCENTAGE"])
         autoscaling.update_auto_scaling_group(
             AutoScalingGroupName=name,

@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from team_config.model import NAME_PATTERN, TeamConfig
-from team_config.resolve_snapshots import stale_snapshot_ids
+from team_config.resolve_snapshots import snapshots_out_of_region, stale_snapshot_ids
 from team_config.text import not_utf8
 from team_config.validation_errors import error_lines
 
@@ -148,7 +148,8 @@ def load_team(path: Path) -> Team:
         config = TeamConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError("\n".join(f"{path}: {line}" for line in error_lines(exc.errors()))) from None
-    stale = stale_snapshot_ids(text, path)
+    zones = {i: c.capacity.zones for i, c in enumerate(config.clusters) if c.capacity is not None and c.capacity.zones}
+    stale = stale_snapshot_ids(text, path) + snapshots_out_of_region(text, path, zones)
     if stale:
         raise ConfigError("\n".join(f"{path}: {line}" for line in stale))
     return Team(name=name, path=path, config=config)

@@ -31,7 +31,7 @@ from team_config.text import not_utf8
 AMI_LINE = re.compile(r"""^(?P<indent>\s*)ami_id:\s*(?P<q>["']?)(?P<ami>ami-[0-9a-f]+)(?P=q)\s*(#.*)?$""")
 # What the helper writes after a snapshot_id: the loader reads it back to catch an ami_id changed without running
 # the helper again.
-RESOLVED_COMMENT = re.compile(r"#\s*root snapshot of (?P<ami>ami-[0-9a-f]+)")
+RESOLVED_COMMENT = re.compile(r"#\s*root snapshot of (?P<ami>ami-[0-9a-f]+)(, resolved in (?P<region>[a-z0-9-]+))?")
 SNAPSHOT_VALUE = re.compile(r"""snapshot_id:\s*["']?(?P<snap>snap-[0-9a-f]+)""")
 DEFAULT_VOLUME_GIB: int = WarmPoolConfig.model_fields["volume_size_gib"].default
 
@@ -186,27 +186,51 @@ def _warm_pool_nodes(root: Optional[yaml.Node]) -> list[tuple[int, yaml.Node]]:
     return [(i, pool) for i, pool in pools if pool is not None]
 
 
-def stale_snapshot_ids(text: str, path: Path) -> list[str]:
-    """One line per warm pool whose ``snapshot_id`` carries this helper's comment naming another AMI than the
-    pool's ``ami_id``: someone edited that line alone to change the AMI, and the volumes would still copy the old
-    AMI's root under nodes that boot the new one (synth cannot ask AWS; the comment says what was resolved)."""
+def _resolved_comments(text: str) -> list[tuple[int, str, str, re.Match[str]]]:
+    """(cluster index, ami_id, snapshot_id, this helper's comment on it) of each warm pool that has the comment."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         return []
     lines = text.splitlines()
-    problems = []
+    found = []
     for i, pool in _warm_pool_nodes(root):
         ami, snapshot = _lookup(pool, "ami_id"), _lookup(pool, "snapshot_id")  # a merged one's line has its comment
         if not (isinstance(ami, yaml.ScalarNode) and isinstance(snapshot, yaml.ScalarNode)):
             continue
         end = snapshot.end_mark
         resolved = RESOLVED_COMMENT.search(lines[end.line][end.column :]) if end.line < len(lines) else None
-        if resolved and resolved["ami"] != ami.value:
+        if resolved:
+            found.append((i, ami.value, snapshot.value, resolved))
+    return found
+
+
+def stale_snapshot_ids(text: str, path: Path) -> list[str]:
+    """One line per warm pool whose ``snapshot_id`` carries this helper's comment naming another AMI than the
+    pool's ``ami_id``: someone edited that line alone to change the AMI, and the volumes would still copy the old
+    AMI's root under nodes that boot the new one (synth cannot ask AWS; the comment says what was resolved)."""
+    return [
+        f"clusters[{i}].warm_pool.snapshot_id {snapshot} is the root snapshot of {resolved['ami']} (its "
+        f"comment says so), but ami_id is {ami}: the volumes would copy the old AMI under nodes booting "
+        f"the new one; run `.venv/bin/python -m team_config.resolve_snapshots {path}` to replace it"
+        for i, ami, snapshot, resolved in _resolved_comments(text)
+        if resolved["ami"] != ami
+    ]
+
+
+def snapshots_out_of_region(text: str, path: Path, zones: dict[int, list[str]]) -> list[str]:
+    """One line per warm pool of a cluster with ``capacity.zones`` (``zones``: cluster index -> its zones) whose
+    ``snapshot_id`` this helper resolved in another region than the zones': EBS creates a volume only from a snapshot
+    of its own region, so the deploy would fail on every zone's volumes."""
+    problems = []
+    for i, ami, snapshot, resolved in _resolved_comments(text):
+        region = zones[i][0][:-1] if i in zones else None
+        if region is not None and resolved["region"] not in (None, region):
             problems.append(
-                f"clusters[{i}].warm_pool.snapshot_id {snapshot.value} is the root snapshot of {resolved['ami']} (its "
-                f"comment says so), but ami_id is {ami.value}: the volumes would copy the old AMI under nodes booting "
-                f"the new one; run `.venv/bin/python -m team_config.resolve_snapshots {path}` to replace it"
+                f"clusters[{i}].warm_pool.snapshot_id {snapshot} is in {resolved['region']} (its comment says so), "
+                f"but capacity.zones are in {region}: a zone's warm volumes need a snapshot in its region; copy "
+                f"{ami} to {region} (aws ec2 copy-image), set ami_id to the copy and run "
+                f"`.venv/bin/python -m team_config.resolve_snapshots {path} --region {region}`"
             )
     return problems
 

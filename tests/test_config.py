@@ -115,7 +115,8 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         pytest.param(
             new_vpc({"az_count": 2, "nat_gateways": 1}),
             "team-a.yaml: clusters[0] (main): a cluster placement group lives in one AZ but the network "
-            "spans 2; use one AZ/subnet or set placement_group: false",
+            "spans 2; use one AZ/subnet, list the zones the cluster may move between in capacity.zones, or set "
+            "placement_group: false",
             id="placement-group-two-azs",
         ),
         pytest.param(

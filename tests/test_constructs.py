@@ -694,7 +694,9 @@ def test_warm_pool_volumes_are_deleted_by_default_and_kept_on_request() -> None:
     """Copies of a snapshot: a replaced or destroyed pool is deleted unless the team file says retain."""
     app = App(context=CONTEXT)
     stack = Stack(app, "Pool")
-    WarmVolumePool(stack, "Pool", pool_name="p", size=2, snapshot_id="snap-0123456789abcdef0", availability_zone="az")
+    WarmVolumePool(
+        stack, "Pool", pool_name="p", size=2, snapshot_id="snap-0123456789abcdef0", availability_zones=["az"]
+    )
     for volume in resources(Template.from_stack(stack), "AWS::EC2::Volume"):
         assert (volume["DeletionPolicy"], volume["UpdateReplacePolicy"]) == ("Delete", "Delete")
     for written, policy in ((None, "Delete"), ("retain", "Retain")):  # None: the team file does not say

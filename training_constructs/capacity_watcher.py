@@ -4,13 +4,14 @@ and back to spot once the group stands at 0 (``capacity_watcher/handler.py``, do
 No node runs while spot capacity is missing, so no node agent can act: the watcher is an AWS-native function, like
 the budget guard. EventBridge runs it every ``check_every_minutes`` and when the group reports a failed launch. Its
 role may read the group and its scaling activities, update this group only (its InstancesDistribution: an update that
-names no launch template needs no ec2:RunInstances or iam:PassRole), and read and write the one record object
+names no launch template needs no ec2:RunInstances or iam:PassRole; nor does a move to another of the cluster's
+zones, which names only the group's subnets and placement group), and read and write the one record object
 ``<cluster>/capacity.json``.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -61,6 +62,7 @@ class CapacityWatcher(Construct):
                 "RECORD_KEY": self.record_key,
                 "ON_DEMAND_AFTER_S": str(round(config.on_demand_after_minutes * 60, 3)),
                 "SPOT_PERCENTAGE": str(spot_percentage),
+                **self._zones(fleet),
             },
             description=f"Moves cluster {cluster}'s group to on-demand when spot capacity does not come, and back",
         )
@@ -84,6 +86,21 @@ class CapacityWatcher(Construct):
         self.policy = self._policy(role, fleet, bucket)
         log_group.grant_write(role)
         self.function.node.add_dependency(self.policy, role.node.find_child("DefaultPolicy"))
+
+    def _zones(self, fleet: SpotFleet) -> dict[str, str]:
+        """``ZONES``: the zones the watcher moves the group between, with their subnets and placement group; none
+        for a group without a placement group per zone (it spreads over its zones, or has one)."""
+        if not fleet.placement_groups:
+            return {}
+        zones = [
+            {
+                "zone": zone,
+                "subnets": Fn.join(",", fleet.zone_subnets[zone]),
+                "placement_group": group.placement_group_name,
+            }
+            for zone, group in fleet.placement_groups.items()
+        ]
+        return {"ZONES": Stack.of(self).to_json_string(zones)}
 
     def _policy(self, role: iam.IRole, fleet: SpotFleet, bucket: s3.IBucket) -> iam.Policy:
         policy = iam.Policy(

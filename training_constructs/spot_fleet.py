@@ -91,7 +91,10 @@ class SpotFleet(Construct):
     (``DRAIN_HOOK``): an instance the group ends itself (capacity rebalancing replacing it, a scale-in) gets no
     spot notice, so it waits in ``Terminating:Wait`` until its node agent has saved a checkpoint and completes the
     hook (at most ``DRAIN_HEARTBEAT_S``, then the termination goes on). ``efa_interfaces`` (instance type -> count):
-    EFA interfaces in the launch template (:mod:`training_constructs.efa`), one template per count.
+    EFA interfaces in the launch template (:mod:`training_constructs.efa`), one template per count. ``zones``: the
+    zones the group may run in; with a placement group it runs in the first, with a cluster placement group per zone
+    (``placement_groups``) named on the group, not in the launch template, so that the capacity watcher moves it with
+    an UpdateAutoScalingGroup of its subnets (``zone_subnets``) and placement group; without one it spreads over them.
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class SpotFleet(Construct):
         root_device_name: str = "/dev/xvda",
         role: Optional[iam.IRole] = None,
         efa_interfaces: Optional[Mapping[str, int]] = None,
+        zones: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         if not instance_types:
@@ -126,11 +130,29 @@ class SpotFleet(Construct):
         )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
         self.security_group = NodeSecurityGroup(self, "NodeSecurityGroup", vpc=vpc)
+        # With zones and a placement group: one group per zone, named on the Auto Scaling group (the capacity watcher
+        # moves the group by its subnets and placement group alone); else at most one, in the launch template.
+        self.placement_groups: dict[str, ec2.PlacementGroup] = {
+            zone: ec2.PlacementGroup(self, f"PlacementGroup-{zone}", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            for zone in (zones if placement_group else ())
+        }
         self.placement_group: Optional[ec2.PlacementGroup] = (
-            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-            if placement_group
-            else None
+            next(iter(self.placement_groups.values()), None)
+            if self.placement_groups or not placement_group
+            else ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
         )
+        self.zone_subnets: dict[str, list[str]] = {
+            zone: vpc.select_subnets(
+                subnet_type=vpc_subnets.subnet_type, subnets=vpc_subnets.subnets, availability_zones=[zone]
+            ).subnet_ids
+            for zone in zones
+        }
+        if zones:  # the first zone alone with placement groups, else all the listed zones
+            vpc_subnets = ec2.SubnetSelection(
+                subnet_type=vpc_subnets.subnet_type,
+                subnets=vpc_subnets.subnets,
+                availability_zones=list(zones[:1] if self.placement_groups else zones),
+            )
         overrides = self._launch_templates(
             instance_types,
             dict(efa_interfaces or {}),
@@ -209,7 +231,7 @@ class SpotFleet(Construct):
             http_put_response_hop_limit=2,
             instance_metadata_tags=True,
             detailed_monitoring=True,
-            placement_group=self.placement_group,
+            placement_group=None if self.placement_groups else self.placement_group,
             block_devices=[
                 ec2.BlockDevice(
                     device_name=root_device_name,
@@ -249,6 +271,9 @@ class SpotFleet(Construct):
                 instances_distribution=distribution,
             ),
         )
+        if self.placement_groups:
+            cfn_group = typing.cast(autoscaling.CfnAutoScalingGroup, group.node.default_child)
+            cfn_group.placement_group = next(iter(self.placement_groups.values())).placement_group_name
         # No notification target: the agent reads autoscaling/target-lifecycle-state from the instance metadata.
         group.add_lifecycle_hook(
             "Drain",

@@ -87,6 +87,7 @@ class TrainingCluster(Construct):
             root_volume_size_gib=spec.root_volume_size_gib,
             root_device_name=spec.ami.root_device_name,
             efa_interfaces=spec.efa_interfaces,
+            zones=spec.zones,
         )
         self.asg = self.fleet.asg
         self.role = self.fleet.role
@@ -104,7 +105,8 @@ class TrainingCluster(Construct):
     def _warm_pool(
         self, team: str, spec: ClusterConfig, vpc: ec2.IVpc, vpc_subnets: ec2.SubnetSelection
     ) -> Optional[WarmVolumePool]:
-        """The cluster's warm volume pool, in the first AZ of its subnets; None without ``warm_pool``."""
+        """The cluster's warm volume pool: its volumes in each of its ``capacity.zones``, else in the first AZ of its
+        subnets; None without ``warm_pool``."""
         pool = spec.warm_pool
         if pool is None:
             return None
@@ -115,9 +117,10 @@ class TrainingCluster(Construct):
             pool_name=f"{team}-{spec.name}",
             size=pool.size,
             snapshot_id=pool.snapshot_id,
-            availability_zone=vpc.select_subnets(
-                subnet_type=vpc_subnets.subnet_type, subnets=vpc_subnets.subnets
-            ).availability_zones[0],
+            availability_zones=list(spec.zones)
+            or vpc.select_subnets(subnet_type=vpc_subnets.subnet_type, subnets=vpc_subnets.subnets).availability_zones[
+                :1
+            ],
             volume_size_gib=pool.volume_size_gib,
             iops=pool.iops,
             throughput_mibps=pool.throughput_mibps,

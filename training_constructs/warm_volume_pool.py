@@ -18,7 +18,8 @@ DEFAULT_VOLUME_GIB = 200
 
 
 class WarmVolumePool(Construct):
-    """``size`` gp3 volumes from ``snapshot_id`` in one AZ, tagged as one pool.
+    """``size`` gp3 volumes from ``snapshot_id`` in each of ``availability_zones``, tagged as one pool (a node claims a
+    free one in its own zone).
 
     A replacement spot node attaches a volume that is already initialised instead of paying the
     snapshot's lazy loading on first read. ``initialization_rate_mibps`` (100-300) makes EBS
@@ -44,7 +45,7 @@ class WarmVolumePool(Construct):
         pool_name: str,
         size: int,
         snapshot_id: str,
-        availability_zone: str,
+        availability_zones: list[str],
         volume_size_gib: int = DEFAULT_VOLUME_GIB,
         iops: int = 3000,
         throughput_mibps: int = 125,
@@ -56,6 +57,31 @@ class WarmVolumePool(Construct):
             raise ValueError("WarmVolumePool: size must be at least 1")
         self.pool_name = pool_name
         self.volumes: list[ec2.Volume] = []
+        for zone in availability_zones:
+            self._volumes(
+                zone,
+                size,
+                snapshot_id,
+                volume_size_gib=volume_size_gib,
+                iops=iops,
+                throughput_mibps=throughput_mibps,
+                initialization_rate_mibps=initialization_rate_mibps,
+                removal_policy=removal_policy,
+            )
+
+    def _volumes(
+        self,
+        availability_zone: str,
+        size: int,
+        snapshot_id: str,
+        *,
+        volume_size_gib: int,
+        iops: int,
+        throughput_mibps: int,
+        initialization_rate_mibps: Optional[int],
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        """The pool's ``size`` volumes in one zone, under the scope of their generation."""
         literal_az = not Token.is_unresolved(availability_zone)
         generation = Construct(
             self,
@@ -82,7 +108,7 @@ class WarmVolumePool(Construct):
                 ),
                 removal_policy=removal_policy,
             )
-            Tags.of(volume).add(POOL_TAG, pool_name)
+            Tags.of(volume).add(POOL_TAG, self.pool_name)
             if literal_az:
                 acknowledge(
                     volume,

@@ -284,6 +284,11 @@ class ClusterConfig(Strict):
         return ranked[0][0] if ranked else None
 
     @property
+    def zones(self) -> list[str]:
+        """``capacity.zones``; empty: the network's zones, as the subnets give them."""
+        return list(self.capacity.zones or []) if self.capacity is not None else []
+
+    @property
     def efa_enabled(self) -> bool:
         """Whether the nodes get EFA interfaces: ``efa``, with ``auto`` resolved (see the field's description)."""
         if self.efa != "auto":

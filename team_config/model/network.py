@@ -143,3 +143,10 @@ class NetworkConfig(Strict):
         if self.existing_vpc is not None:
             return len(self.existing_vpc.subnets)
         return (self.new_vpc or NewVpcConfig()).az_count
+
+    @property
+    def zone_names(self) -> Optional[list[str]]:
+        """The network's zones by name; None when the team file does not name them (a region-agnostic new VPC)."""
+        if self.existing_vpc is not None:
+            return [s.availability_zone for s in self.existing_vpc.subnets]
+        return (self.new_vpc or NewVpcConfig()).availability_zones

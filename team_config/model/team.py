@@ -104,6 +104,27 @@ class TeamConfig(Strict):
         BeforeValidator(empty_section("give its keys (usd_per_month: ...) or remove the line")),
     ] = Field(None, description="Monthly AWS Budgets budget; at 100 % the team's jobs are stopped and groups set to 0.")
 
+    def _cluster_zones(self, i: int, cluster: ClusterConfig) -> Optional[list[str]]:
+        """The cluster's ``capacity.zones``, each one of the network's zones (None: not listed)."""
+        zones = cluster.capacity.zones if cluster.capacity is not None else None
+        if zones is None:
+            return None
+        known = self.network.zone_names
+        where = f"clusters[{i}] ({cluster.name}).capacity.zones"
+        if known is None:
+            raise ValueError(
+                f"{where} lists {', '.join(zones)}, but the network names no zones; list them in "
+                "network.new_vpc.availability_zones"
+            )
+        for zone in zones:
+            if zone not in known:
+                fix = "network.existing_vpc.subnets" if self.network.existing_vpc else "network.new_vpc"
+                raise ValueError(
+                    f"{where}: {zone} is not one of the network's zones ({', '.join(known)}); list only those, or "
+                    f"add {zone} to {fix}"
+                )
+        return zones
+
     @field_validator("log_retention_days")
     @classmethod
     def _retention(cls, days: int) -> int:
@@ -145,25 +166,29 @@ class TeamConfig(Strict):
                 )
             seen[key] = cluster.name
         for i, cluster in enumerate(self.clusters):
-            if cluster.efa is True and self.network.az_count != 1:
+            zones = self._cluster_zones(i, cluster)
+            # a cluster with a placement group runs in one of its zones at a time
+            span = 1 if zones is not None and cluster.placement_group else len(zones or []) or self.network.az_count
+            if cluster.efa is True and span != 1:
                 raise ValueError(
                     f"clusters[{i}] ({cluster.name}): efa: true ({', '.join(cluster.instance_types)}) across "
-                    f"{self.network.az_count} AZs, but EFA traffic stays within one subnet; use one AZ/subnet or set "
-                    "efa: false"
+                    f"{span} AZs, but EFA traffic stays within one subnet; use one AZ/subnet or set efa: false"
                 )
-            if cluster.placement_group and self.network.az_count != 1:
+            if cluster.placement_group and span != 1:
                 raise ValueError(
                     f"clusters[{i}] ({cluster.name}): a cluster placement group lives in one AZ but the network "
-                    f"spans {self.network.az_count}; use one AZ/subnet or set placement_group: false"
+                    f"spans {span}; use one AZ/subnet, list the zones the cluster may move between in "
+                    "capacity.zones, or set placement_group: false"
                 )
-            if cluster.warm_pool is not None and self.network.az_count != 1:
+            if cluster.warm_pool is not None and zones is None and span != 1:
                 raise ValueError(
                     f"clusters[{i}] ({cluster.name}): a warm volume pool lives in one AZ but the network spans "
-                    f"{self.network.az_count}; use one AZ/subnet or remove warm_pool"
+                    f"{span}; use one AZ/subnet, list the cluster's zones in capacity.zones (a pool per zone), or "
+                    "remove warm_pool"
                 )
-            if cluster.max_nodes > 1 and self.network.az_count != 1 and not cluster.cross_zone_training:
+            if cluster.max_nodes > 1 and span != 1 and not cluster.cross_zone_training:
                 raise ValueError(
-                    f"clusters[{i}] ({cluster.name}): max_nodes {cluster.max_nodes} across {self.network.az_count} "
+                    f"clusters[{i}] ({cluster.name}): max_nodes {cluster.max_nodes} across {span} "
                     "AZs: the nodes' gradient exchange at every step would cross zones, billed as inter-AZ data "
                     "transfer (about $0.01 per GB each way, not in trainctl cost) and slower than within one; use one "
                     "AZ/subnet, or set cross_zone_training: true to accept the charge"
