@@ -21,7 +21,8 @@ from tests.test_config import POOL_AMI, cluster, error_for, write
 AFTER_S = 300.0
 ZONES = ["us-east-1a", "us-east-1b"]
 NETWORK = {"new_vpc": {"availability_zones": ["us-east-1a", "us-east-1b", "us-east-1c"], "nat_gateways": 1}}
-POOL = {"size": 2, "snapshot_id": "snap-0123456789abcdef0"}
+POOL_SIZE = 2
+POOL = {"size": POOL_SIZE, "snapshot_id": "snap-0123456789abcdef0"}
 
 
 def zoned(zones: list[str] = ZONES, network: dict[str, Any] = NETWORK, **overrides: Any) -> dict[str, Any]:
@@ -122,7 +123,7 @@ def test_a_placement_group_per_zone_on_the_group_none_in_the_launch_template(zon
 def test_warm_volumes_per_listed_zone(zoned_template: Template) -> None:
     volumes = resources(zoned_template, "AWS::EC2::Volume")
     zones = sorted(v["Properties"]["AvailabilityZone"] for v in volumes)
-    assert zones == ["us-east-1a"] * POOL["size"] + ["us-east-1b"] * POOL["size"]
+    assert zones == ["us-east-1a"] * POOL_SIZE + ["us-east-1b"] * POOL_SIZE
 
 
 def test_the_watcher_knows_each_zone_and_may_only_update_its_group(zoned_template: Template) -> None:
