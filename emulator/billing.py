@@ -48,7 +48,10 @@ def _replace_instances(self: FakeAutoScalingGroup, count_needed: int, propagated
     percentage = int(distribution.get("OnDemandPercentageAboveBaseCapacity") or 0)
     withdrawn = []
     for position, state in enumerate(self.instance_states):
-        if state.instance.id in before or self.mixed_instances_policy is None:
+        if state.instance.id in before:
+            continue
+        state.instance.placement.group_name = self.placement_group or ""  # EC2 launches it into the group's
+        if self.mixed_instances_policy is None:
             continue
         # The first `base` instances are on demand; of those above it, `percentage` % (rounded up) are.
         above = position - base

@@ -6,6 +6,11 @@ alone) leaves the group without one, and a policy with only ``InstancesDistribut
 sends) without its launch template. EC2 Auto Scaling keeps the group's policy when the request has none, and changes
 only the parts a request's policy names (the API's ``LaunchTemplate`` is optional). So does the emulator: the
 request's ``InstancesDistribution`` keys over the group's, its ``LaunchTemplate`` (if any) over the group's.
+
+moto's UpdateAutoScalingGroup also drops ``PlacementGroup`` (the capacity watcher's move to another zone sends it with
+the zone's subnets): the emulator sets the group's placement group before moto's update launches what the group
+lacks, and :mod:`emulator.billing` puts each instance the group launches in it (DescribeInstances'
+``Placement.GroupName``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import copy
 from typing import Any, Optional
 
 from moto.autoscaling.models import FakeAutoScalingGroup
+from moto.autoscaling.responses import AutoScalingResponse
+from moto.core.responses import ActionResult
 
 from emulator.moto_patch import original, patch
 
@@ -34,6 +41,16 @@ def _update(self: FakeAutoScalingGroup, *args: Any, mixed_instances_policy: Any 
     original(FakeAutoScalingGroup, "update")(self, *args, mixed_instances_policy=policy, **kwargs)
 
 
+def _update_response(self: AutoScalingResponse) -> ActionResult:
+    placement_group = self._get_param("PlacementGroup")
+    if placement_group:
+        group = self.autoscaling_backend.autoscaling_groups[self._get_param("AutoScalingGroupName")]
+        group.placement_group = placement_group
+    result: ActionResult = original(AutoScalingResponse, "update_auto_scaling_group")(self)
+    return result
+
+
 def install() -> None:
     """Idempotent."""
     patch(FakeAutoScalingGroup, "update", _update)
+    patch(AutoScalingResponse, "update_auto_scaling_group", _update_response)

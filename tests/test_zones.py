@@ -17,6 +17,9 @@ from team_config import load_team
 from tests.synth import CLUSTER, resources, synth, team_config
 from tests.test_capacity import _watcher_statements
 from tests.test_config import POOL_AMI, cluster, error_for, write
+from tests.test_review import _prices
+from trainctl import review
+from trainctl.assembly import Stack
 
 AFTER_S = 300.0
 ZONES = ["us-east-1a", "us-east-1b"]
@@ -124,6 +127,12 @@ def test_warm_volumes_per_listed_zone(zoned_template: Template) -> None:
     volumes = resources(zoned_template, "AWS::EC2::Volume")
     zones = sorted(v["Properties"]["AvailabilityZone"] for v in volumes)
     assert zones == ["us-east-1a"] * POOL_SIZE + ["us-east-1b"] * POOL_SIZE
+
+
+def test_review_shows_the_pool_volumes_per_zone_and_prices_them_all(zoned_template: Template) -> None:
+    """2 volumes in each of 2 zones (team_config's defaults: 200 GiB, 3,000 IOPS, 125 MB/s): 4 x 200 x 0.08 USD."""
+    text = review.summary({"S": Stack("S", zoned_template.to_json(), [])}, _prices())
+    assert "| team-a | main | 4 (2 in each of 2 zones) | 200 | 3000 | 125 | 64.00 |" in text
 
 
 def test_the_watcher_knows_each_zone_and_may_only_update_its_group(zoned_template: Template) -> None:

@@ -117,8 +117,9 @@ def _cluster_rows(
 
 
 def _pool_rows(stack: Stack) -> Iterator[tuple[tuple[str, str, str], list[str]]]:
-    """Per warm pool of the stack, (stack, team, cluster) and its cells: volumes, GiB, IOPS and MB/s of each (the
-    values the pool's volumes have, joined when they differ), and USD per month of all of them (``-`` unless gp3)."""
+    """Per warm pool of the stack, (stack, team, cluster) and its cells: volumes (and per zone, when in several),
+    GiB, IOPS and MB/s of each (the values the pool's volumes have, joined when they differ), and USD per month of all
+    of them (``-`` unless gp3)."""
     pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for resource in stack.resources.values():
         if resource["Type"] != "AWS::EC2::Volume":
@@ -144,7 +145,9 @@ def _pool_rows(stack: Stack) -> Iterator[tuple[tuple[str, str, str], list[str]]]
             if gp3
             else None
         )
-        cells = [str(len(volumes)), values("Size", "?"), iops, mbps,
+        zones = {str(v.get("AvailabilityZone")) for v in volumes}
+        count = f"{len(volumes)} ({len(volumes) // len(zones)} in each of {len(zones)} zones)" if len(zones) > 1 else ""
+        cells = [count or str(len(volumes)), values("Size", "?"), iops, mbps,
                  "-" if monthly is None else f"{monthly:.2f}"]  # fmt: skip
         yield (stack.name, team, cluster), cells
 

@@ -80,7 +80,8 @@ class WarmPoolConfig(Strict):
     size: int = Field(
         ge=1,
         le=64,
-        description="Number of pre-warmed volumes; at least max_nodes (+10%, at least 1, for rebalancing).",
+        description="Number of pre-warmed volumes per zone; at least max_nodes (+10%, at least 1, for rebalancing). "
+        "With capacity.zones each listed zone has its own size volumes, all billed: size x zones.",
     )
     snapshot_id: Optional[SnapshotId] = Field(
         None, description="Snapshot the volumes are created from; required unless ami_id is given and resolved."
