@@ -131,7 +131,7 @@ def test_warm_volumes_per_listed_zone(zoned_template: Template) -> None:
 
 def test_review_shows_the_pool_volumes_per_zone_and_prices_them_all(zoned_template: Template) -> None:
     """2 volumes in each of 2 zones (team_config's defaults: 200 GiB, 3,000 IOPS, 125 MB/s): 4 x 200 x 0.08 USD."""
-    text = review.summary({"S": Stack("S", zoned_template.to_json(), [])}, _prices())
+    text = review.summary({"S": Stack("S", dict(zoned_template.to_json()), [])}, _prices())
     assert "| team-a | main | 4 (2 in each of 2 zones) | 200 | 3000 | 125 | 64.00 |" in text
 
 
