@@ -20,6 +20,7 @@ from tests.test_config import POOL_AMI, cluster, error_for, write
 from tests.test_review import _prices
 from trainctl import review
 from trainctl.assembly import Stack
+from trainctl.capacity import capacity_lines
 
 AFTER_S = 300.0
 ZONES = ["us-east-1a", "us-east-1b"]
@@ -223,3 +224,10 @@ def test_the_watcher_finds_the_zone_by_the_groups_placement_group() -> None:
     assert current_zone({"PlacementGroup": "pg-b", "VPCZoneIdentifier": "subnet-b"}, zones) == "b"
     assert current_zone({"VPCZoneIdentifier": "subnet-a"}, zones) == "a"
     assert current_zone({"VPCZoneIdentifier": "subnet-a"}, []) is None
+
+
+def test_status_shows_the_zone_and_the_move() -> None:
+    moved = "no spot in us-east-1a for 0.1 min: moved to us-east-1b"
+    info = {"market": SPOT, "switched_at": None, "switch_reason": None, "waiting": None, "desired": 1,
+            "zone": "us-east-1b", "moved_at": 0.0, "move_reason": moved}  # fmt: skip
+    assert capacity_lines(info, 10.0) == [f"zone: us-east-1b since 1970-01-01 00:00:00 UTC: {moved}"]

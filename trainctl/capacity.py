@@ -1,6 +1,7 @@
 """A cluster's capacity as ``trainctl status`` shows it: whether its group waits for spot capacity (since when, and
 EC2 Auto Scaling's reason, from the group's failed launches) and the capacity watcher's record (the market the group
-is on, since when and why; ``capacity_watcher/``, docs/concepts/capacity.md)."""
+is on, since when and why; for a cluster that moves between zones, the zone it is in and its last move;
+``capacity_watcher/``, docs/concepts/capacity.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ LAUNCHED_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 
 def capacity(client: ClientFactory, ref: ClusterRef, group: dict[str, Any]) -> Optional[dict[str, Any]]:
     """What there is to say about the group's capacity (``group``: DescribeAutoScalingGroups' entry), or None: it has
-    the nodes it asks for, and the watcher (if the cluster has one) never moved it off spot."""
+    the nodes it asks for, and the watcher (if the cluster has one) never moved it off spot or to another zone."""
     record = read_marker(client("s3"), ref.bucket, capacity_key(ref.prefix)) or {}
     desired = int(group.get("DesiredCapacity") or 0)
     launched = sum(1 for i in group.get("Instances", []) if i["LifecycleState"] in LAUNCHED_STATES)
@@ -30,7 +31,7 @@ def capacity(client: ClientFactory, ref: ClusterRef, group: dict[str, Any]) -> O
         if failures:
             waiting = {"since": failures[0].at, "reason": failures[-1].message, "launched": launched}
     market = str(record.get("market") or SPOT)
-    if waiting is None and market == SPOT and not record.get("switched_at"):
+    if waiting is None and market == SPOT and not record.get("switched_at") and not record.get("moved_at"):
         return None
     return {
         "market": market,
@@ -38,6 +39,9 @@ def capacity(client: ClientFactory, ref: ClusterRef, group: dict[str, Any]) -> O
         "switch_reason": record.get("reason"),
         "waiting": waiting,
         "desired": desired,
+        "zone": record.get("zone"),
+        "moved_at": record.get("moved_at"),
+        "move_reason": record.get("move_reason"),
     }
 
 
@@ -52,6 +56,8 @@ def capacity_lines(info: Optional[dict[str, Any]], now: float) -> list[str]:
             f"waiting for capacity: {waiting['launched']} of {info['desired']} node(s) since {_utc(waiting['since'])} "
             f"({now - waiting['since']:.0f} s): {waiting['reason']}"
         )
+    if info.get("moved_at") is not None:
+        lines.append(f"zone: {info['zone']} since {_utc(info['moved_at'])}: {info['move_reason']}")
     if info["switched_at"] is not None:
         lines.append(f"capacity: {info['market']} since {_utc(info['switched_at'])}: {info['switch_reason']}")
     return lines
