@@ -12,6 +12,7 @@ from aws_cdk.assertions import Template
 
 from capacity_watcher.decision import MOVE, ON_DEMAND, SPOT, Failure, decide, next_zone
 from capacity_watcher.handler import current_zone
+from compliance.spot_training.warm_volume import check_warm_volume
 from emulator.spot_capacity import NO_CAPACITY_MESSAGE
 from team_config import load_team
 from tests.synth import CLUSTER, resources, synth, team_config
@@ -231,3 +232,16 @@ def test_status_shows_the_zone_and_the_move() -> None:
     info = {"market": SPOT, "switched_at": None, "switch_reason": None, "waiting": None, "desired": 1,
             "zone": "us-east-1b", "moved_at": 0.0, "move_reason": moved}  # fmt: skip
     assert capacity_lines(info, 10.0) == [f"zone: us-east-1b since 1970-01-01 00:00:00 UTC: {moved}"]
+
+
+def test_spot_training_st8_takes_the_volumes_in_the_zones_the_watcher_moves_the_group_to(
+    zoned_template: Template,
+) -> None:
+    template = dict(zoned_template.to_json())
+    volumes = zoned_template.find_resources("AWS::EC2::Volume")
+    assert [check_warm_volume(key, dict(volume), template) for key, volume in volumes.items()] == [[]] * len(volumes)
+    [function_id] = zoned_template.find_resources("AWS::Lambda::Function")
+    del template["Resources"][function_id]  # without the watcher, the second zone's volumes are out of the group's
+    problems = [check_warm_volume(key, dict(volume), template) for key, volume in volumes.items()]
+    outside = [["not in the AZ of its cluster's group"]] * POOL_SIZE
+    assert sorted(problems, key=lambda p: len(p or [])) == [[]] * POOL_SIZE + outside
