@@ -130,29 +130,7 @@ class SpotFleet(Construct):
         )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
         self.security_group = NodeSecurityGroup(self, "NodeSecurityGroup", vpc=vpc)
-        # With zones and a placement group: one group per zone, named on the Auto Scaling group (the capacity watcher
-        # moves the group by its subnets and placement group alone); else at most one, in the launch template.
-        self.placement_groups: dict[str, ec2.PlacementGroup] = {
-            zone: ec2.PlacementGroup(self, f"PlacementGroup-{zone}", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-            for zone in (zones if placement_group else ())
-        }
-        self.placement_group: Optional[ec2.PlacementGroup] = (
-            next(iter(self.placement_groups.values()), None)
-            if self.placement_groups or not placement_group
-            else ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-        )
-        self.zone_subnets: dict[str, list[str]] = {
-            zone: vpc.select_subnets(
-                subnet_type=vpc_subnets.subnet_type, subnets=vpc_subnets.subnets, availability_zones=[zone]
-            ).subnet_ids
-            for zone in zones
-        }
-        if zones:  # the first zone alone with placement groups, else all the listed zones
-            vpc_subnets = ec2.SubnetSelection(
-                subnet_type=vpc_subnets.subnet_type,
-                subnets=vpc_subnets.subnets,
-                availability_zones=list(zones[:1] if self.placement_groups else zones),
-            )
+        vpc_subnets = self._placement(vpc, vpc_subnets, zones, placement_group)
         overrides = self._launch_templates(
             instance_types,
             dict(efa_interfaces or {}),
@@ -171,6 +149,37 @@ class SpotFleet(Construct):
                 on_demand_percentage_above_base_capacity=on_demand_percentage_above_base,
                 spot_allocation_strategy=ALLOCATION_STRATEGIES[spot_allocation_strategy],
             ),
+        )
+
+    def _placement(
+        self, vpc: ec2.IVpc, vpc_subnets: ec2.SubnetSelection, zones: Sequence[str], placement_group: bool
+    ) -> ec2.SubnetSelection:
+        """The placement groups (``placement_groups``, ``placement_group``), the subnets of each zone
+        (``zone_subnets``) and the group's subnets: the first zone's alone with placement groups per zone, else all
+        the listed zones' (all of ``vpc_subnets`` without zones)."""
+        # With zones and a placement group: one group per zone, named on the Auto Scaling group (the capacity watcher
+        # moves the group by its subnets and placement group alone); else at most one, in the launch template.
+        self.placement_groups: dict[str, ec2.PlacementGroup] = {
+            zone: ec2.PlacementGroup(self, f"PlacementGroup-{zone}", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            for zone in (zones if placement_group else ())
+        }
+        self.placement_group: Optional[ec2.PlacementGroup] = (
+            next(iter(self.placement_groups.values()), None)
+            if self.placement_groups or not placement_group
+            else ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        )
+        self.zone_subnets: dict[str, list[str]] = {
+            zone: vpc.select_subnets(
+                subnet_type=vpc_subnets.subnet_type, subnets=vpc_subnets.subnets, availability_zones=[zone]
+            ).subnet_ids
+            for zone in zones
+        }
+        if not zones:
+            return vpc_subnets
+        return ec2.SubnetSelection(
+            subnet_type=vpc_subnets.subnet_type,
+            subnets=vpc_subnets.subnets,
+            availability_zones=list(zones[:1] if self.placement_groups else zones),
         )
 
     def _launch_templates(

@@ -89,9 +89,7 @@ class TrainingCluster(Construct):
             efa_interfaces=spec.efa_interfaces,
             zones=spec.zones,
         )
-        self.asg = self.fleet.asg
-        self.role = self.fleet.role
-        self.placement_group = self.fleet.placement_group
+        self.asg, self.role, self.placement_group = self.fleet.asg, self.fleet.role, self.fleet.placement_group
         if self.warm_pool is not None:
             # CloudFormation deletes the group (terminating its instances) before the pool's volumes: a volume still
             # attached to a running node cannot be deleted (VolumeInUse), and the stack would end DELETE_FAILED.
