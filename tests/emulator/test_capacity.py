@@ -59,6 +59,16 @@ def _watcher_env(cloud: EmulatedCloud, group: str) -> dict[str, str]:
     return dict(env)
 
 
+def watched_cluster(
+    cloud: EmulatedCloud, monkeypatch: pytest.MonkeyPatch, team: str
+) -> tuple[jobs.ClusterRef, dict[str, str]]:
+    """The team's cluster and its capacity watcher's environment; trainctl's own clients reach the emulator."""
+    for key, value in cloud.client_env({}).items():
+        monkeypatch.setenv(key, value)
+    ref = jobs.find_cluster(cloud.client, team, CLUSTER)
+    return ref, _watcher_env(cloud, ref.group)
+
+
 def _zone(cloud: EmulatedCloud, group: str) -> str:
     [found] = cloud.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
         "AutoScalingGroups"
@@ -93,11 +103,8 @@ def test_without_spot_capacity_the_job_waits_then_runs_on_demand_to_done_and_the
     cloud: EmulatedCloud, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert cloud.run_dir is not None
-    for key, value in cloud.client_env({}).items():  # trainctl's own clients reach the emulator
-        monkeypatch.setenv(key, value)
     client = cloud.client
-    ref = jobs.find_cluster(client, TEAM, CLUSTER)
-    env = _watcher_env(cloud, ref.group)
+    ref, env = watched_cluster(cloud, monkeypatch, TEAM)
     assert env["ON_DEMAND_AFTER_S"] == "6.0"
     zone = _zone(cloud, ref.group)
     assert cloud.set_spot_capacity(zone, False) == ["*"]

@@ -22,14 +22,12 @@ from emulator.demo import EXAMPLE_DIR, NODE_ENV
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
 from team_config.naming import POOL_TAG
-from tests.emulator.test_capacity import _trainctl, _watcher_env
+from tests.emulator.test_capacity import AFTER_MINUTES, CLUSTER, COMMAND, JOB_TIMEOUT_S, _trainctl, watched_cluster
 from trainctl import jobs
 
 pytestmark = pytest.mark.slow
 
-TEAM, CLUSTER, AFTER_MINUTES = "zones", "main", 0.1
-JOB_TIMEOUT_S = 600  # bounded: one node, one epoch of the example
-COMMAND = "python train.py --epochs 1 --seed 0 --step-sleep-s 0.01"
+TEAM = "zones"
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +36,15 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
     with EmulatedCloud(run_dir=tmp_path_factory.mktemp("zones")) as c:
         ec2 = c.client("ec2")
         zones = [f"{c.region}a", f"{c.region}b"]
-        source = ec2.create_volume(AvailabilityZone=zones[0], Size=8)
+        source = ec2.create_volume(AvailabilityZone=zones[0], Size=8)["VolumeId"]
+        pool = {"size": 1, "volume_size_gib": 8, "removal_policy": "destroy"}
         cluster = {
             "name": CLUSTER,
             "instance_types": ["g5.xlarge", "g6.xlarge"],
             "max_nodes": 1,
             "capacity": {"on_demand_after_minutes": AFTER_MINUTES, "zones": zones},
-            "warm_pool": {
-                "size": 1,
-                "snapshot_id": ec2.create_snapshot(VolumeId=source["VolumeId"])["SnapshotId"],
-                "volume_size_gib": 8,
-                "removal_policy": "destroy",
-            },
-            "ami": {"image_id": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]},
+            "warm_pool": {**pool, "snapshot_id": ec2.create_snapshot(VolumeId=source)["SnapshotId"]},
+            "ami": {"image_id": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]},  # the snapshot's
         }
         team = {"network": {"new_vpc": {"availability_zones": zones}}, "clusters": [cluster]}
         (teams / f"{TEAM}.yaml").write_text(yaml.safe_dump(team))
@@ -63,11 +57,8 @@ def test_without_spot_in_the_first_zone_the_job_runs_in_the_second_with_its_plac
     cloud: EmulatedCloud, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert cloud.run_dir is not None
-    for key, value in cloud.client_env({}).items():  # trainctl's own clients reach the emulator
-        monkeypatch.setenv(key, value)
     client = cloud.client
-    ref = jobs.find_cluster(client, TEAM, CLUSTER)
-    env = _watcher_env(cloud, ref.group)
+    ref, env = watched_cluster(cloud, monkeypatch, TEAM)
     first, second = json.loads(env["ZONES"])
     assert (first["zone"], second["zone"]) == (f"{cloud.region}a", f"{cloud.region}b")
     [group] = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ref.group])["AutoScalingGroups"]
