@@ -166,6 +166,20 @@ def test_without_a_placement_group_the_group_spreads_over_the_listed_zones() -> 
     assert "ZONES" not in function["Properties"]["Environment"]["Variables"]  # no moves
 
 
+def test_an_existing_vpc_starts_in_the_first_listed_zone_whatever_the_subnets_order() -> None:
+    subnets = [{"subnet_id": f"subnet-0123456789abcdef{i}", "availability_zone": zone} for i, zone in enumerate(ZONES)]
+    network = {"existing_vpc": {"vpc_id": "vpc-0123456789abcdef0", "create_s3_endpoint": False, "subnets": subnets}}
+    spec = {**CLUSTER, "capacity": {"on_demand_after_minutes": 5, "zones": ["us-east-1b", "us-east-1a"]}}
+    template = synth(team_config(clusters=[spec], network=network))[1]
+    [group] = resources(template, "AWS::AutoScaling::AutoScalingGroup")
+    assert group["Properties"]["VPCZoneIdentifier"] == ["subnet-0123456789abcdef1"]
+    [first] = [k for k in template.find_resources("AWS::EC2::PlacementGroup") if "useast1b" in k]
+    assert group["Properties"]["PlacementGroup"] == {"Fn::GetAtt": [first, "GroupName"]}
+    [function] = resources(template, "AWS::Lambda::Function")
+    zones = json.dumps(function["Properties"]["Environment"]["Variables"]["ZONES"])
+    assert '\\"zone\\":\\"us-east-1a\\",\\"subnets\\":\\"subnet-0123456789abcdef0\\"' in zones
+
+
 # ---- the decision -------------------------------------------------------------------------------------------
 
 
