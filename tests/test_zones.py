@@ -70,6 +70,12 @@ def test_zones_of_the_network_with_a_placement_group_and_warm_pool_load(tmp_path
             id="spread-without-cross-zone-training",
         ),
         pytest.param(
+            zoned(warm_pool={**POOL, "size": 1}, ami=POOL_AMI),
+            "clusters[0]: warm_pool.size (1) (in each of the 2 capacity.zones) is below max_nodes (2); set size to at "
+            "least max_nodes",
+            id="pool-too-small-per-zone",
+        ),
+        pytest.param(
             {**cluster(placement_group=False, warm_pool=POOL, ami=POOL_AMI), "network": NETWORK},
             "clusters[0] (main): a warm volume pool lives in one AZ but the network spans 3; use one AZ/subnet, list "
             "the cluster's zones in capacity.zones (a pool per zone), or remove warm_pool",

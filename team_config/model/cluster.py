@@ -163,8 +163,9 @@ class ClusterConfig(Strict):
             )
         self._check_fallback_in_time()
         if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
+            per_zone = f" (in each of the {len(self.zones)} capacity.zones)" if self.zones else ""
             raise ValueError(
-                f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "
+                f"warm_pool.size ({self.warm_pool.size}){per_zone} is below max_nodes ({self.max_nodes}); "
                 f"set size to at least max_nodes so every node finds a warm volume (size: "
                 f"{rebalancing_pool(self.max_nodes)} also covers the replacements capacity rebalancing launches before "
                 "the nodes they replace let their volumes go: up to 10% of max_nodes, at least 1)"
