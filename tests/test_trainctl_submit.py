@@ -107,6 +107,7 @@ def state() -> dict[str, Any]:
             "checkpoint_interval_s must be a number of at least 1 or null, got 1e-300",
         ),  # else: submitted, a save at every step
         (("--job-id", "code"), "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
+        (("--job-id", "queue"), "job_id 'queue' is reserved: the queued jobs are under '<cluster>/queue/'"),
         (("--python", "python3"), "python must be an absolute path, got 'python3'"),
         (("--command", ""), "command must be a non-empty string, got ''"),  # else: the cluster's command, silently
     ],
@@ -186,30 +187,40 @@ def trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
     return rc, captured.out, captured.err
 
 
-def test_a_job_is_not_submitted_over_a_running_one(
+def test_a_job_submitted_over_a_running_one_waits_in_the_queue(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Nodes read the job when they boot: a second job would share the group with the first, and the first to end
-    would scale the group to 0 under the other."""
+    would scale the group to 0 under the other. It is queued instead, its code uploaded under its own id."""
     assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
     assert trainctl(capsys, "list")[1].split()[3:5] == ["run-1", "RUNNING"]
     rc, err = submit(capsys, tmp_path, "--job-id", "run-2")
     assert (rc, err) == (
-        2,
-        f"trainctl: error: cluster {TEAM}/{CLUSTER} is busy: its group is at 2 with 2 node(s) for job run-1 "
-        f"(RUNNING); stop it first (trainctl stop --team {TEAM} --cluster {CLUSTER} run-1) or wait until it ends, "
-        "then submit when the group is at 0 with no node\n",
+        0,
+        f"job run-2 queued at position 1: cluster {TEAM}/{CLUSTER} is busy (its group is at 2 with 2 node(s) for "
+        f"job run-1 (RUNNING)); it starts when the jobs before it have ended (trainctl queue --team {TEAM} "
+        f"--cluster {CLUSTER})\n",
     )
-    assert state() == {"desired": 2, "objects": 1, "current job written": True}
-    assert json.loads(boto3.client("ssm").get_parameter(Name=CURRENT)["Parameter"]["Value"])["job_id"] == "run-1"
-    # Its nodes went without a marker (the group set to 0 by hand): nothing runs it, a new job may start.
+    assert state() == {"desired": 2, "objects": 3, "current job written": True}  # 2 archives, 1 queue entry
+    assert current_job()["job_id"] == "run-1"
+    rc, out, _ = trainctl(capsys, "queue")
+    assert (rc, out.split()[:4], out.split()[4:7]) == (
+        0,
+        ["POSITION", "JOB_ID", "NODES", "SUBMITTED"],
+        ["1", "run-2", "2"],
+    )
+    # Its nodes went without a marker (the group set to 0 by hand): nothing will end run-1, so the next submit,
+    # which queues behind run-2, starts the queue's head itself.
     boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
-    assert submit(capsys, tmp_path, "--job-id", "run-2") == (0, "")
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-3", "--nodes", "1")
+    assert (rc, err.split(":")[0]) == (0, "job run-3 queued at position 1")
     listed = [line.split()[:2] for line in trainctl(capsys, "list")[1].splitlines()[1:]]
-    assert listed == [["run-1", "UNFINISHED"], ["run-2", "RUNNING"]]
+    assert listed == [["run-1", "UNFINISHED"], ["run-2", "RUNNING"], ["run-3", "QUEUED"]]
+    assert current_job()["job_id"] == "run-2"
     assert (
         trainctl(capsys, "stop", "run-1")[1]
-        == "job run-1 is not running (UNFINISHED: no node runs it); nothing to stop\n"
+        == "job run-1 is not running (UNFINISHED: no node runs it); nothing to stop\nqueue: 1 job(s) stay queued; "
+        "the next, run-3, starts once this job has stopped (trainctl stop --clear-queue also empties the queue)\n"
     )
     assert state()["desired"] == 2  # the current job's group is left alone
 

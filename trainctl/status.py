@@ -12,6 +12,7 @@ from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, group
 from trainctl.current_job import current_job_id
 from trainctl.job_logs import planned_steps
+from trainctl.job_queue import queue_summary
 from trainctl.job_state import eta_s, job_state, marker, node_states, run_starts, spot_interruptions, submitted
 
 
@@ -57,6 +58,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
         "eta_s": _eta_s(client, ref, job_id, state, planned, done),
         "interruptions": spot_interruptions(client, ref, job_id),
         "budget": asdict(budget) if isinstance(budget, Budget) else budget,  # None, a dict or BUDGET_UNKNOWN
+        **queue_summary(client, ref),  # the cluster's queue: how many, and which starts next
     }
 
 
