@@ -10,7 +10,9 @@ from typing import Any, Optional
 from bootstrap_scripts.spot_training import job_queue
 from trainctl.checkpoints import copy_checkpoints, delete_keys
 from trainctl.cluster import ClientFactory, ClusterRef, JobError
+from trainctl.current_job import current_job_id
 from trainctl.job_queue import queue_of, queue_rows
+from trainctl.job_state import ENDED, job_state
 
 Upload = Callable[[Any, Path, str, str], None]
 
@@ -31,6 +33,7 @@ def queue_job(
     meanwhile (its last node may have read the queue just before this entry landed), the queue's head starts
     here. All or nothing up to the entry: a failure deletes what this submit wrote."""
     job_id, cluster = str(job["job_id"]), queue_of(client, ref)
+    check_resume_from_ended(client, ref, resume_from)
     written: list[str] = []
     try:
         steps = [] if resume_from is None else copy_checkpoints(client, ref, resume_from, job_id, written)
@@ -50,6 +53,16 @@ def queue_job(
     started = job_queue.start_if_ended(cluster, idle=busy is None)
     report(queued_line(client, ref, job_id, busy, started))
     return steps
+
+
+def check_resume_from_ended(client: ClientFactory, ref: ClusterRef, resume_from: Optional[str]) -> None:
+    """A queued job copies its checkpoints now: ``resume_from`` must have ended (the running job still writes)."""
+    if resume_from is not None and current_job_id(client, ref) == resume_from:
+        if job_state(client, ref, resume_from) not in ENDED:
+            raise JobError(
+                f"--resume-from {resume_from}: it still runs and writes checkpoints; submit once it has ended "
+                f"(trainctl status --team {ref.team} --cluster {ref.cluster} {resume_from})"
+            )
 
 
 def queued_line(

@@ -24,14 +24,13 @@ from trainctl.code_archive import check_script, pack_code
 from trainctl.current_job import (
     Beaten,
     CurrentJob,
-    current_job_id,
     job_id_in,
     parameter_version,
     read_current_job,
     set_current_job,
 )
 from trainctl.job_queue import queue_rows
-from trainctl.job_state import ENDED, job_exists, job_state, submitted
+from trainctl.job_state import job_exists, job_state, submitted
 from trainctl.queue_submit import queue_job
 
 LARGE_CODE_BYTES = 1 << 30  # a code archive above this gets a warning: data belongs in S3, not in --code
@@ -92,7 +91,6 @@ def submit(
         before, busy = cluster_busy(client, ref)
         check_new_job(client, ref, job_id, resume_from)
         if busy is not None or queue_rows(client, ref):  # the queue's jobs go first
-            check_resume_from_ended(client, ref, resume_from)
             steps = queue_job(client, ref, job, archive, resume_from, report, busy, upload)
         else:
             steps = write_job(client, ref, job, archive, before, resume_from, report)
@@ -213,16 +211,6 @@ def cluster_busy(client: ClientFactory, ref: ClusterRef) -> tuple[CurrentJob, Op
     current = None if before.value is None else job_id_in(ref, before.value)
     state = None if current is None else job_state(client, ref, current)
     return before, f"its group is at {desired} with {nodes} node(s) for job {current} ({state})"
-
-
-def check_resume_from_ended(client: ClientFactory, ref: ClusterRef, resume_from: Optional[str]) -> None:
-    """A queued job copies its checkpoints now: ``resume_from`` must have ended (the running job still writes)."""
-    if resume_from is not None and current_job_id(client, ref) == resume_from:
-        if job_state(client, ref, resume_from) not in ENDED:
-            raise JobError(
-                f"--resume-from {resume_from}: it still runs and writes checkpoints; submit once it has ended "
-                f"(trainctl status --team {ref.team} --cluster {ref.cluster} {resume_from})"
-            )
 
 
 def suspend_az_rebalance(client: ClientFactory, ref: ClusterRef, report: Callable[[str], None]) -> None:
