@@ -5,6 +5,7 @@ with a hook that runs the other party at a chosen point (no sleeps)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -14,6 +15,8 @@ import pytest
 
 from bootstrap_scripts.spot_training import job_queue
 from bootstrap_scripts.spot_training.protocol import DONE, NEXT
+from budget_guard.handler import guard
+from team_config.naming import TEAM_TAG, budget_name, parameter_path
 from tests.test_trainctl_submit import BUCKET, CLUSTER, CURRENT, GROUP, TEAM, aws, current_job, state, submit
 from trainctl import jobs
 from trainctl.cli import _client_factory as client_factory
@@ -212,3 +215,67 @@ def test_a_cancelled_job_never_starts_and_a_running_or_unknown_one_is_one_line(
     assert keys == []  # nothing of q-1 but its code archive, under code/
     listed = dict(line.split()[:2] for line in trainctl(capsys, "list")[1].splitlines()[1:])
     assert listed == {"run-1": "DONE", "q-1": "UNFINISHED", "q-2": "RUNNING"}
+
+
+def test_over_the_budget_the_guard_clears_the_queue_and_no_queued_job_starts(
+    running: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for job_id in ("q-1", "q-2"):
+        assert submit(capsys, running, "--job-id", job_id)[0] == 0
+    account = boto3.client("sts").get_caller_identity()["Account"]
+    name = budget_name(TEAM, [], 80)
+    boto3.client("budgets").create_budget(
+        AccountId=account,
+        Budget={
+            "BudgetName": name,
+            "BudgetLimit": {"Amount": "100", "Unit": "USD"},
+            "TimeUnit": "MONTHLY",
+            "BudgetType": "COST",
+            "CalculatedSpend": {"ActualSpend": {"Amount": "120", "Unit": "USD"}},
+        },
+    )
+    env = {
+        "BUDGET_NAME": name,
+        "JOB_SPEC_PARAMETERS": f"{parameter_path(TEAM, CLUSTER)}/job-spec",
+        "TEAM_TAG": TEAM_TAG,
+        "TEAM": TEAM,
+    }
+    report = guard(boto3.client, env, account, time.time())
+    assert report["actions"] == [
+        f"{CLUSTER}: queue cleared (q-1, q-2): they do not start over the budget",
+        f"{CLUSTER}: asked job run-1 to stop",
+    ]
+    assert queued_ids() == []
+    assert ender() == (None, True)  # the stopped job's last node finds nothing to start
+    assert state()["desired"] == 0 and current_job()["job_id"] == "run-1"
+
+
+def test_stop_keeps_the_queue_unless_asked_and_status_shows_it(
+    running: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for job_id in ("q-1", "q-2"):
+        assert submit(capsys, running, "--job-id", job_id)[0] == 0
+    boto3.client("logs").create_log_group(logGroupName="/spot-training/default/main")  # the stack's; status reads it
+    rc, out, _ = trainctl(capsys, "status")
+    assert rc == 0 and "\nqueued: 2\nnext_job: q-1\n" in out
+    assert trainctl(capsys, "stop", "q-2") == (
+        0,
+        "job q-2 is queued, not running; take it out of the queue with: trainctl cancel --team default --cluster "
+        "main q-2\nqueue: 2 job(s) stay queued; the next, q-1, starts once this job has stopped (trainctl stop "
+        "--clear-queue also empties the queue)\n",
+        "",
+    )
+    # No node has come (no spot capacity): the stop writes STOPPED itself, and starts the queue's next job.
+    real_group = jobs.group
+    for user in ("trainctl.job_state", "trainctl.stop"):
+        monkeypatch.setattr(f"{user}.group", lambda c, r: dict(real_group(c, r), Instances=[]))
+    rc, out, _ = trainctl(capsys, "stop", "run-1")
+    assert (rc, out) == (
+        0,
+        "job run-1: no node running; STOPPED, group set to 0\nqueue: the next job, q-1, starts now; 1 job(s) stay "
+        "queued\n",
+    )
+    assert current_job()["job_id"] == "q-1" and state()["desired"] == 2
+    rc, out, _ = trainctl(capsys, "stop", "q-1", "--clear-queue")
+    assert (rc, out.splitlines()[-1]) == (0, "queue cleared: q-2 will not start")
+    assert queued_ids() == []
