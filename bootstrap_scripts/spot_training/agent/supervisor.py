@@ -38,7 +38,7 @@ from spot_training.agent.log_shipping import LogShipper, Timed
 from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
 from spot_training.agent.notices import Notices
-from spot_training.agent.peers import Peers, load_address_map
+from spot_training.agent.peers import load_address_map
 from spot_training.agent.rendezvous import Rendezvous
 from spot_training.agent.settings import AgentSettings
 from spot_training.agent.trainer import Trainer
@@ -48,7 +48,6 @@ from spot_training.protocol import (
     FAILED,
     NODE_STATE,
     STOP,
-    TRAINING_MARKER,
     checkpoints_prefix,
     cluster_prefix,
     job_prefix,
@@ -126,7 +125,13 @@ class Agent:
         logging.getLogger("spot_training").setLevel(logging.INFO)
         try:
             while True:
-                rc = self.run_job(job)
+                try:
+                    rc = self.run_job(job)
+                except AgentError as exc:  # the job FAILED here: the node goes on to a next job it was handed
+                    if self.handover.next is None:
+                        raise
+                    self.node.log(f"error: {exc}")
+                    rc = EXIT_FAILED
                 found = self.handover.take(job, self.node.group, self.rendezvous.peers)
                 if found is None:
                     return rc
@@ -347,7 +352,7 @@ class Agent:
         env.update(trainer_env(job, self.node.instance_id, attempt, resume_step, flat, ids))
         self.efa.apply(job.efa, env)
         self.notices.check_notice("peer discovery")
-        self.report_training(job, attempt, env["SPOT_TRAINING_STORE_BIND_ADDRESS"], peers)
+        self.rendezvous.report_training(job, attempt, env["SPOT_TRAINING_STORE_BIND_ADDRESS"], peers)
         self.lifecycle.move(state.TRAIN, f"attempt {attempt} with {len(ids)} node(s); rendezvous host {ids[0]}")
         with Timed(self.node.log, f"training attempt {attempt}"):
             rc, interrupted = self.trainer.run(job, code_dir, cmd, env, syncer)
@@ -380,17 +385,3 @@ class Agent:
         self.trainer.newest_before = store.newest_complete()
         # a flat checkpoint's files hold the step: the agent cannot tell it (its number counts the snapshots)
         return resume_step, flat
-
-    def report_training(self, job: Job, attempt: int, address: str, peers: Peers) -> None:
-        """``nodes/<id>/training``, for the peers already training: this node joins them (see
-        ``Rendezvous.add_joined_peers``). The last attempt's rounds leave the world file."""
-        world_file = self.rendezvous.world_file
-        if os.path.exists(world_file):
-            os.remove(world_file)
-        body = {"attempt": attempt, "address": address, "private_ip": dict(peers)[self.node.instance_id]}
-        try:
-            self.markers.put_own(job, TRAINING_MARKER, body)
-        except AWS_ERRORS as exc:
-            self.node.log(
-                f"could not report that this node starts training ({exc}); peers that started before may miss it"
-            )
