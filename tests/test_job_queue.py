@@ -117,6 +117,13 @@ def test_a_queued_job_the_last_node_finds_starts_on_the_running_group(
     assert [json.loads(h["Value"])["job_id"] for h in history] == ["run-1", "q-1"]
 
 
+def test_a_larger_queued_job_raises_the_group(aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert submit(capsys, tmp_path, "--job-id", "run-1", "--nodes", "1") == (0, "")
+    assert submit(capsys, tmp_path, "--job-id", "q-big", "--nodes", "2")[0] == 0
+    found, let_go = ender()
+    assert ((found or {}).get("job_id"), let_go, state()["desired"]) == ("q-big", False, 2)
+
+
 def test_a_submit_that_starts_its_job_before_the_last_node_scales_to_zero_is_not_undone(
     running: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -63,9 +63,10 @@ def submit(
     the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from,
     one when ``nodes`` is below the cluster's min_nodes (the job's min_nodes is lowered to ``nodes``), one when
     the budget cannot be read, and one when the code archive is above :data:`LARGE_CODE_BYTES`.
-    Nothing is left of a submit that fails halfway (:func:`take_back`), nor of one that loses a race with another
-    submit to the cluster: the current-job parameter is written compare-and-set (its version, read before the
-    cluster was found idle, must be the one this write replaced).
+    Nothing is left of a submit that fails halfway (:func:`take_back`). One that loses a race with another submit
+    to the idle cluster takes its write back and is queued behind it (:func:`start_or_queue`): the current-job
+    parameter is written compare-and-set (its version, read before the cluster was found idle, must be the one this
+    write replaced).
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
@@ -93,7 +94,7 @@ def submit(
         if busy is not None or queue_rows(client, ref):  # the queue's jobs go first
             steps = queue_job(client, ref, job, archive, resume_from, report, busy, upload)
         else:
-            steps = write_job(client, ref, job, archive, before, resume_from, report)
+            steps = start_or_queue(client, ref, job, archive, before, resume_from, report)
     if lowered:
         report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
     if steps:
@@ -101,6 +102,26 @@ def submit(
             f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
         )
     return job_id
+
+
+def start_or_queue(
+    client: ClientFactory,
+    ref: ClusterRef,
+    job: dict[str, Any],
+    archive: Path,
+    before: CurrentJob,
+    resume_from: Optional[str],
+    report: Callable[[str], None],
+) -> list[int]:
+    """Start the job on the idle cluster (:func:`write_job`); when another submit of another job got there first,
+    this one has taken itself back and goes into the queue behind it instead of being refused."""
+    try:
+        return write_job(client, ref, job, archive, before, resume_from, report)
+    except Beaten as exc:
+        if exc.winner in (None, job["job_id"]):
+            raise
+        busy = f"another submit started job {exc.winner} first"
+        return queue_job(client, ref, job, archive, resume_from, report, busy, upload)
 
 
 def check_budget(client: ClientFactory, ref: ClusterRef, report: Callable[[str], None]) -> None:
