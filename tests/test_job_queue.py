@@ -286,3 +286,19 @@ def test_stop_keeps_the_queue_unless_asked_and_status_shows_it(
     rc, out, _ = trainctl(capsys, "stop", "q-1", "--clear-queue")
     assert (rc, out.splitlines()[-1]) == (0, "queue cleared: q-2 will not start")
     assert queued_ids() == []
+
+
+def test_a_hand_over_a_node_could_not_make_is_made_by_stopping_the_ended_job(
+    running: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run-1's last node wrote DONE but could not reach the queue (it set the group to 0): the queue keeps q-1, and
+    `trainctl stop` of the ended job makes the hand-over."""
+    assert submit(capsys, running, "--job-id", "q-1")[0] == 0
+    end("run-1")
+    scale_to_zero()
+    assert trainctl(capsys, "stop", "run-1") == (
+        0,
+        "job run-1 is already DONE\nqueue: the next job, q-1, starts now; 0 job(s) stay queued\n",
+        "",
+    )
+    assert current_job()["job_id"] == "q-1" and state()["desired"] == 2
