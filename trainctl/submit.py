@@ -64,7 +64,7 @@ def submit(
     one when ``nodes`` is below the cluster's min_nodes (the job's min_nodes is lowered to ``nodes``), one when
     the budget cannot be read, and one when the code archive is above :data:`LARGE_CODE_BYTES`.
     Nothing is left of a submit that fails halfway (:func:`take_back`). One that loses a race with another submit
-    to the idle cluster takes its write back and is queued behind it (:func:`start_or_queue`): the current-job
+    to the idle cluster takes its write back and is queued behind it (:func:`place_job`): the current-job
     parameter is written compare-and-set (its version, read before the cluster was found idle, must be the one this
     write replaced).
     """
@@ -91,10 +91,7 @@ def submit(
             )
         before, busy = cluster_busy(client, ref)
         check_new_job(client, ref, job_id, resume_from)
-        if busy is not None or queue_rows(client, ref):  # the queue's jobs go first
-            steps = queue_job(client, ref, job, archive, resume_from, report, busy, upload)
-        else:
-            steps = start_or_queue(client, ref, job, archive, before, resume_from, report)
+        steps = place_job(client, ref, job, archive, before, busy, resume_from, report)
     if lowered:
         report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
     if steps:
@@ -104,24 +101,27 @@ def submit(
     return job_id
 
 
-def start_or_queue(
+def place_job(
     client: ClientFactory,
     ref: ClusterRef,
     job: dict[str, Any],
     archive: Path,
     before: CurrentJob,
+    busy: Optional[str],
     resume_from: Optional[str],
     report: Callable[[str], None],
 ) -> list[int]:
-    """Start the job on the idle cluster (:func:`write_job`); when another submit of another job got there first,
+    """Start the job on an idle cluster with an empty queue (:func:`write_job`), else queue it (:func:`queue_job`:
+    ``busy`` says why); returns the steps copied. When another submit of another job got to the idle cluster first,
     this one has taken itself back and goes into the queue behind it instead of being refused."""
-    try:
-        return write_job(client, ref, job, archive, before, resume_from, report)
-    except Beaten as exc:
-        if exc.winner in (None, job["job_id"]):
-            raise
-        busy = f"another submit started job {exc.winner} first"
-        return queue_job(client, ref, job, archive, resume_from, report, busy, upload)
+    if busy is None and not queue_rows(client, ref):  # the queue's jobs go first
+        try:
+            return write_job(client, ref, job, archive, before, resume_from, report)
+        except Beaten as exc:
+            if exc.winner in (None, job["job_id"]):
+                raise
+            busy = f"another submit started job {exc.winner} first"
+    return queue_job(client, ref, job, archive, resume_from, report, busy, upload)
 
 
 def check_budget(client: ClientFactory, ref: ClusterRef, report: Callable[[str], None]) -> None:
