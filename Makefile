@@ -29,11 +29,14 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -O -c '$(SYNTH_IMPORTS)'
-	printf '#!/bin/sh\n# trainctl from this checkout (see README)\n%s\n%s\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m trainctl "$$@"\n' \
-		'export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="$${JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION-20}"' \
-		'export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="$${JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION-1}"' \
-		"$(CURDIR)" "$(CURDIR)/$(BIN)/python" > $(BIN)/trainctl
-	chmod +x $(BIN)/trainctl
+	touch $@
+
+# `trainctl`, the package's console script (pyproject.toml), installed editable. Setuptools' compat mode puts the
+# checkout on the venv's sys.path (a .pth file), so `.venv/bin/trainctl review` imports the CDK app from any folder.
+# Offline: setuptools comes from requirements-dev.txt.
+$(BIN)/trainctl: pyproject.toml $(BIN)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--config-settings editable_mode=compat --editable .
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
@@ -52,7 +55,7 @@ node_modules/.installed: package.json package-lock.json
 	touch $@
 
 # What the app, the demo and the benchmarks need; make test also needs checkov's venv.
-run-deps: $(BIN)/.installed $(VENV)/.cfn-validate node_modules/.installed
+run-deps: $(BIN)/.installed $(BIN)/trainctl $(VENV)/.cfn-validate node_modules/.installed
 
 # The two virtual environments install side by side: each is mostly pip's CPU work (unpacking, compiling bytecode),
 # and the machine has 2 cores.

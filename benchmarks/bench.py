@@ -25,6 +25,8 @@ the runs); item 6 is a model fed with this run's measurements. Never run by ``ma
 7. control plane: the AWS calls one cluster's node agents make while they train, by action, at 4, 16 and 32 nodes
    side by side, and projected to 1,000 nodes (``benchmarks/control_plane.py``). With ``--only control-plane``,
    only RESULTS.md's "Control plane" section is replaced.
+8. setup cache: a node booting onto the warm volume, start to first step, with the job's setup cached there vs
+   cold (``benchmarks/setup_cache.py``). With ``--only setup-cache``, only RESULTS.md's item 8 section is replaced.
 
 ``benchmarks/report.py`` runs sides alternately, formats ratios and writes RESULTS.md.
 """
@@ -40,11 +42,14 @@ from benchmarks import control_plane
 from benchmarks.notice_report import SPOT_DISCOUNT, bench_notice, cost_section
 from benchmarks.overhead import OVERHEAD_PAIRS, bench_checkpoint_overhead
 from benchmarks.report import RESULTS, Clock, replace_section, results_text
+from benchmarks.setup_cache import SETUP_CACHE_HEADING, bench_setup_cache
 from benchmarks.synth import bench_synth
 from benchmarks.transfer import bench_transfer
 
 __all__ = ["main", "replace_section"]
-PARTS = ["synth", "overhead", "transfer", "notice", "control-plane"]
+PARTS = ["synth", "overhead", "transfer", "notice", "control-plane", "setup-cache"]
+# Parts that, run alone, replace only their own section of RESULTS.md (by its heading)
+OWN_SECTIONS = {"control-plane": "## Control plane", "setup-cache": SETUP_CACHE_HEADING}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -89,6 +94,8 @@ def run_parts(args: argparse.Namespace, only: set[str], clock: Clock) -> tuple[l
         if part("control-plane"):
             control, _ = control_plane.run(work, args.control_plane_nodes)
             sections += control
+        if part("setup-cache"):
+            sections += bench_setup_cache(work, args.reps)
         part("end")
     return rows, sections
 
@@ -98,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only or PARTS)
     clock = Clock()
     rows, sections = run_parts(args, only, clock)
-    if only == {"control-plane"} and RESULTS.exists():
-        text = replace_section(RESULTS.read_text(), "## Control plane", "\n".join(sections))
+    if len(only) == 1 and min(only) in OWN_SECTIONS and RESULTS.exists():
+        text = replace_section(RESULTS.read_text(), OWN_SECTIONS[min(only)], "\n".join(sections))
     else:
         reps = (
             f"{args.reps} alternated repetitions ({args.synth_reps} for synth, {args.transfer_reps} for transfers; "

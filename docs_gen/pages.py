@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from docs_gen import node_lifecycle, rules, team_file, trainctl_ref
+from docs_gen import job_file, node_lifecycle, rules, team_file, trainctl_ref
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference"
 PAGES: dict[str, Callable[[], str]] = {
     "team-file.md": team_file.render,
+    "job-file.md": job_file.render,
     "trainctl.md": trainctl_ref.render,
     "spot-training-rules.md": rules.render,
     "node-lifecycle.md": node_lifecycle.render,

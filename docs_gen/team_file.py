@@ -62,6 +62,8 @@ def type_name(annotation: Any) -> str:
         return " or ".join(type_name(a) for a in args)
     if origin is list:
         return f"list of {type_name(args[0])}"
+    if origin is dict:
+        return f"mapping of {type_name(args[0])} to {type_name(args[1])}"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "mapping"
     return getattr(annotation, "__name__", str(annotation))

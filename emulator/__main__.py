@@ -49,9 +49,16 @@ _SHOWN_ENV = (
 )
 
 
-def up(stacks: list[str], run_dir: Path, *, wait: bool = True, drill_time_scale: float = 1.0) -> int:
+def up(
+    stacks: list[str],
+    run_dir: Path,
+    *,
+    wait: bool = True,
+    drill_time_scale: float = 1.0,
+    no_spot_capacity: tuple[str, ...] = (),
+) -> int:
     print(f"Run directory (logs): {run_dir}", flush=True)
-    with EmulatedCloud(run_dir=run_dir) as cloud:
+    with EmulatedCloud(run_dir=run_dir, no_spot_capacity=no_spot_capacity) as cloud:
         print(f"Emulated AWS endpoint: {cloud.endpoint_url}  (account {cloud.account_id}, {cloud.region})", flush=True)
         started = time.monotonic()
         took = bootstrap(cloud)
@@ -127,6 +134,14 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help="FIS drills run this much faster or slower (0.05: a 2-minute notice lasts 6 s; default 1)",
     )
+    p_up.add_argument(
+        "--no-spot-capacity",
+        action="append",
+        default=[],
+        metavar="ZONE[:TYPE,TYPE]",
+        help="the zone has no spot capacity for these instance types (default: any); spot launches there fail as "
+        "InsufficientInstanceCapacity in the group's scaling activities; repeatable",
+    )
     for fault, what in FAULTS.items():
         p_fault = sub.add_parser(fault, help=f"deliver to a node of a running `emulator up`: {what}")
         p_fault.add_argument("instance", nargs="?", help="the instance id")
@@ -176,7 +191,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 0
         run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="spot-training-emulator-"))
         return up(
-            args.stack or ["TrainingStack"], run_dir, wait=not args.no_wait, drill_time_scale=args.drill_time_scale
+            args.stack or ["TrainingStack"],
+            run_dir,
+            wait=not args.no_wait,
+            drill_time_scale=args.drill_time_scale,
+            no_spot_capacity=tuple(args.no_spot_capacity),
         )
     except KeyboardInterrupt:
         print("\nStopped.", file=sys.stderr)

@@ -2,11 +2,13 @@
 
 - **Spot launches.** moto launches every instance of a mixed instances group on demand and without an instance
   type. EC2 launches the instances above the policy's on-demand base (and its on-demand percentage) as spot, each
-  as one of the policy's instance types; so do we (``InstanceLifecycle: spot``, the first listed type).
+  as one of the policy's instance types; so do we (``InstanceLifecycle: spot``; the first listed type, for spot the
+  first with spot capacity in the instance's zone, :mod:`emulator.spot_capacity`).
 - **Scaling activities.** moto answers DescribeScalingActivities with an empty list. EC2 Auto Scaling records a
   ``Launching a new EC2 instance: i-...`` and a ``Terminating EC2 instance: i-...`` activity per instance; we
   answer them from EC2's own records of the group's instances (launch time; the time in the
-  ``User initiated (...)`` state-transition reason of a terminated instance).
+  ``User initiated (...)`` state-transition reason of a terminated instance), and the failed spot launches of
+  :mod:`emulator.spot_capacity` (a zone without spot capacity: no instance, a ``Failed`` activity).
 - **Spot prices.** moto answers DescribeSpotPriceHistory with 0.00001 USD/h dated 2006. For the types in
   :data:`trainctl.prices.ON_DEMAND` we answer one price, the on-demand price x :data:`SPOT_PRICE_FRACTION`, dated a
   day before the server started. That fraction is this emulator's assumption, not a measurement.
@@ -25,6 +27,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 from moto.ec2.responses.spot_instances import SpotInstances
 
+from emulator import spot_capacity
 from emulator.moto_patch import original, patch
 from trainctl.prices import ON_DEMAND
 
@@ -43,6 +46,7 @@ def _replace_instances(self: FakeAutoScalingGroup, count_needed: int, propagated
     distribution = policy.get("InstancesDistribution") or {}
     base = int(distribution.get("OnDemandBaseCapacity") or 0)
     percentage = int(distribution.get("OnDemandPercentageAboveBaseCapacity") or 0)
+    withdrawn = []
     for position, state in enumerate(self.instance_states):
         if state.instance.id in before or self.mixed_instances_policy is None:
             continue
@@ -50,8 +54,30 @@ def _replace_instances(self: FakeAutoScalingGroup, count_needed: int, propagated
         above = position - base
         on_demand = above < 0 or math.ceil((above + 1) * percentage / 100) > math.ceil(above * percentage / 100)
         state.instance.lifecycle = None if on_demand else "spot"
-        if not state.instance.instance_type and overrides:
+        if not on_demand and overrides:  # the first type with spot capacity in the instance's zone, if any
+            chosen = spot_capacity.spot_type(str(state.instance.placement.zone), overrides)
+            if chosen is None:  # none: EC2 launches nothing
+                withdrawn.append(state)
+            else:
+                state.instance.instance_type = chosen
+        elif not state.instance.instance_type and overrides:
             state.instance.instance_type = overrides[0]  # EC2 picks one of the overrides; moto leaves it empty
+    if withdrawn:
+        _withdraw(self, withdrawn)
+
+
+def _withdraw(group: FakeAutoScalingGroup, states: list[Any]) -> None:
+    """Spot launches that found no capacity: moto's instances go (terminated, then out of EC2's records: EC2 never
+    launched them) and the group records one failed launch."""
+    launched = len(group.instance_states) - len(states)
+    group.instance_states = [s for s in group.instance_states if s not in states]
+    ec2 = group.autoscaling_backend.ec2_backend
+    ids = {s.instance.id for s in states}
+    ec2.terminate_instances(sorted(ids))
+    for reservation in ec2.reservations.values():
+        reservation.instances = [i for i in reservation.instances if i.id not in ids]
+    zone = states[0].instance.placement.zone
+    spot_capacity.record_failure(group.name, launched, launched + len(states), zone)
 
 
 def _activities(self: AutoScalingResponse) -> ActionResult:
@@ -71,8 +97,14 @@ def _activities(self: AutoScalingResponse) -> ActionResult:
         if instance.state == "terminated" and ended:
             at = datetime.strptime(ended.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
             activities.append(_activity(group.name, instance.id, "Terminating EC2 instance", at))
+    for group_name in names or {g.name for g in ec2_groups(self)}:
+        activities += spot_capacity.failed_activities(group_name)
     activities.sort(key=lambda a: a["StartTime"], reverse=True)  # newest first, as EC2 Auto Scaling answers
     return ActionResult({"Activities": activities})
+
+
+def ec2_groups(response: AutoScalingResponse) -> list[FakeAutoScalingGroup]:
+    return list(response.autoscaling_backend.autoscaling_groups.values())
 
 
 def _utc(value: Any) -> datetime:

@@ -94,6 +94,7 @@ class EmulatedCloud:
         host: str = "127.0.0.1",
         public_ami_parameters: tuple[str, ...] = DEFAULT_PUBLIC_AMI_PARAMETERS,
         iam_enforcement: bool = False,
+        no_spot_capacity: tuple[str, ...] = (),
     ) -> None:
         """``run_dir`` keeps the server log and the run's TLS files; default: a temporary directory removed on stop.
 
@@ -109,6 +110,7 @@ class EmulatedCloud:
         self.run_dir: Optional[Path] = None
         self.public_ami_parameters = public_ami_parameters
         self.iam_enforcement = iam_enforcement
+        self.no_spot_capacity = no_spot_capacity  # ZONE or ZONE:TYPE,TYPE (emulator/spot_capacity.py)
         self.port: Optional[int] = None
         self.insecure_port: Optional[int] = None
         self.pid: Optional[int] = None
@@ -211,6 +213,8 @@ class EmulatedCloud:
                 cmd += ["--public-ami-parameter", name]
             if self.iam_enforcement:
                 cmd.append("--iam-enforcement")
+            for option in self.no_spot_capacity:
+                cmd += ["--no-spot-capacity", option]
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
             self._log = open(self.server_log, "ab")
@@ -326,13 +330,23 @@ class EmulatedCloud:
             self._clients.clear()
             self.admin_user = name
 
+    def set_spot_capacity(self, zone: str, available: bool, instance_types: Optional[list[str]] = None) -> list[str]:
+        """Switch spot capacity in ``zone`` off or back on for ``instance_types`` (None: every type); the types the zone
+        then has none for (``*``: all). See emulator/spot_capacity.py."""
+        body = json.dumps({"zone": zone, "available": available, "instance_types": instance_types}).encode()
+        return list(self._post("/_emulator/spot-capacity", body, "application/json")["without_spot_capacity"])
+
     def _moto_api(self, path: str, body: bytes, content_type: str) -> dict[str, Any]:
         """POST ``body`` to moto's ``/moto-api/<path>``; its JSON answer."""
+        return self._post(f"/moto-api/{path}", body, content_type)
+
+    def _post(self, path: str, body: bytes, content_type: str) -> dict[str, Any]:
+        """POST ``body`` to the endpoint's ``path``; its JSON answer."""
         import ssl
         import urllib.request
 
         request = urllib.request.Request(  # noqa: S310 (our loopback endpoint, https)
-            f"{self.endpoint_url}/moto-api/{path}", data=body, method="POST", headers={"Content-Type": content_type}
+            f"{self.endpoint_url}{path}", data=body, method="POST", headers={"Content-Type": content_type}
         )
         context = ssl.create_default_context(cafile=str(self.ca_bundle))
         with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310

@@ -3,17 +3,18 @@
 moto (5.2.x) evaluates identity policies only when its IAM enforcement is on (``/moto-api/reset-auth``), and then
 checks S3 requests against the bucket/object ARN but every other service's request against Resource ``"*"``
 (``BaseResponse.call_action`` asks the response class for ``_determine_resource``; only SQS, IAM and STS have one).
-A policy that names a log group, an Auto Scaling group, a volume or a parameter by ARN therefore never matches, and
-a policy on ``"*"`` always does: the resource part of those policies is not tested at all.
+A policy that names a log group, an Auto Scaling group, a volume, a parameter or a secret by ARN therefore never
+matches, and a policy on ``"*"`` always does: the resource part of those policies is not tested at all.
 
-:func:`install` gives moto's Logs, Auto Scaling, EC2 and SSM response classes a ``_determine_resource`` for the
-few actions below, with the ARN AWS authorizes them on (the service authorization reference), so moto's own
-evaluator compares it with the policy's ``Resource``. Every other action keeps ``"*"``, as in moto. What this
-does not add (see tests/emulator/test_isolation.py): condition keys (moto ignores ``StringLike``, and
-``StringEquals`` on keys it gets no value for, such as ``aws:ResourceTag/...`` and ``s3:prefix``), the second
-resource of a two-resource action (``AttachVolume`` is checked on the volume, not the instance), and the log
-stream of ``PutLogEvents`` (moto's ``Fn::GetAtt LogGroup.Arn`` lacks AWS's trailing ``:*``, so both logs
-actions are checked against the group's ARN as moto reports it).
+:func:`install` gives moto's Logs, Auto Scaling, EC2, SSM and Secrets Manager response classes a
+``_determine_resource`` for the few actions below, with the ARN AWS authorizes them on (the service authorization
+reference), so moto's own evaluator compares it with the policy's ``Resource``. Every other action keeps ``"*"``, as in
+moto. What this does not add (see tests/emulator/test_isolation.py): condition keys (moto ignores ``StringLike``, and
+``StringEquals`` on keys it gets no value for, such as ``aws:ResourceTag/...`` and ``s3:prefix``), the second resource
+of a two-resource action (``AttachVolume`` is checked on the volume, not the instance), and the log stream of
+``PutLogEvents`` (moto's ``Fn::GetAtt LogGroup.Arn`` lacks AWS's trailing ``:*``, so both logs actions are checked
+against the group's ARN as moto reports it), and ``ssm:GetParameters`` (several parameters in one request: checked
+against ``"*"``, so a role scoped by ARN is denied it here; use ``GetParameter``).
 
 :func:`install` also logs every request moto's enforcement refuses (denied, or credentials it does not know) to the
 server log, one line each with the action, the resource it was checked on and the access key id (``WARNING
@@ -46,6 +47,7 @@ GROUP_ACTIONS = frozenset(
 INSTANCE_IN_GROUP_ACTIONS = frozenset({"TerminateInstanceInAutoScalingGroup", "SetInstanceProtection"})
 VOLUME_ACTIONS = frozenset({"AttachVolume", "DetachVolume"})
 PARAMETER_ACTIONS = frozenset({"GetParameter", "PutParameter"})
+SECRET_ACTIONS = frozenset({"GetSecretValue", "DescribeSecret"})
 
 
 def _logs_resource(self: Any) -> str:
@@ -84,6 +86,20 @@ def _ssm_resource(self: Any) -> str:
         if name:
             partition = get_partition(self.region)
             return f"arn:{partition}:ssm:{self.region}:{self.current_account}:parameter/{name.lstrip('/')}"
+    return "*"
+
+
+def _secretsmanager_resource(self: Any) -> str:
+    """The secret's ARN (with the random suffix Secrets Manager gives it) for a secret that exists; the ARN of its
+    name otherwise (the call then fails as AWS's would: denied, or not found)."""
+    if self._get_action() in SECRET_ACTIONS:
+        secret_id = str(self._get_param("SecretId") or "")
+        secret = self.backend.secrets.get(secret_id) if secret_id else None
+        if secret is not None:
+            return str(secret.arn)
+        if secret_id:
+            partition = get_partition(self.region)
+            return f"arn:{partition}:secretsmanager:{self.region}:{self.current_account}:secret:{secret_id}"
     return "*"
 
 
@@ -160,6 +176,7 @@ def install() -> None:
     from moto.autoscaling.responses import AutoScalingResponse
     from moto.ec2.responses import EC2Response
     from moto.logs.responses import LogsResponse
+    from moto.secretsmanager.responses import SecretsManagerResponse
     from moto.ssm.responses import SimpleSystemManagerResponse
 
     for cls, resolver in (
@@ -167,6 +184,7 @@ def install() -> None:
         (AutoScalingResponse, _autoscaling_resource),
         (EC2Response, _ec2_resource),
         (SimpleSystemManagerResponse, _ssm_resource),
+        (SecretsManagerResponse, _secretsmanager_resource),
     ):
         current = vars(cls).get("_determine_resource")
         if current is not None and not getattr(current, "emulator_iam_resources", False):

@@ -21,6 +21,9 @@ A node is a process tree running that instance's actual user data (read back thr
   calls need credentials moto's IAM knows (:meth:`EmulatedCloud.use_admin_user` before creating the launcher);
 - ``SPOT_TRAINING_WARM_VOLUME_MOUNT=0``: a claimed warm-pool volume is attached through the EC2 API, but
   there is no block device to mount;
+- ``SPOT_TRAINING_WARM_VOLUME_DIRS=<work_dir>/warm-volumes``: the directory ``<volume id>`` in it stands for a
+  warm volume's file system; the node that claims the volume keeps what it writes to the volume there (the job's
+  setup cache and inputs), and the next node that claims the same volume finds it;
 - ``SPOT_TRAINING_PER_BOOT_DIR=<root>/var/lib/cloud/scripts/per-boot``: the user data's reboot hook is installed
   there, not in the host's cloud-init directory (nodes are never rebooted: the hook does not run by itself);
 - ``SPOT_TRAINING_PEER_ADDRESS_MAP``: a file mapping every instance's private 10.x address to its node's
@@ -40,6 +43,8 @@ from typing import Any, Optional
 from emulator.cloud import EmulatedCloud, EmulatorError
 from emulator.imds import ImdsMock
 from emulator.node_process import exit_status
+
+WARM_VOLUME_DIRS = "warm-volumes"  # under the launcher's work directory, beside the address map
 
 
 @dataclass
@@ -150,6 +155,9 @@ def user_data_environment(
             "SPOT_TRAINING_NODE_ROOT": str(root),
             # warm-pool volumes are attached through the EC2 API; there is no block device to mount
             "SPOT_TRAINING_WARM_VOLUME_MOUNT": "0",
+            # a directory per volume stands for its file system: the node that claims it keeps its job's setup cache
+            # and inputs there, the next node claiming it finds them
+            "SPOT_TRAINING_WARM_VOLUME_DIRS": str(address_map.parent / WARM_VOLUME_DIRS),
             # the user data's reboot hook goes to the node's own cloud-init directory, never the host's
             "SPOT_TRAINING_PER_BOOT_DIR": str(root / "var" / "lib" / "cloud" / "scripts" / "per-boot"),
         }

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from werkzeug.serving import BaseWSGIServer
 
-from emulator import billing, cfn_compat, ebs_strict, fis_state, http_serving, lifecycle
+from emulator import billing, cfn_compat, ebs_strict, fis_state, group_updates, http_serving, lifecycle, spot_capacity
 from emulator.request_counts import RequestCounts, WsgiApp
 from emulator.settings import ACCOUNT_ID, REGION
 
@@ -56,15 +56,23 @@ def serve(
     exit_on_stdin_eof: bool = False,
     iam_enforcement: bool = False,
     requests_file: Optional[str] = None,
+    no_spot_capacity: tuple[str, ...] = (),
 ) -> None:
     """Install the compat layer, seed public parameters, bind, announce the ports, serve until told to stop."""
     # Warnings (moto's "No Moto CloudFormation support", the compat layer's unsupported properties)
     # go to stderr, i.e. the server log that emulator.deploy checks.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    _install(iam_enforcement)
+    _install(iam_enforcement, no_spot_capacity)
     seeded = cfn_compat.seed_public_ami_parameters(ACCOUNT_ID, REGION, public_ami_parameters)
     counts = None if requests_file is None else RequestCounts(Path(requests_file))
-    servers = _bind(host, port, insecure_port, tls_cert, tls_key, fis_state.serving(http_serving.moto_app(counts)))
+    servers = _bind(
+        host,
+        port,
+        insecure_port,
+        tls_cert,
+        tls_key,
+        _routes(counts),
+    )
     stopping = threading.Event()
 
     def stop(signum: int = 0, frame: Optional[FrameType] = None) -> None:
@@ -99,11 +107,20 @@ def serve(
             counts.stop()
 
 
-def _install(iam_enforcement: bool) -> None:
-    """What the emulator adds to moto, before the first request."""
+def _routes(counts: Optional[RequestCounts]) -> WsgiApp:
+    """moto's app with the emulator's own routes: FIS experiment states, spot capacity."""
+    return spot_capacity.serving(fis_state.serving(http_serving.moto_app(counts)))
+
+
+def _install(iam_enforcement: bool, no_spot_capacity: tuple[str, ...] = ()) -> None:
+    """What the emulator adds to moto, before the first request; the zones without spot capacity from the start."""
+    for option in no_spot_capacity:
+        zone, types = spot_capacity.parse_option(option)
+        spot_capacity.set_capacity(zone, False, types)
     cfn_compat.install()
     ebs_strict.install()  # EC2's VolumeInUse / ZoneMismatch answers for attach_volume
     billing.install()  # spot launches, scaling activities, spot prices (what trainctl cost reads)
+    group_updates.install()  # UpdateAutoScalingGroup keeps the parts of a MixedInstancesPolicy it does not name
     lifecycle.install()  # terminating lifecycle hooks: Terminating:Wait, CompleteLifecycleAction
     fis_state.install()  # FIS experiments in the state the drill runner reports (emulator/fis_drills.py)
     if iam_enforcement:
@@ -158,6 +175,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         metavar="PATH",
         help="count the requests by service, action and caller into this JSON file (emulator/request_counts.py)",
     )
+    parser.add_argument(
+        "--no-spot-capacity",
+        action="append",
+        default=[],
+        metavar="ZONE[:TYPE,TYPE]",
+        help="the zone has no spot capacity for these types (default: any); repeatable (emulator/spot_capacity.py)",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127."):
         parser.error("the emulator only listens on loopback (127.0.0.0/8)")
@@ -171,6 +195,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         exit_on_stdin_eof=args.exit_on_stdin_eof,
         iam_enforcement=args.iam_enforcement,
         requests_file=args.requests_file,
+        no_spot_capacity=tuple(args.no_spot_capacity),
     )
     return 0
 

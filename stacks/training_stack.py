@@ -27,6 +27,7 @@ class TrainingStack(Stack):
         super().__init__(scope, construct_id, description=f"Spot training clusters of team {team}", **kwargs)
         Tags.of(self).add(TEAM_TAG, team)
         retention = RETENTION[config.log_retention_days]
+        self.data_buckets = config.data_buckets
         self.network = self._network(config.network, retention)
         bucket_cfg = config.checkpoint_bucket
         self.checkpoints = CheckpointStore(
@@ -82,6 +83,7 @@ class TrainingStack(Stack):
             vpc_subnets=self.network.training_subnets,
             checkpoint_store=self.checkpoints,
             log_retention=retention,
+            data_buckets=self.data_buckets,
         )
         outputs = {
             "GroupName": (cluster.asg.auto_scaling_group_name, f"Auto Scaling group of cluster {spec.name}"),

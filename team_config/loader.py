@@ -107,13 +107,10 @@ UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.constru
 UniqueKeyLoader.add_constructor("tag:yaml.org,2002:str", UniqueKeyLoader.construct_yaml_str)
 
 
-def load_team(path: Path) -> Team:
-    name = path.stem
-    if not re.match(NAME_PATTERN, name):
-        raise ConfigError(
-            f"{path}: team name '{name}' (from the file name) is not DNS-safe; rename the file to "
-            "lowercase letters, digits and '-', starting with a letter, at most 32 characters"
-        )
+def read_yaml_mapping(path: Path, *, empty: str, keys: str) -> tuple[str, dict[Any, Any]]:
+    """The text of YAML file ``path`` and the mapping it holds, read with :class:`UniqueKeyLoader`; a one-line
+    :class:`ConfigError` naming the file for a file that cannot be read, is no YAML, is empty (``empty``: what to
+    write) or holds no mapping (``keys``: some of the keys it should hold)."""
     try:
         text = path.read_text(encoding="utf-8")
         raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
@@ -129,11 +126,24 @@ def load_team(path: Path) -> Team:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the file ({exc.strerror})") from None
     if raw is None:
-        raise ConfigError(
-            f"{path}: the file is empty; write the team's settings (at least clusters:), as in teams/default.yaml"
-        )
+        raise ConfigError(f"{path}: the file is empty; {empty}")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys (clusters:, network:, ...), got {type(raw).__name__}")
+        raise ConfigError(f"{path}: expected a mapping of keys ({keys}), got {type(raw).__name__}")
+    return text, raw
+
+
+def load_team(path: Path) -> Team:
+    name = path.stem
+    if not re.match(NAME_PATTERN, name):
+        raise ConfigError(
+            f"{path}: team name '{name}' (from the file name) is not DNS-safe; rename the file to "
+            "lowercase letters, digits and '-', starting with a letter, at most 32 characters"
+        )
+    text, raw = read_yaml_mapping(
+        path,
+        empty="write the team's settings (at least clusters:), as in teams/default.yaml",
+        keys="clusters:, network:, ...",
+    )
     try:
         config = TeamConfig.model_validate(raw)
     except ValidationError as exc:

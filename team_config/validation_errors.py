@@ -1,5 +1,6 @@
-"""pydantic's validation errors of a team file as lines a person can act on: the field, what is wrong in the terms
-of the YAML that was written (a quoted number, yes/no read as a boolean, a typo of a key), and the fix."""
+"""pydantic's validation errors of a team file (or of another YAML file read into a model: trainctl's job file) as
+lines a person can act on: the field, what is wrong in the terms of the YAML that was written (a quoted number,
+yes/no read as a boolean, a typo of a key), and the fix."""
 
 from __future__ import annotations
 
@@ -24,9 +25,13 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
-    """The pydantic model that owns the last key of ``loc`` (to list allowed keys)."""
-    model: Any = TeamConfig
+TEAM_FILE_REFERENCE = "docs/reference/team-file.md"
+
+
+def _model_at(error: Any, loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
+    """The pydantic model that owns the last key of ``loc`` (to list allowed keys), from the file's model
+    (``error["root"]``, set by :func:`error_lines`)."""
+    model: Any = error["root"]
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -94,7 +99,7 @@ def _describe(error: Any) -> str:
     msg = re.sub(r"^Value error, ", "", str(error["msg"]))
     key = loc[-1] if loc and isinstance(loc[-1], str) else None
     if value is None and kind.endswith("_type"):
-        return _nothing_given(msg, loc, key)
+        return _nothing_given(error, msg, key)
     described = BY_KIND[kind](error, msg, key) if kind in BY_KIND else None
     if described is not None:
         return described
@@ -104,7 +109,7 @@ def _describe(error: Any) -> str:
 def _unknown_key(error: Any) -> str:
     loc = tuple(error["loc"])
     unknown = str(loc[-1])
-    model = _model_at(loc)
+    model = _model_at(error, loc)
     allowed = sorted(model.model_fields) if model else []
     guesses = _similar_keys(unknown, allowed)
     hint = f"did you mean {' or '.join(repr(g) for g in guesses)}? " if guesses else ""
@@ -112,7 +117,7 @@ def _unknown_key(error: Any) -> str:
 
 
 def _missing(error: Any) -> str:
-    return f"required key is missing; add {error['loc'][-1]}: (see docs/reference/team-file.md)"
+    return f"required key is missing; add {error['loc'][-1]}: (see {error['reference']})"
 
 
 def _pattern_mismatch(error: Any) -> str:
@@ -133,8 +138,8 @@ EARLY: dict[str, Callable[[Any], str]] = {
 }
 
 
-def _nothing_given(msg: str, loc: tuple[Any, ...], key: Optional[str]) -> str:
-    model = _model_at(loc)
+def _nothing_given(error: Any, msg: str, key: Optional[str]) -> str:
+    model = _model_at(error, tuple(error["loc"]))
     field = model.model_fields.get(str(key)) if model and key else None
     default = field is not None and not field.is_required()
     fix = "remove the line to take the default, or give a value" if default else "give a value"
@@ -187,6 +192,8 @@ def _too_short(error: Any, msg: str, key: Optional[str]) -> Optional[str]:
 def _too_long(error: Any, msg: str, key: Optional[str]) -> Optional[str]:
     if key == "instance_types":  # the one list with a service's limit
         return f"{msg}: an Auto Scaling group takes at most {error['ctx']['max_length']}; remove the rest"
+    if key == "data_buckets":  # the job spec, an SSM parameter, has room for so many
+        return f"{msg}: the job spec has room for at most {error['ctx']['max_length']}; list fewer"
     return None
 
 
@@ -199,7 +206,7 @@ def _not_a_list(error: Any, msg: str, key: Optional[str]) -> Optional[str]:
 
 def _not_a_mapping(error: Any, msg: str, key: Optional[str]) -> Optional[str]:
     value = error["input"]
-    model = _model_at((*tuple(error["loc"]), ""))
+    model = _model_at(error, (*tuple(error["loc"]), ""))
     keys = ", ".join(f"{k}:" for k in list(model.model_fields)[:3]) if model else ""
     got = "a list" if isinstance(value, list) else _show(value)
     where = f"indented under {key}:" if key else "in this list item"
@@ -222,7 +229,7 @@ BY_KIND: dict[str, Callable[[Any, str, Optional[str]], Optional[str]]] = {
 def _guesses(error: Any) -> list[str]:
     """The allowed keys an unknown key (``extra_forbidden``) may be a typo of."""
     loc = tuple(error["loc"])
-    model = _model_at(loc)
+    model = _model_at(error, loc)
     return _similar_keys(str(loc[-1]), sorted(model.model_fields) if model else [])
 
 
@@ -241,6 +248,10 @@ def _line(error: Any) -> str:
     return f"{field + ': ' if field else ''}{_describe(error)}"
 
 
-def error_lines(errors: list[Any]) -> list[str]:
-    """pydantic's errors of a team file, one line per problem: field, what is wrong, the fix."""
-    return [_line(error) for error in _one_per_typo(errors)]
+def error_lines(
+    errors: list[Any], root: type[BaseModel] = TeamConfig, reference: str = TEAM_FILE_REFERENCE
+) -> list[str]:
+    """pydantic's errors of a file read into ``root`` (the team file's model by default), one line per problem:
+    field, what is wrong, the fix (a missing key points to ``reference``)."""
+    found = [{**error, "root": root, "reference": reference} for error in errors]
+    return [_line(error) for error in _one_per_typo(found)]

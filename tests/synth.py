@@ -14,8 +14,8 @@ from team_config import TeamConfig
 
 CONTEXT = json.loads((Path(__file__).resolve().parent.parent / "cdk.json").read_text())["context"]
 
-# A team using every optional feature (existing VPC, on-demand base, warm pool, drill, SSM AMI, no placement
-# group, a budget): the app, security and review tests synthesize it next to the shipped teams.
+# A team using every optional feature (existing VPC, on-demand base, warm pool, drill, capacity fallback, SSM AMI, no
+# placement group, a budget): the app, security and review tests synthesize it next to the shipped teams.
 EVERYTHING: dict[str, Any] = {
     "network": {
         "existing_vpc": {
@@ -30,6 +30,7 @@ EVERYTHING: dict[str, Any] = {
         }
     },
     "budget": {"usd_per_month": 1000},
+    "data_buckets": ["everything-datasets", "corpus.example.com"],
     "clusters": [
         {
             "name": "pool",
@@ -40,6 +41,7 @@ EVERYTHING: dict[str, Any] = {
             "warm_pool": {"size": 2, "snapshot_id": "snap-0123456789abcdef0"},
             "ami": {"image_id": "ami-0123456789abcdef0"},
             "interruption_drill": {"percent": 100, "notice_minutes": 5},
+            "capacity": {"on_demand_after_minutes": 5},
         },
         {
             "name": "arm",

@@ -149,7 +149,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         ),
         pytest.param(  # before: synth passed, and the deploy failed (the job spec is an SSM parameter of 4 KB)
             cluster(job={"command": "python train.py " + "--flag " * 250}),
-            "job: command, python and checkpoint_dir take 1,808 bytes together, above the 1,400 the job spec has "
+            "job: command, python and checkpoint_dir take 1,808 bytes together, above the 1,000 the job spec has "
             "room for (an SSM parameter of at most 4,096 bytes: the deploy would fail); shorten the command",
             id="job-spec-too-large",
         ),
@@ -1146,8 +1146,8 @@ def test_a_multi_node_cluster_across_zones_is_refused_unless_the_team_accepts_th
         ),
         pytest.param(
             EMPTY + "    123: x\n",
-            "clusters[0].123: unknown key '123': allowed keys here: ami, cross_zone_training, desired_nodes, efa, "
-            "instance_types, interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
+            "clusters[0].123: unknown key '123': allowed keys here: ami, capacity, cross_zone_training, desired_nodes, "
+            "efa, instance_types, interruption_drill, job, max_nodes, min_nodes, name, on_demand_base_capacity, "
             "on_demand_percentage_above_base, placement_group, root_volume_size_gib, spot_allocation_strategy, "
             "warm_pool",
             id="number-key",
@@ -1174,3 +1174,55 @@ def test_app_py_run_by_hand_synthesizes_the_shipped_teams(tmp_path: Path, repo: 
     assert (result.returncode, result.stderr.count("Traceback")) == (0, 0), result.stderr[-2000:]
     stacks = {t.stack_name for t in load_teams(repo / "teams")}
     assert {f"{s}.template.json" for s in stacks} <= {p.name for p in (tmp_path / "out").iterdir()}
+
+
+@pytest.mark.parametrize(
+    ("buckets", "expected"),
+    [
+        (
+            ["Team-Data"],
+            "data_buckets[0]: 'Team-Data' does not match the required form ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$; use an "
+            "S3 bucket name of 3 to 63 lowercase letters, digits, '.' and '-' (a letter or digit first and last), "
+            "such as my-team-datasets",
+        ),
+        (
+            ["s3://team-data"],
+            "data_buckets[0]: 's3://team-data' does not match the required form ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$; "
+            "use an S3 bucket name of 3 to 63 lowercase letters, digits, '.' and '-' (a letter or digit first and "
+            "last), such as my-team-datasets",
+        ),
+        (
+            ["team-data", "corpus", "team-data"],
+            "data_buckets: team-data listed twice; list each bucket once",
+        ),
+        (
+            ["team..data"],
+            "data_buckets: 'team..data' is no S3 bucket name (no '..', not an IP address); give the bucket's name as "
+            "S3 shows it",
+        ),
+        (
+            ["trainingstack-team-a-checkpointsbucket1a2b3c4d-0a1b2c3d4e5f"],
+            "data_buckets: 'trainingstack-team-a-checkpointsbucket1a2b3c4d-0a1b2c3d4e5f' is a training stack's "
+            "checkpoint bucket; the nodes reach their own cluster's prefix of it already, so list only buckets of "
+            "training data",
+        ),
+        (
+            [f"bucket-{i:02}" for i in range(17)],
+            "data_buckets: List should have at most 16 items after validation, not 17: the job spec has room for at "
+            "most 16; list fewer",
+        ),
+        (
+            [f"{c * 60}-{i:02}" for i, c in enumerate("abcdefg")],
+            "data_buckets: the names take 469 bytes of the job spec, above the 400 it has room for (an SSM parameter "
+            "of at most 4,096 bytes); list fewer buckets",
+        ),
+        ("team-data", "data_buckets: expected a list (each item starts with '- ', or write [a, b]), got 'team-data'"),
+    ],
+)
+def test_a_bad_data_bucket_list_is_one_line_with_the_fix(tmp_path: Path, buckets: object, expected: str) -> None:
+    assert error_for(tmp_path, {**cluster(), "data_buckets": buckets}) == f"{tmp_path / 'team-a.yaml'}: {expected}"
+
+
+def test_data_buckets_load_in_their_order(tmp_path: Path) -> None:
+    team = load_team(write(tmp_path, {**cluster(), "data_buckets": ["team-data", "corpus.example.com"]}))
+    assert team.config.data_buckets == ["team-data", "corpus.example.com"]

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from bootstrap_scripts.spot_training.job_spec import (
     SPEC_KEYS,
     WarmPoolSpec,
 )
-from team_config.model import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
+from team_config.model import DATA_BUCKETS_JSON_BYTES, DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, json_bytes
 from team_config.naming import budget_name
 from tests.synth import CLUSTER, CONTEXT, joined, resources, synth, team_config
 from training_constructs import WarmVolumePool, node_bootstrap
@@ -956,12 +957,15 @@ def test_the_budget_guard_package_holds_the_protocol_it_imports(tmp_path: Path) 
     assert files == ["bootstrap_scripts/spot_training/protocol.py", "handler.py"]
     for name, source in PACKAGE_FILES.items():
         assert (package / name).read_bytes() == source.read_bytes()
-    code = "import handler; print(handler.END_MARKERS, handler.listed.__module__)"
-    # -E -s: no PYTHONPATH, no user site; the package's folder is the only code at hand
-    imported = subprocess.run([sys.executable, "-E", "-s", "-c", code], cwd=package, capture_output=True, text=True)
-    assert imported.stdout == "('DONE', 'FAILED', 'STOPPED') bootstrap_scripts.spot_training.protocol\n", (
-        imported.stderr
-    )
+    # As in Lambda: the package's folder and the runtime's libraries (boto3), nothing else of the repository. -S: no
+    # site, so not the dev venv's .pth files either (the editable trainctl puts the checkout on the venv's path).
+    libraries = sysconfig.get_paths()["purelib"]
+    code = f"""import sys; sys.path.append({libraries!r}); import handler
+print(handler.END_MARKERS, sys.modules[handler.listed.__module__].__file__)"""
+    lambda_like = [sys.executable, "-E", "-s", "-S", "-c", code]
+    imported = subprocess.run(lambda_like, cwd=package, capture_output=True, text=True, timeout=60)
+    protocol = package / "bootstrap_scripts" / "spot_training" / "protocol.py"
+    assert imported.stdout == f"('DONE', 'FAILED', 'STOPPED') {protocol}\n", imported.stderr
 
 
 def test_budget_guard_may_touch_only_this_teams_budget_markers_and_groups(budgeted: Template) -> None:
@@ -1010,8 +1014,9 @@ LONGEST_REF = {"AWS::Region": 14, "CheckpointsBucket": 63, "LogsLogGroup": 200, 
 
 def test_the_longest_job_spec_fits_its_ssm_parameter() -> None:
     """The job spec is a Standard SSM parameter (4,096 bytes at most: a longer one fails the deploy). The team file
-    bounds the text it controls (JOB_SPEC_TEXT_BYTES); with that text at its bound and everything else at its
-    longest (64 warm volumes, 32-character names, the largest numbers), the resolved job spec still fits."""
+    bounds the text it controls (JOB_SPEC_TEXT_BYTES, DATA_BUCKETS_JSON_BYTES); with that text at its bound and
+    everything else at its longest (64 warm volumes, 32-character names, the largest numbers), the resolved job spec
+    still fits."""
     fixed = len(DEFAULT_PYTHON) + len("/opt/ml/checkpoints")
     command = "python train.py --" + "x" * (JOB_SPEC_TEXT_BYTES - fixed - len("python train.py --"))
     job = {
@@ -1027,7 +1032,12 @@ def test_the_longest_job_spec_fits_its_ssm_parameter() -> None:
     pool = {**WARM_POOL, "size": 64}
     types = {"instance_types": ["p5.48xlarge", "p4d.24xlarge"]}
     cluster = {**POOLED, **types, "name": "c" * 32, "max_nodes": 64, "desired_nodes": 64, "warm_pool": pool, "job": job}
-    config = team_config(network={"existing_vpc": EXISTING_VPC}, clusters=[cluster])
+    # data buckets of 63 characters (S3's longest), as many as fit in DATA_BUCKETS_JSON_BYTES, and the rest in one
+    buckets = [f"{i:02}" + "d" * 61 for i in range(DATA_BUCKETS_JSON_BYTES // 68)]
+    rest = DATA_BUCKETS_JSON_BYTES - len(json.dumps(buckets)) - len(', ""')
+    buckets.append("e" * rest)
+    assert len(json.dumps(buckets)) == DATA_BUCKETS_JSON_BYTES
+    config = team_config(network={"existing_vpc": EXISTING_VPC}, clusters=[cluster], data_buckets=buckets)
     [spec] = [
         r["Properties"]["Value"]
         for r in synth(config, team="t" * 32)[1].find_resources("AWS::SSM::Parameter").values()

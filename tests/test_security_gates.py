@@ -63,6 +63,8 @@ WILDCARD_RESOURCE_ACTIONS: dict[str, str] = {
     # node agent: peer discovery (InService instances); budget guard: group sizes
     "autoscaling:DescribeAutoScalingGroups": "no resource-level permissions",
     "autoscaling:DescribeAutoScalingInstances": "no resource-level permissions",
+    # capacity watcher: the group's failed spot launches
+    "autoscaling:DescribeScalingActivities": "no resource-level permissions",
     # node agent: peer addresses, launch times (the oldest hosts the rendezvous); FIS: the drill's targets by tag
     "ec2:DescribeInstances": "no resource-level permissions",
     # node agent: finding a free warm-pool volume in its AZ (the claim itself is scoped, see ClaimPolicy); only a
@@ -76,7 +78,8 @@ WILDCARD_RESOURCE_ACTIONS: dict[str, str] = {
     "ssmmessages:OpenControlChannel": "Session Manager channel",
     "ssmmessages:OpenDataChannel": "Session Manager channel",
 }
-WARM_POOL_ONLY = {"ec2:DescribeVolumes"}  # of those, granted only with a warm pool (its ClaimPolicy)
+# of those, granted only with a warm pool (its ClaimPolicy) or a capacity fallback (the capacity watcher)
+OPTIONAL_FEATURE_ONLY = {"ec2:DescribeVolumes", "autoscaling:DescribeScalingActivities"}
 
 # AWS managed policies the templates may attach, and why. Their statements are not in the template.
 AWS_MANAGED_POLICIES: dict[str, str] = {}
@@ -255,7 +258,7 @@ def test_policy_walk_reads_every_policy_kind_it_must(templates: dict[str, Path])
         template = load(path)
         actions = {str(a) for _, s in policy_statements(template) for a in as_list(s.get("Action", []))}
         assert {"s3:PutObject", "logs:PutLogEvents", "autoscaling:SetDesiredCapacity", "ssm:GetParameter"} <= actions
-        assert set(WILDCARD_RESOURCE_ACTIONS) - WARM_POOL_ONLY <= actions, name
+        assert set(WILDCARD_RESOURCE_ACTIONS) - OPTIONAL_FEATURE_ONLY <= actions, name
         assert {arn.rsplit("/", 1)[-1] for _, arn in managed_policy_arns(template)} == set(AWS_MANAGED_POLICIES)
         seen |= actions
     assert set(WILDCARD_RESOURCE_ACTIONS) <= seen

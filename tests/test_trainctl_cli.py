@@ -1,5 +1,4 @@
-"""``trainctl`` status, stop, logs and review against moto in-process (no server, no network), and the
-``.venv/bin/trainctl`` script the Makefile writes."""
+"""``trainctl`` status, stop, logs and review against moto in-process (no server, no network)."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -317,33 +317,43 @@ def test_review_removes_the_assembly_it_synthesized(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_trainctl_script_silences_jsiis_node_banner_unless_told_otherwise(tmp_path: Path) -> None:
-    """The Makefile exports both JSII_SILENCE_* variables for its own commands; .venv/bin/trainctl ran without
-    them, so every `trainctl review` printed jsii's Node.js end-of-life banner."""
-    bin_dir = Path(os.path.relpath(tmp_path, REPO)) / "bin"  # the Makefile puts $(CURDIR)/ before it
-    recipe = subprocess.run(
-        ["make", "--dry-run", "--always-make", f"BIN={bin_dir}", f"{bin_dir}/.installed"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
-    start = recipe.index("printf ")
-    script_lines = recipe[start : recipe.index("\n", recipe.index("chmod", start))]  # printf ... chmod +x
-    (tmp_path / "bin").mkdir()
-    subprocess.run(["bash", "-c", script_lines], cwd=REPO, check=True, timeout=60)
-    fake_python = tmp_path / "bin" / "python"  # prints the variables instead of running trainctl
-    fake_python.write_text(
-        '#!/bin/sh\necho "${JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION-unset}'
-        ' ${JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION-unset} $*"\n'
-    )
-    fake_python.chmod(0o755)
-    script = tmp_path / "bin" / "trainctl"
+JSII_SILENCE = ("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION")
+LOAD_CDK_APP = f"""
+import os
+from trainctl import assembly
+assembly.load_cdk_app()
+print(*(os.environ[name] for name in {JSII_SILENCE}))
+"""
+
+
+def test_review_silences_jsiis_node_banner_unless_told_otherwise() -> None:
+    """The Makefile exports both JSII_SILENCE_* variables for its own commands; trainctl runs without make too (a
+    console script), so the review sets them before aws_cdk starts jsii (else every `trainctl review` prints jsii's
+    Node.js end-of-life banner). A caller's values are left as they are."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("JSII_SILENCE_")}
-    ran = subprocess.run([str(script), "review"], env=clean, capture_output=True, text=True, timeout=60)
-    assert ran.stdout == "20 1 -m trainctl review\n", ran.stderr
-    given = dict(
-        clean, JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="", JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="0"
+    ran = subprocess.run(
+        [sys.executable, "-c", LOAD_CDK_APP], cwd=REPO, env=clean, capture_output=True, text=True, timeout=120
     )
-    ran = subprocess.run([str(script), "list"], env=given, capture_output=True, text=True, timeout=60)
-    assert ran.stdout == " 0 -m trainctl list\n", ran.stderr  # set by the caller: left as they are
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "20 1\n", "")
+    given = dict(clean, **dict(zip(JSII_SILENCE, ("", "0"), strict=True)))
+    ran = subprocess.run(
+        [sys.executable, "-c", LOAD_CDK_APP], cwd=REPO, env=given, capture_output=True, text=True, timeout=120
+    )
+    assert (ran.returncode, ran.stdout) == (0, " 0\n"), ran.stderr
+
+
+def test_review_without_the_cdk_toolchain_is_one_line_saying_where_it_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A trainctl installed with pip has no aws-cdk-lib, CDK app or cfn-lint: review says so, exit 2, no traceback.
+    (tests/emulator/test_pip_install.py runs it in such an environment.)"""
+    monkeypatch.setitem(sys.modules, "aws_cdk", None)  # import aws_cdk: ModuleNotFoundError, as where it is missing
+    assert trainctl_main(["review", "--teams-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        "trainctl: error: review needs the CDK app (or --assembly DIR, a synthesized one): run it from a clone of "
+        "the ops repository after `make deps` (aws-cdk-lib, cfn-lint and Node.js); no module named 'aws_cdk' here\n",
+    )
 
 
 @pytest.mark.parametrize(

@@ -294,11 +294,11 @@ def test_a_lost_race_ec2_cannot_describe_moves_on(endpoint: str, cloud: dict[str
         release_all(endpoint, {node: claimed} if claimed else {})
 
 
-def test_mount_commands_overlay_the_environment_on_a_read_only_volume_and_handle_xfs_uuid_clash() -> None:
+def test_mount_commands_overlay_the_environment_on_the_volume_and_handle_xfs_uuid_clash() -> None:
     cmds = warm_volume.mount_commands("/dev/nvme1n1p1", "xfs", "/mnt/warm", ["/opt/conda"])
     assert cmds == [
         ["mkdir", "-p", "/mnt/warm"],
-        ["mount", "-o", "ro,nouuid", "/dev/nvme1n1p1", "/mnt/warm"],
+        ["mount", "-o", "rw,nouuid", "/dev/nvme1n1p1", "/mnt/warm"],
         ["rm", "-rf", "/mnt/warm.overlay/0"],
         ["mkdir", "-p", "/mnt/warm.overlay/0/upper", "/mnt/warm.overlay/0/work"],
         [
@@ -310,7 +310,7 @@ def test_mount_commands_overlay_the_environment_on_a_read_only_volume_and_handle
     assert warm_volume.mount_commands("/dev/xvdf", "ext4", "/mnt/warm", [])[1] == [
         "mount",
         "-o",
-        "ro",
+        "rw",
         "/dev/xvdf",
         "/mnt/warm",
     ]
@@ -340,8 +340,9 @@ def _can_mount() -> str:
 @pytest.mark.skipif(bool(_can_mount()), reason=_can_mount() or "runs")
 def test_a_job_writing_into_the_mounted_environment_leaves_the_warm_volume_unchanged(tmp_path: Path) -> None:
     """The agent's own mount and unmount commands, run for real on an ext4 image behind a loop device: the
-    environment reads the volume's copy; a job may still write into it (pip install); the volume is not changed,
-    so the next node that claims it sees the AMI's environment, not this job's."""
+    environment reads the volume's copy; a job may still write into it (pip install); the volume's copy is not
+    changed, so the next node that claims it sees the AMI's environment, not this job's, and finds what the agent
+    kept in its own folder (setup caches, data inputs)."""
     env_root = tmp_path / "root/opt/pytorch"  # the node's own (lazily loaded) environment
     (env_root / "bin").mkdir(parents=True)
     (env_root / "bin/python").write_text("root copy")
@@ -362,8 +363,9 @@ def test_a_job_writing_into_the_mounted_environment_leaves_the_warm_volume_uncha
         (env_root / "installed.txt").write_text("pip install")  # the job may write: pip, caches
         (env_root / "bin/python").write_text("changed by a job")
         assert (env_root / "installed.txt").read_text() == "pip install"
-        with pytest.raises(OSError, match="Read-only file system"):  # the volume itself cannot be written
-            (Path(mountpoint + str(env_root)) / "direct.txt").write_text("x")
+        cache = Path(mountpoint) / warm_volume.AGENT_FOLDER  # the agent's folder: setup caches, data inputs
+        cache.mkdir()
+        (cache / "kept.txt").write_text("setup cache")
         warm_volume.run(warm_volume.unmount_commands(mountpoint, [str(env_root)]))
         assert sorted(p.name for p in env_root.iterdir()) == ["bin"]  # the root's own environment again
         assert (env_root / "bin/python").read_text() == "root copy"
@@ -373,6 +375,7 @@ def test_a_job_writing_into_the_mounted_environment_leaves_the_warm_volume_uncha
             volume_env = check / env_root.relative_to("/")
             assert sorted(p.name for p in volume_env.iterdir()) == ["bin"]
             assert (volume_env / "bin/python").read_text() == "warm copy"
+            assert (check / warm_volume.AGENT_FOLDER / "kept.txt").read_text() == "setup cache"  # kept for the next
         finally:
             subprocess.run(["umount", str(check)], check=False)
     finally:

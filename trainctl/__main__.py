@@ -1,4 +1,4 @@
-"""``python -m trainctl`` (the ``trainctl`` command in .venv/bin runs this)."""
+"""``python -m trainctl``: the same as the ``trainctl`` console script (pyproject.toml), ``cli.main``."""
 
 import sys
 

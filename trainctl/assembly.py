@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -10,6 +11,28 @@ from typing import Any, Optional
 
 class ReviewError(Exception):
     """A one-line reason (no assembly, synth failed); bad team files: one line per problem."""
+
+
+def toolchain_missing(exc: ModuleNotFoundError, needs: str) -> ReviewError:
+    """The one line for a ``trainctl`` installed on its own (pip), without the ops repository's toolchain."""
+    return ReviewError(
+        f"review {needs}: run it from a clone of the ops repository after `make deps` "
+        f"(aws-cdk-lib, cfn-lint and Node.js); no module named {exc.name!r} here"
+    )
+
+
+def load_cdk_app() -> tuple[Any, Any]:
+    """aws_cdk's ``App`` and the CDK app's wiring, imported on first use: the cluster commands run without them."""
+    # jsii prints a banner about the Node.js version when aws_cdk starts it; the CDK CLI pin is what matters
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+    try:
+        from aws_cdk import App
+
+        from training_app import wiring
+    except ModuleNotFoundError as exc:
+        raise toolchain_missing(exc, "needs the CDK app (or --assembly DIR, a synthesized one)") from None
+    return App, wiring
 
 
 @dataclass
@@ -25,11 +48,9 @@ class Stack:
 
 def synthesize(outdir: Path, teams_dir: Optional[Path] = None) -> Path:
     """Synthesize every team (cdk-nag and the SpotTraining checks run, as in ``cdk synth``) into ``outdir``."""
-    from aws_cdk import App
-
     from team_config import ConfigError, load_teams
-    from training_app import wiring as cdk_app
 
+    App, cdk_app = load_cdk_app()
     try:
         teams = load_teams(teams_dir or cdk_app.TEAMS_DIR)
     except ConfigError as exc:  # every problem of every team file, one line each (as `cdk synth` prints them)

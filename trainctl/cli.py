@@ -1,6 +1,6 @@
 """``trainctl``: submit, watch and stop training jobs on a deployed cluster (real AWS or the emulated cloud).
 
-    trainctl submit --team T --cluster C --code DIR [--nodes N] [--command "python train.py ..."] [--resume-from JOB]
+    trainctl submit [JOB_FILE] --team T --cluster C --code DIR [--nodes N] [--command "python train.py ..."] [...]
     trainctl status --team T --cluster C [JOB]
     trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
     trainctl stop   --team T --cluster C JOB [--force] [--clear-queue]
@@ -13,7 +13,9 @@
 
 The AWS endpoint, region and credentials come from the environment, as for the AWS CLI (``AWS_ENDPOINT_URL``
 for the emulator: ``python -m emulator up`` prints the exports). ``--json`` prints machine-readable output.
-``review`` needs no AWS access: it synthesizes the app (or reads ``--assembly``) and prints Markdown.
+``review`` needs no AWS access: it synthesizes the app (or reads ``--assembly``) and prints Markdown; the
+synth needs the ops repository's toolchain (``assembly.load_cdk_app``), the other commands only the package's own
+dependencies (pyproject.toml).
 Errors are one line on stderr with exit code 2 (bad input, unknown team/cluster/job) or 3 (AWS unreachable
 or no credentials); Ctrl-C exits 130 without a traceback.
 """
@@ -43,6 +45,7 @@ from botocore.exceptions import (
 
 from trainctl import assembly, prices, review
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, find_cluster
+from trainctl.code_archive import NotInArchive
 from trainctl.cost import job_cost
 from trainctl.drill import DEFAULT_TIMEOUT_S, drill, format_drill
 from trainctl.job_logs import print_logs
@@ -50,6 +53,7 @@ from trainctl.job_queue import cancel, queue_after_stop, queue_rows
 from trainctl.status import current_job, known_job, list_jobs, status
 from trainctl.stop import stop
 from trainctl.submit import submit
+from trainctl.submit_options import SubmitRequest, add_submit_args, job_keys, submit_request
 from trainctl.views import format_cost, format_status, table
 
 EXIT_BAD_INPUT, EXIT_AWS, EXIT_INTERRUPTED = 2, 3, 130
@@ -140,7 +144,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--region", help="AWS region (default: AWS_REGION / the AWS config)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     sub = p.add_subparsers(dest="action", required=True)
-    _submit_args(sub.add_parser("submit", help="pack and upload code, write the job, scale the group"))
+    add_submit_args(sub.add_parser("submit", help="pack and upload code, write the job, scale the group"))
     for name, help_text in (("status", "nodes, checkpoint, interruptions"), ("logs", "the job's logs")):
         sp = sub.add_parser(name, help=help_text)
         _cluster_args(sp)
@@ -184,28 +188,6 @@ def _cluster_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--cluster", required=True, help="cluster name from the team file")
 
 
-def _submit_args(s: argparse.ArgumentParser) -> None:
-    _cluster_args(s)
-    s.add_argument("--code", type=Path, required=True, help="directory to pack (.gitignore respected)")
-    s.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's desired_nodes)")
-    s.add_argument("--command", dest="entry_command", help="entry command (default: the cluster's job.command)")
-    s.add_argument("--job-id", help="job id (default: job-<time>-<random>)")
-    s.add_argument(
-        "--resume-from",
-        metavar="JOB",
-        help="start from the newest intact checkpoint of this earlier job of the cluster (none of its nodes left in "
-        "the group; if it is the current job: DONE, FAILED, STOPPED or the group at 0); its newest 2 intact "
-        "checkpoints are copied under the new job",
-    )
-    s.add_argument("--python", help="interpreter of the training environment on the node")
-    s.add_argument("--checkpoint-interval-s", type=float, help="fixed checkpoint interval (default: Young/Daly)")
-    s.add_argument(
-        "--checkpoint-wait-for-upload",
-        action=argparse.BooleanOptionalAction,
-        help="train on only once each checkpoint is durable in S3 (default: the cluster's job setting)",
-    )
-
-
 def _review_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--assembly", type=Path, help="a cloud assembly (cdk.out) to read instead of synthesizing")
     sp.add_argument("--teams-dir", type=Path, help="team files to synthesize (default: the repository's teams/)")
@@ -239,19 +221,18 @@ def run_review(args: argparse.Namespace) -> str:
 
 
 def _submit(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> Any:
-    given = {
-        "python": args.python,
-        "checkpoint_interval_s": args.checkpoint_interval_s,
-        "checkpoint_wait_for_upload": args.checkpoint_wait_for_upload,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    command = str(ref.spec["command"]) if args.entry_command is None else args.entry_command  # "" is refused
-    job_id = submit(
-        client, ref, args.code, command=command,
-        nodes=int(ref.spec["desired_nodes"]) if args.nodes is None else args.nodes,
-        job_id=args.job_id, resume_from=args.resume_from, report=lambda line: print(line, file=sys.stderr),
-        **overrides,
-    )  # fmt: skip
+    request: SubmitRequest = args.request
+    keys = job_keys(request, ref)
+    command = str(keys.pop("command", ref.spec["command"]))  # "" is refused
+    nodes = int(keys.pop("nodes", ref.spec["desired_nodes"]))
+    try:
+        job_id = submit(
+            client, ref, request.code, command=command, nodes=nodes,
+            report=lambda line: print(line, file=sys.stderr), **keys,
+        )  # fmt: skip
+    except NotInArchive as exc:  # a script the job file names: the file is where to fix it
+        from_file = request.loaded is not None and exc.key not in request.options
+        raise JobError(f"{request.job_file}: {exc}" if from_file else str(exc)) from None
     return {"job_id": job_id} if args.json else job_id
 
 
@@ -320,6 +301,9 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "review":
         print(run_review(args), end="")
         return 0
+    if args.action == "submit":  # the job file may name the team and cluster: read before anything else
+        args.request = submit_request(args)
+        args.team, args.cluster = args.request.team, args.request.cluster
     client = _client_factory(args.region)
     ref = find_cluster(client, args.team, args.cluster)  # a JobError is one line, exit 2 (main)
     out = COMMANDS[args.action](args, client, ref)

@@ -6,7 +6,7 @@ import os
 import posixpath
 import tarfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Optional
 
 import pathspec
 
@@ -62,14 +62,32 @@ def _pack(directory: Path, out: IO[bytes]) -> list[str]:
     return names
 
 
+NOT_PACKED = "not there, left out by .gitignore or always skipped, or a symbolic link: links are left out"
+
+
+class NotInArchive(JobError):
+    """A script the job runs is not in its code archive; ``key``: the job's key that names it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def check_script(argv: list[str], names: list[str], directory: Path) -> None:
-    """A one-line :class:`JobError` unless the command's script (``argv[0]``, the parsed command; a ``-m`` module
-    is not checked) is a member of the code archive: else a billed node would boot only to fail."""
+    """A one-line :class:`NotInArchive` unless the command's script (``argv[0]``, the parsed command; a ``-m``
+    module is not checked) is a member of the code archive: else a billed node would boot only to fail."""
     if argv[0] == "-m":
         return
-    script = posixpath.normpath(argv[0])
-    if script not in names:
-        raise JobError(
-            f"the command's script {argv[0]} is not in the code archive of {directory} (not there, left out by "
-            ".gitignore or always skipped, or a symbolic link: links are left out)"
+    if posixpath.normpath(argv[0]) not in names:
+        raise NotInArchive(
+            "command", f"the command's script {argv[0]} is not in the code archive of {directory} ({NOT_PACKED})"
+        )
+
+
+def check_setup(setup: Optional[str], names: list[str], directory: Path) -> None:
+    """A one-line :class:`NotInArchive` unless the job's setup script (if any) is a member of the code archive:
+    else every node would boot only to fail its setup."""
+    if setup is not None and posixpath.normpath(setup) not in names:
+        raise NotInArchive(
+            "setup", f"setup: {setup} is not in the code archive of {directory} ({NOT_PACKED}); add it or fix the path"
         )

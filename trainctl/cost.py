@@ -32,6 +32,7 @@ from trainctl.cluster import ClientFactory, ClusterRef, described, group
 from trainctl.current_job import current_job_id
 from trainctl.job_logs import log_events
 from trainctl.job_state import ENDED, node_markers, object_time, spot_interruptions
+from trainctl.market_split import on_demand_nodes
 from trainctl.prices import BEFORE_CUT_NOTE, TABLE_REGION, PriceError, PriceTable, average_price, spot_history
 
 _ACTIVITY = re.compile(r"^(Launching a new EC2 instance|Terminating EC2 instance): (i-[0-9a-zA-Z]+)")
@@ -54,6 +55,8 @@ class NodeCost:
     timed_by: str
     usd_per_hour: float
     on_demand_usd_per_hour: float
+    # an on-demand node's spot price (time-weighted, its type and AZ); None for a spot node or without spot history
+    spot_usd_per_hour: Optional[float] = None
 
     @property
     def hours(self) -> float:
@@ -213,15 +216,13 @@ def _priced(
     market = "spot" if facts.get("lifecycle") == "spot" else "on-demand"
     itype, az = str(facts["instance_type"]), str(facts["availability_zone"])
     on_demand = prices.on_demand_price(itype)
-    price = on_demand
-    if market == "spot":
-        history = spot_history(client, itype, az, _dt(start), _dt(max(end, start)))
-        spot = average_price(history, start, end)
-        if spot is None:
-            kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
-            raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
-        price = spot
-    return NodeCost(instance, itype, market, az, start, end, timed_by, price, on_demand)
+    spot = average_price(spot_history(client, itype, az, _dt(start), _dt(max(end, start))), start, end)
+    if market == "on-demand":
+        return NodeCost(instance, itype, market, az, start, end, timed_by, on_demand, on_demand, spot)
+    if spot is None:
+        kept = " (EC2 keeps 90 days of it)" if now - start > SPOT_HISTORY_S else ""
+        raise PriceError(f"no spot price history for {itype} in {az} between {_dt(start)} and {_dt(end)}{kept}")
+    return NodeCost(instance, itype, market, az, start, end, timed_by, spot, on_demand)
 
 
 def _window(client: ClientFactory, ref: ClusterRef, job_id: str, current: bool, now: float) -> tuple[float, float]:
@@ -365,6 +366,7 @@ def job_cost(
         "total_usd": total,
         "on_demand_usd": on_demand,
         "savings_pct": 100.0 * (1 - total / on_demand) if on_demand else 0.0,
+        "on_demand_nodes": on_demand_nodes(nodes),
         "interruptions": spot_interruptions(client, ref, job_id),
         "redone": asdict(redone),
         "on_demand_prices": prices.source,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from trainctl.cluster import ClientFactory, ClusterRef, JobError
 
@@ -93,3 +93,26 @@ def current_job_id(client: ClientFactory, ref: ClusterRef) -> Optional[str]:
     """The job id in the cluster's current-job parameter, or None if no job was ever submitted."""
     value = current_job_value(client, ref)
     return None if value is None else job_id_in(ref, value)
+
+
+def submitted_job(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any]:
+    """The job ``job_id`` as submitted (its current-job parameter value), from the parameter or, for an earlier
+    job, its history (SSM keeps the last 100 versions); {} when it is no longer there."""
+    current = current_job_value(client, ref)
+    values = [] if current is None else [current]
+    if current is None or _job(current).get("job_id") != job_id:
+        pages = client("ssm").get_paginator("get_parameter_history")
+        try:
+            history = pages.paginate(Name=str(ref.spec["current_job_parameter"]))
+            values = [str(v["Value"]) for page in history for v in page["Parameters"]][::-1]  # newest first
+        except client("ssm").exceptions.ParameterNotFound:
+            values = []
+    return next((job for job in map(_job, values) if job.get("job_id") == job_id), {})
+
+
+def _job(value: str) -> dict[str, Any]:
+    try:
+        job = json.loads(value)
+    except ValueError:
+        return {}
+    return job if isinstance(job, dict) else {}

@@ -57,8 +57,18 @@ def _efa_cell(efa: Mapping[str, int]) -> str:
     return ", ".join(f"{t} {n}" for t, n in efa.items())
 
 
-def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
+def fallback_minutes(stack: Stack, group_id: str) -> Optional[float]:
+    """Minutes without spot capacity after which the group's capacity watcher (training_constructs/capacity_watcher.py)
+    moves it to on-demand, or None: the group has no watcher."""
     for resource in stack.resources.values():
+        variables = resource.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        if resource["Type"] == "AWS::Lambda::Function" and variables.get("GROUP_NAME") == {"Ref": group_id}:
+            return float(variables["ON_DEMAND_AFTER_S"]) / 60
+    return None
+
+
+def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
+    for group_id, resource in stack.resources.items():
         if resource["Type"] != "AWS::AutoScaling::AutoScalingGroup":
             continue
         props = resource["Properties"]
@@ -77,6 +87,7 @@ def clusters(stack: Stack) -> Iterator[dict[str, Any]]:
             # CloudFormation's default is 100: a group that does not say is all on demand above the base
             "on_demand_pct": int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)),
             "efa": efa_interfaces(stack, policy),
+            "fallback_after_min": fallback_minutes(stack, group_id),
         }
 
 
@@ -97,8 +108,11 @@ def _cluster_rows(
             spot_nodes = c["max_nodes"] - on_demand_nodes
             dearest_spot = max(spot[t] for t in c["types"])
             spot_cost = f"{spot_nodes * dearest_spot + on_demand_nodes * prices.on_demand_price(dearest):.2f}"
-        cells = [", ".join(c["types"]), str(c["max_nodes"]), f"{c['on_demand_base']} + {c['on_demand_pct']}% above",
-                 _efa_cell(c["efa"]), f"{on_demand:.2f}", spot_cost]  # fmt: skip
+        share = f"{c['on_demand_base']} + {c['on_demand_pct']}% above"
+        if c["fallback_after_min"] is not None:  # the worst case is then all on demand, whatever the spot prices
+            share += f"; all after {c['fallback_after_min']:g} min without spot"
+            spot_cost += f" ({on_demand:.2f} after the fallback)"
+        cells = [", ".join(c["types"]), str(c["max_nodes"]), share, _efa_cell(c["efa"]), f"{on_demand:.2f}", spot_cost]
         yield (stack.name, c["team"], c["cluster"]), cells
 
 
@@ -219,7 +233,9 @@ def _clusters_section(
     )
     out += [
         "",
-        f"Worst case: every node of the group running as its dearest listed type. On-demand prices: {prices.source}. "
+        "Worst case: every node of the group running as its dearest listed type; a cluster with a capacity fallback "
+        "(all on demand after so many minutes without spot capacity) may run its whole worst case on demand. "
+        f"On-demand prices: {prices.source}. "
         + spot_text
         + (f" {', '.join(before_cut)}: {BEFORE_CUT_NOTE}." if before_cut else "")
         + (" A changed value reads base -> head." if base is not None else ""),

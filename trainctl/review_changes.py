@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from trainctl.assembly import Stack
+from trainctl.assembly import Stack, toolchain_missing
 
 # Create-only properties that hold a reference to another resource of our stacks, per resource type: a resource
 # whose such property refers (Ref, Fn::GetAtt, Fn::Sub) to a replaced resource gets a new value, so it is replaced
@@ -47,7 +47,10 @@ def replaced(base: Stack, head: Stack) -> list[tuple[str, str, str]]:
 def _changed(old: Mapping[str, Any], new: Optional[Mapping[str, Any]]) -> Optional[tuple[str, str]]:
     """(type, why) if deploying ``new`` over ``old`` deletes it or replaces it (a changed type or create-only
     property), else None."""
-    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+    try:
+        from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+    except ModuleNotFoundError as exc:
+        raise toolchain_missing(exc, "--base needs cfn-lint's resource schemas") from None
 
     if old["Type"] == "AWS::CDK::Metadata":  # the CLI's usage analytics (absent from in-process synths)
         return None

@@ -8,9 +8,10 @@ from typing import Any, Optional
 
 from bootstrap_scripts.spot_training.protocol import FAILED
 from trainctl.budget import Budget, team_budget
+from trainctl.capacity import capacity
 from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, group
-from trainctl.current_job import current_job_id
+from trainctl.current_job import current_job_id, submitted_job
 from trainctl.job_logs import planned_steps
 from trainctl.job_queue import queue_summary
 from trainctl.job_state import eta_s, job_state, marker, node_states, run_starts, spot_interruptions, submitted
@@ -40,6 +41,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
     state = job_state(client, ref, job_id)
     failed = marker(client, ref, job_id, FAILED) if state == FAILED else None
     planned = planned_steps(client, ref, job_id)
+    job = submitted_job(client, ref, job_id)
     return {
         "job_id": job_id,
         "team": ref.team,
@@ -49,6 +51,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
         "group": ref.group,
         "group_job": group_job,
         "desired_capacity": members["DesiredCapacity"],
+        "capacity": capacity(client, ref, members) if group_job == job_id else None,
         "nodes": _nodes(client, ref, job_id, members["Instances"]),
         # a flat checkpoint (the script's own files) has no step: its number counts the snapshots
         "last_checkpoint_step": last.step if last and last.layout == "step" else None,
@@ -57,6 +60,8 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
         "planned_steps": planned,
         "eta_s": _eta_s(client, ref, job_id, state, planned, done),
         "interruptions": spot_interruptions(client, ref, job_id),
+        "env": dict(job.get("env") or {}),  # plain values, shown as they are
+        "secrets": sorted(job.get("secrets") or {}),  # the variables' names only: never a value, nor where it is
         "budget": asdict(budget) if isinstance(budget, Budget) else budget,  # None, a dict or BUDGET_UNKNOWN
         **queue_summary(client, ref),  # the cluster's queue: how many, and which starts next
     }

@@ -20,7 +20,7 @@ from bootstrap_scripts.spot_training.protocol import code_key
 from trainctl.budget import team_budget
 from trainctl.checkpoints import copy_checkpoints, delete_keys
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, group
-from trainctl.code_archive import check_script, pack_code
+from trainctl.code_archive import check_script, check_setup, pack_code
 from trainctl.current_job import (
     Beaten,
     CurrentJob,
@@ -57,7 +57,8 @@ def submit(
     cluster (or one with queued jobs), queue the job instead (:func:`queue_job`); ``report`` gets its place.
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
-    checkpoint_interval_s, max_restarts, interruption_grace_s, ...), checked with the agent's own rules first.
+    checkpoint_interval_s, max_restarts, interruption_grace_s, ..., and the job's setup, env, secrets and inputs),
+    checked with the agent's own rules first; the command's script and the setup script must be in the archive.
     ``resume_from``: an earlier job of the cluster that has ended (nothing writes to it any more); its newest intact
     checkpoints are copied under the new job (:func:`copy_checkpoints`), so
     the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from,
@@ -83,6 +84,7 @@ def submit(
         with archive.open("wb") as out:
             names = pack_code(code_dir, out)  # every refusal comes before the first write
         check_script(argv, names, code_dir)
+        check_setup(overrides.get("setup"), names, code_dir)
         size = archive.stat().st_size
         if size > LARGE_CODE_BYTES:
             report(
@@ -148,7 +150,7 @@ def checked_job(ref: ClusterRef, job: dict[str, Any]) -> list[str]:
     if size > PARAMETER_MAX_BYTES:  # refused by SSM after the code's upload otherwise
         raise JobError(
             f"the job takes {size:,} bytes as JSON, above the {PARAMETER_MAX_BYTES:,} of its SSM "
-            "parameter: shorten --command (long arguments go in a file of your code)"
+            f"parameter: shorten --command (long arguments go in a file of your code){_parts_hint(job)}"
         )
     stall, interval = merged["stall_timeout_s"], merged["checkpoint_interval_s"]
     if stall_too_short(stall, interval):  # the team file's rule, which an override must not get round
@@ -158,6 +160,12 @@ def checked_job(ref: ClusterRef, job: dict[str, Any]) -> list[str]:
             f"{stall / 2:g}"
         )
     return list(merged["argv"])
+
+
+def _parts_hint(job: dict[str, Any]) -> str:
+    """What else to shorten when the job has its own parts."""
+    parts = [key for key in ("env", "secrets", "inputs") if job.get(key)]
+    return f" or its {', '.join(parts)}" if parts else ""
 
 
 def check_new_job(client: ClientFactory, ref: ClusterRef, job_id: str, resume_from: Optional[str]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from trainctl.capacity import capacity_lines
 from trainctl.cost import redone_text
 
 
@@ -32,11 +34,26 @@ def format_status(info: dict[str, Any]) -> str:
         )
     if info["reason"] is None:
         del shown["reason"]  # only a FAILED job has one
-    head = "\n".join(f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in ("nodes", "group_job"))
+    shown["env"] = ", ".join(f"{name}={value}" for name, value in info["env"].items()) or None
+    shown["secrets"] = ", ".join(info["secrets"]) or None
+    hidden = ("nodes", "group_job", "capacity")
+    head = "\n".join(
+        [f"{k}: {'-' if v is None else v}" for k, v in shown.items() if k not in hidden]
+        + capacity_lines(info.get("capacity"), time.time())
+    )
     nodes = table([_node_row(n) for n in info["nodes"]], NODE_COLUMNS) if info["nodes"] else "no nodes"
     if info["group_job"] not in (None, info["job_id"]):
         nodes = f"no nodes: the group belongs to the current job {info['group_job']}"
     return f"{head}\n\n{nodes}"
+
+
+def _on_demand_line(on_demand: dict[str, Any]) -> list[str]:
+    """The job's on-demand node-hours and what they cost against spot; nothing for a job that ran on spot only."""
+    if not on_demand["hours"]:
+        return []
+    at_spot = on_demand["at_spot_usd"]
+    against = "no spot price history to compare" if at_spot is None else f"at spot prices {at_spot:.4f} USD"
+    return [f"on-demand: {on_demand['hours']:.3f} node-hours, {on_demand['cost_usd']:.4f} USD ({against})"]
 
 
 NODE_COLUMNS = ["instance", "state", "agent_state", "market", "az", "type", "agent_reason"]
@@ -69,6 +86,7 @@ def format_cost(info: dict[str, Any]) -> str:
             "",
             f"total: {money(info['total_usd'])} USD; the same hours on demand: {money(info['on_demand_usd'])} USD; "
             f"savings {info['savings_pct']:.1f} %",
+            *_on_demand_line(info["on_demand_nodes"]),
             f"interruptions: {info['interruptions']}; {redone_text(info['redone'])}",
             f"on-demand prices: {info['on_demand_prices']}",
             f"spot prices: {info['spot_prices']}",

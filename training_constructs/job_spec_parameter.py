@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional
 
 from aws_cdk import Aws, Stack
@@ -36,9 +37,16 @@ def job_parameter_arns(scope: Construct, team: str, cluster: str) -> list[str]:
 
 
 def cluster_job_spec(
-    team: str, spec: ClusterConfig, *, bucket: s3.IBucket, log_group: logs.ILogGroup, pool: Optional[WarmVolumePool]
+    team: str,
+    spec: ClusterConfig,
+    *,
+    bucket: s3.IBucket,
+    log_group: logs.ILogGroup,
+    pool: Optional[WarmVolumePool],
+    data_buckets: Sequence[str] = (),
 ) -> JobSpec:
-    """The job spec of cluster ``spec``: the team file's job settings, and where the cluster's state lives."""
+    """The job spec of cluster ``spec``: the team file's job settings, where the cluster's state lives, and the
+    buckets its jobs' inputs may come from (the team file's ``data_buckets``)."""
     job = spec.job
     return JobSpec(
         team=team,
@@ -75,6 +83,7 @@ def cluster_job_spec(
             else None
         ),
         efa=spec.efa_enabled,
+        data_buckets=list(data_buckets),
     )
 
 

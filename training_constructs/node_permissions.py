@@ -1,13 +1,16 @@
-"""The node role's policies the cluster adds: reading what a node boots from, and the calls of peer discovery."""
+"""The node role's policies the cluster adds: reading what a node boots from, the calls of peer discovery, and what
+a job's secrets and inputs come from."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from compliance.nag import acknowledge
+from bootstrap_scripts.spot_training.job_parts import secret_prefix
+from compliance.nag import acknowledge, acknowledge_all
 from training_constructs.node_bootstrap import NodeBootstrap
 
 
@@ -67,3 +70,63 @@ class PeerDiscoveryPolicy(iam.Policy):
             "Read-only Describe* calls for peer discovery; these actions support no resource-level permissions, so "
             "IAM requires Resource '*'.",
         )
+
+
+class JobInputsPolicy(iam.Policy):
+    """What a job's secrets and inputs (bootstrap_scripts/spot_training/job_parts.py) are read from, and no more:
+    the team's own secrets (SSM parameters under ``/<secret_prefix>``, Secrets Manager secrets named
+    ``<secret_prefix>...``), and the objects of the team file's ``data_buckets``.
+
+    No ``kms:Decrypt``: SecureString parameters and secrets are encrypted with the AWS-managed keys aws/ssm and
+    aws/secretsmanager by default, whose key policies let every principal of the account decrypt through that
+    service (``kms:ViaService``, ``kms:CallerAccount``); an IAM grant would add nothing but a wildcard over every key
+    of the account (key ids are not known at synth). A secret under a customer-managed key needs that key's policy
+    to name the node role.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, role: iam.IRole, team: str, data_buckets: Sequence[str]
+    ) -> None:
+        stack = Stack.of(scope)
+        prefix = secret_prefix(team)
+        parameters = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{prefix}*")
+        secrets = stack.format_arn(
+            service="secretsmanager",
+            resource="secret",
+            resource_name=f"{prefix}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        statements = [
+            iam.PolicyStatement(
+                sid="ReadTeamSecretParameters",
+                actions=["ssm:GetParameter", "ssm:GetParameters"],
+                resources=[parameters],
+            ),
+            iam.PolicyStatement(sid="ReadTeamSecrets", actions=["secretsmanager:GetSecretValue"], resources=[secrets]),
+            *self._data_buckets(stack, data_buckets),
+        ]
+        super().__init__(scope, construct_id, roles=[role], statements=statements)
+        arn = "arn:<AWS::Partition>:{}:<AWS::Region>:<AWS::AccountId>:{}"
+        findings = {
+            arn.format("ssm", f"parameter/{prefix}*"): f"The team's job secrets are every parameter under /{prefix} (a "
+            "job names them at submit); no other team's and no cluster's parameters are under it.",
+            arn.format("secretsmanager", f"secret:{prefix}*"): f"The team's job secrets are every secret named "
+            f"{prefix}... (a job names them at submit; Secrets Manager appends a random suffix to each ARN).",
+            **{
+                f"arn:<AWS::Partition>:s3:::{bucket}/*": f"Reading every object of data bucket {bucket}, which the "
+                "team file lists (data_buckets) for its jobs' inputs."
+                for bucket in data_buckets
+            },
+        }
+        acknowledge_all(self, {f"AwsSolutions-IAM5[Resource::{r}]": reason for r, reason in findings.items()})
+
+    @staticmethod
+    def _data_buckets(stack: Stack, buckets: Sequence[str]) -> list[iam.PolicyStatement]:
+        """Get and list the objects of ``buckets``; nothing without any."""
+        if not buckets:
+            return []
+        arns = [stack.format_arn(service="s3", region="", account="", resource=b) for b in buckets]
+        return [
+            iam.PolicyStatement(sid="ListDataBuckets", actions=["s3:ListBucket"], resources=arns),
+            iam.PolicyStatement(sid="ReadDataBuckets", actions=["s3:GetObject"], resources=[f"{a}/*" for a in arns]),
+        ]

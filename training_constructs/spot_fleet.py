@@ -175,6 +175,7 @@ class SpotFleet(Construct):
             if count:
                 add_efa_interfaces(templates[count], count, self.security_group)
         self.launch_template = next(iter(templates.values()))
+        self.launch_templates = list(templates.values())
         overrides = []
         for name in instance_types:
             template = templates[efa_interfaces.get(name, 0)]

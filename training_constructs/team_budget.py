@@ -26,22 +26,10 @@ from compliance.nag import acknowledge_all
 from team_config.model import BudgetConfig
 from team_config.naming import TEAM_TAG, budget_name
 from training_constructs.checkpoint_store import CheckpointStore
-from training_constructs.guard_code import guard_code
+from training_constructs.guard_code import GUARD_RUNTIME, guard_code, scheduled_function
 from training_constructs.job_spec_parameter import job_parameter_name
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_logs import LOG_GROUP_KMS_SKIP
-
-GUARD_RUNTIME = lambda_.Runtime.PYTHON_3_14
-GUARD_CHECKOV_SKIPS = {
-    "CKV_AWS_116": "Runs on a schedule: EventBridge retries a failed run twice, the next run repeats the whole check, "
-    "and errors are in its log group; a dead-letter queue would only hold copies of the timer event.",
-    "CKV_AWS_117": "Calls only AWS APIs (Budgets, SSM, S3, Auto Scaling) and reaches no VPC resource; inside the VPC "
-    "it would need a NAT or interface endpoints, for no protection gained.",
-    "CKV_AWS_115": "No reserved concurrency: it runs once per schedule period, and reserving even 1 fails the deploy "
-    "on accounts at Lambda's minimum concurrency quota (AWS keeps 10 unreserved).",
-    "CKV_AWS_173": "The environment holds names only (budget, team, tag key, SSM parameter names), no secrets; "
-    "the default AWS-managed key encrypts it at rest.",
-}
 
 
 class TeamBudget(Construct):
@@ -65,8 +53,6 @@ class TeamBudget(Construct):
         role = iam.Role(self, "GuardRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         self.guard = self._guard(team, config, clusters, role, log_group)
         skip_checkov(log_group, *LOG_GROUP_KMS_SKIP)
-        for check, reason in GUARD_CHECKOV_SKIPS.items():
-            skip_checkov(self.guard, check, reason)
         self.schedule = events.Rule(
             self,
             "Schedule",
@@ -121,20 +107,13 @@ class TeamBudget(Construct):
         log_group: logs.ILogGroup,
     ) -> lambda_.Function:
         """The guard function (budget_guard/handler.py), told the budget, the team and its clusters' job specs."""
-        # The function takes its role by ARN: the ARN's GetAtt already creates the role first, and a Function given
-        # the Role construct adds a DependsOn on it as well (cfn-lint W3005). It depends on the role's policies
-        # instead (in __init__), which nothing else orders before it.
-        role_by_arn = iam.Role.from_role_arn(self, "GuardRoleByArn", role.role_arn, mutable=False)
-        return lambda_.Function(
+        return scheduled_function(
             self,
             "Guard",
-            runtime=GUARD_RUNTIME,
-            handler="handler.handler",
             code=guard_code(GUARD_RUNTIME),
-            timeout=Duration.minutes(2),
-            memory_size=256,
-            role=role_by_arn,
+            role=role,
             log_group=log_group,
+            timeout=Duration.minutes(2),
             environment={
                 "BUDGET_NAME": self.name,
                 "TEAM": team,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from aws_cdk import RemovalPolicy, Tags
@@ -20,12 +21,13 @@ from training_constructs.job_spec_parameter import (
 )
 from training_constructs.node_bootstrap import NodeBootstrap
 from training_constructs.node_image import node_image
-from training_constructs.node_permissions import NodeBootPolicy, PeerDiscoveryPolicy
+from training_constructs.node_permissions import JobInputsPolicy, NodeBootPolicy, PeerDiscoveryPolicy
 from training_constructs.spot_fleet import SpotFleet
 from training_constructs.training_logs import TrainingLogs
 from training_constructs.warm_volume_pool import WarmVolumePool
 
 if TYPE_CHECKING:
+    from training_constructs.capacity_watcher import CapacityWatcher
     from training_constructs.interruption_drill import InterruptionDrill
 
 
@@ -33,8 +35,9 @@ class TrainingCluster(Construct):
     """Spot fleet, logs, job spec, optional warm volume pool and least-privilege grants for one cluster.
 
     Exposes ``bucket``, ``asg``, ``role``, ``log_group``, ``placement_group``, ``job_spec``,
-    ``warm_pool``, ``drill``. Every grant is scoped to this cluster: its bucket prefix, its log group, its
-    group, its job-spec parameters, its pool's volumes.
+    ``warm_pool``, ``drill``, ``capacity_watcher``. Every grant is scoped to this cluster: its bucket prefix, its log
+    group, its group, its job-spec parameters, its pool's volumes; and to its team: the team's job secrets and data
+    buckets.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class TrainingCluster(Construct):
         vpc_subnets: ec2.SubnetSelection,
         checkpoint_store: CheckpointStore,
         log_retention: logs.RetentionDays,
+        data_buckets: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         Tags.of(self).add(CLUSTER_TAG, spec.name)
@@ -56,11 +60,10 @@ class TrainingCluster(Construct):
         self.logs = TrainingLogs(self, "Logs", retention=log_retention)
         self.log_group = self.logs.log_group
         self.warm_pool = self._warm_pool(team, spec, vpc, vpc_subnets)
-        self.job_spec = JobSpecParameter(
-            self,
-            "JobSpec",
-            job_spec=cluster_job_spec(team, spec, bucket=self.bucket, log_group=self.log_group, pool=self.warm_pool),
+        job_spec = cluster_job_spec(
+            team, spec, bucket=self.bucket, log_group=self.log_group, pool=self.warm_pool, data_buckets=data_buckets
         )
+        self.job_spec = JobSpecParameter(self, "JobSpec", job_spec=job_spec)
         bootstrap = NodeBootstrap(
             self,
             "BootstrapScripts",
@@ -94,8 +97,9 @@ class TrainingCluster(Construct):
             for volume in self.warm_pool.volumes:
                 self.asg.node.add_dependency(volume)
         self.parameter_arns = job_parameter_arns(self, team, spec.name)
-        self._grant_node(team, bootstrap, checkpoint_store)
+        self._grant_node(team, bootstrap, checkpoint_store, data_buckets)
         self.drill = self._drill(team, spec)
+        self.capacity_watcher = self._capacity_watcher(spec, log_retention)
 
     def _warm_pool(
         self, team: str, spec: ClusterConfig, vpc: ec2.IVpc, vpc_subnets: ec2.SubnetSelection
@@ -121,9 +125,13 @@ class TrainingCluster(Construct):
             removal_policy=RemovalPolicy.RETAIN if pool.removal_policy == "retain" else RemovalPolicy.DESTROY,
         )
 
-    def _grant_node(self, team: str, bootstrap: NodeBootstrap, checkpoint_store: CheckpointStore) -> None:
-        """Least privilege for the node role, each grant scoped to this cluster."""
+    def _grant_node(
+        self, team: str, bootstrap: NodeBootstrap, checkpoint_store: CheckpointStore, data_buckets: Sequence[str]
+    ) -> None:
+        """Least privilege for the node role, each grant scoped to this cluster (its team's, for a job's secrets and
+        data buckets)."""
         NodeBootPolicy(self, "NodePolicy", role=self.role, bootstrap=bootstrap, parameter_arns=self.parameter_arns)
+        JobInputsPolicy(self, "JobInputsPolicy", role=self.role, team=team, data_buckets=data_buckets)
         PeerDiscoveryPolicy(self, "DescribePolicy", role=self.role)
         checkpoint_store.cluster_access_policy(self, "CheckpointAccess", self.role, self.name)
         self.fleet.scale_policy("ScalePolicy", self.role)
@@ -132,6 +140,24 @@ class TrainingCluster(Construct):
             self.warm_pool.claim_policy(
                 "ClaimPolicy", self.role, cluster_tag_key=CLUSTER_TAG, cluster=self.name, team_tag=(TEAM_TAG, team)
             )
+
+    def _capacity_watcher(self, spec: ClusterConfig, log_retention: logs.RetentionDays) -> Optional[CapacityWatcher]:
+        """The function that falls back to on-demand when spot capacity does not come; None without ``capacity``."""
+        if spec.capacity is None:
+            return None
+        # Imported here: aws_lambda costs every synth an import only clusters with a fallback need.
+        from training_constructs.capacity_watcher import CapacityWatcher
+
+        return CapacityWatcher(
+            self,
+            "CapacityWatcher",
+            cluster=spec.name,
+            config=spec.capacity,
+            fleet=self.fleet,
+            spot_percentage=spec.on_demand_percentage_above_base,
+            bucket=self.bucket,
+            log_retention=log_retention,
+        )
 
     def _drill(self, team: str, spec: ClusterConfig) -> Optional[InterruptionDrill]:
         """The cluster's interruption drill (an AWS FIS experiment template); None without ``interruption_drill``."""

@@ -51,10 +51,19 @@ def check_job_parts(merged: Dict[str, Any]) -> None:
     merged["setup"] = _check_setup(merged.get("setup"))
     merged["env"] = _check_env(merged.get("env"))
     merged["secrets"] = _check_secrets(merged.get("secrets"), str(merged.get("team", "")))
-    merged["inputs"] = _check_inputs(merged.get("inputs"), merged.get("data_buckets") or [])
+    merged["inputs"] = _check_inputs(merged.get("inputs"), _data_buckets(merged.get("data_buckets")))
     both = sorted(set(merged["env"]) & set(merged["secrets"]))
     if both:
         raise JobSpecError(f"env and secrets both set {', '.join(both)}; set each variable in one of them")
+
+
+def _data_buckets(buckets: Any) -> List[str]:
+    """The job spec's data buckets (missing: none); a job spec the stack did not write is refused."""
+    if buckets is None:
+        return []
+    if not isinstance(buckets, list) or not all(isinstance(b, str) and BUCKET_RE.match(b) for b in buckets):
+        raise JobSpecError(f"data_buckets must be a list of S3 bucket names, got {buckets!r}")
+    return buckets
 
 
 def _check_setup(setup: Any) -> Optional[str]:

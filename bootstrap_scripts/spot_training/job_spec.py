@@ -108,6 +108,9 @@ MTBI_MAX_S = 10 * 365 * 24 * 3600
 # waits in Terminating:Wait until its agent has saved and completes this hook, or DRAIN_HEARTBEAT_S has passed.
 # Above the longest interruption_grace_s (119 s) plus the final upload.
 DRAIN_HOOK, DRAIN_HEARTBEAT_S = "spot-training-drain", 300
+# How long a node agent waits for min_nodes peers (SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S's default) before the job fails;
+# a cluster's capacity fallback must come within it (team_config/model/cluster.py)
+JOIN_TIMEOUT_S = 600.0
 JOB_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 SHELL_CHARS = set(";&|`$<>(){}\\\n\r\0*?~!#")

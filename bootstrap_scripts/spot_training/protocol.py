@@ -67,6 +67,9 @@ END_OF_TRAINING = (SYNCED_MARKER, LEAVING_MARKER, NODE_DONE_MARKER)
 RUN_MARKERS = (BOOT_MARKER, TRAINING_MARKER, LEAVING_MARKER)
 
 MANIFEST_VERSION = 1
+# <cluster>/capacity.json: the capacity watcher's record (the group's market, spot or on-demand, since when and why);
+# no job id ends in .json, and the nodes may read it but not write it
+CAPACITY_RECORD = "capacity.json"
 
 
 def cluster_prefix(cluster: str) -> str:
@@ -97,6 +100,11 @@ def queue_prefix(cluster_prefix: str) -> str:
 def queue_key(cluster_prefix: str, job_id: str) -> str:
     """``<cluster>/queue/<job>.json``: a queued job (the job as the current-job parameter will hold it)."""
     return f"{queue_prefix(cluster_prefix)}{job_id}{QUEUE_SUFFIX}"
+
+
+def capacity_key(cluster_prefix: str) -> str:
+    """``<cluster>/capacity.json``: the capacity watcher's record of the cluster's group (market, since when, why)."""
+    return f"{cluster_prefix}{CAPACITY_RECORD}"
 
 
 def checkpoints_prefix(job: str) -> str:

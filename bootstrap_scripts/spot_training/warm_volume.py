@@ -216,18 +216,20 @@ def probed_type(device: str) -> str:
 
 
 def mount_commands(block: str, fstype: str, mountpoint: str, bind_paths: Sequence[str]) -> List[List[str]]:
-    """Commands that mount the warm volume read-only and lay its copies of ``bind_paths`` over the root's.
+    """Commands that mount the warm volume and lay its copies of ``bind_paths`` over the root's.
 
     The volume is a copy of the AMI's root snapshot: XFS refuses a second filesystem with the root's UUID unless
     mounted with ``nouuid``. Each path (e.g. ``/opt/pytorch``) becomes an overlay: reads come from the warm volume
     instead of the lazily loaded root volume, writes (a job's ``pip install``, caches) go to an upper layer on the
-    root volume and end with the node. The volume itself stays an unchanged copy of the AMI, so the next node that
-    claims it, in this job or another, sees the AMI's environment and nothing a job before it wrote.
+    root volume and end with the node. The volume's copy of the AMI stays unchanged, so the next node that claims
+    it, in this job or another, sees the AMI's environment and nothing a job before it wrote there. The volume is
+    mounted read-write for one folder of the agent's own (:data:`AGENT_FOLDER`): the job's setup cache and data
+    inputs, which the next node claiming the volume finds again.
     """
     for path in bind_paths:
         if "," in path or ":" in path:  # overlay's option syntax: lowerdir=a:b,upperdir=...
             raise ValueError(f"cannot overlay {path!r}: ',' and ':' are not allowed in its path")
-    options = "ro,nouuid" if fstype == "xfs" else "ro"
+    options = "rw,nouuid" if fstype == "xfs" else "rw"
     commands = [["mkdir", "-p", mountpoint], ["mount", "-o", options, block, mountpoint]]
     for index, path in enumerate(bind_paths):
         layer = f"{overlay_dir(mountpoint)}/{index}"
@@ -238,6 +240,9 @@ def mount_commands(block: str, fstype: str, mountpoint: str, bind_paths: Sequenc
             ["mount", "-t", "overlay", "overlay", "-o", layers, path],
         ]
     return commands
+
+
+AGENT_FOLDER = "spot-training"  # on a mounted warm volume: what the agent keeps there (setup caches, data inputs)
 
 
 def overlay_dir(mountpoint: str) -> str:

@@ -15,6 +15,7 @@ from team_config.model.base import (
     ABS_PATH_PATTERN,
     AMI_PATTERN,
     AZ_PATTERN,
+    BUCKET_PATTERN,
     EMAIL_PATTERN,
     INSTANCE_TYPE_PATTERN,
     NAME_PATTERN,
@@ -29,6 +30,7 @@ from team_config.model.base import (
     AbsPath,
     AmiId,
     AzName,
+    BucketName,
     InstanceType,
     Name,
     RouteTableId,
@@ -39,6 +41,7 @@ from team_config.model.base import (
     empty_section,
 )
 from team_config.model.budget import MAX_BUDGET_SUBSCRIBERS, BudgetConfig
+from team_config.model.capacity import CapacityConfig
 from team_config.model.cluster import ClusterConfig
 from team_config.model.job import DEFAULT_PYTHON, JOB_SPEC_TEXT_BYTES, SYSTEM_DIRS, SYSTEM_TREES, JobConfig, json_bytes
 from team_config.model.network import (
@@ -57,12 +60,20 @@ from team_config.model.node import (
     instance_architecture,
     rebalancing_pool,
 )
-from team_config.model.team import LOG_RETENTION_DAYS, CheckpointBucketConfig, TeamConfig
+from team_config.model.team import (
+    DATA_BUCKETS_JSON_BYTES,
+    LOG_RETENTION_DAYS,
+    MAX_DATA_BUCKETS,
+    CheckpointBucketConfig,
+    TeamConfig,
+)
 
 __all__ = [
     "ABS_PATH_PATTERN",
     "AMI_PATTERN",
     "AZ_PATTERN",
+    "BUCKET_PATTERN",
+    "DATA_BUCKETS_JSON_BYTES",
     "DEFAULT_AMI_PARAMETER",
     "DEFAULT_PYTHON",
     "EMAIL_PATTERN",
@@ -70,6 +81,7 @@ __all__ = [
     "JOB_SPEC_TEXT_BYTES",
     "LOG_RETENTION_DAYS",
     "MAX_BUDGET_SUBSCRIBERS",
+    "MAX_DATA_BUCKETS",
     "NAME_PATTERN",
     "NOT_FOR_HOSTS",
     "PATTERN_EXAMPLES",
@@ -86,7 +98,9 @@ __all__ = [
     "AmiConfig",
     "AmiId",
     "AzName",
+    "BucketName",
     "BudgetConfig",
+    "CapacityConfig",
     "CheckpointBucketConfig",
     "ClusterConfig",
     "ExistingVpcConfig",

@@ -32,6 +32,9 @@ AbsPath = Annotated[str, StringConstraints(pattern=ABS_PATH_PATTERN)]
 SSM_PARAMETER_PATTERN = r"^/[A-Za-z0-9._/-]+$"
 ROOT_DEVICE_PATTERN = r"^/dev/[a-z0-9]+$"
 POOL_DEVICE_PATTERN = r"^/dev/sd[f-p]$"
+# An S3 bucket name (S3's rules; the dots' further rules are checked where a name is used: see team.py)
+BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+BucketName = Annotated[str, StringConstraints(pattern=BUCKET_PATTERN)]
 
 
 EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
@@ -52,6 +55,8 @@ PATTERN_EXAMPLES = {
     "as /my-team/training-ami-id",
     ROOT_DEVICE_PATTERN: "a device name such as /dev/xvda (/dev/sda1 on Ubuntu AMIs)",
     POOL_DEVICE_PATTERN: "one of /dev/sdf to /dev/sdp, such as /dev/sdf",
+    BUCKET_PATTERN: "an S3 bucket name of 3 to 63 lowercase letters, digits, '.' and '-' (a letter or digit first and "
+    "last), such as my-team-datasets",
 }
 
 

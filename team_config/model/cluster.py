@@ -7,8 +7,10 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from bootstrap_scripts.spot_training.job_spec import JOIN_TIMEOUT_S
 from team_config.instance_types import InstanceFacts, closest_instance_type, instance_facts, known_instance_types
 from team_config.model.base import InstanceType, Name, Strict, empty_section
+from team_config.model.capacity import CapacityConfig
 from team_config.model.job import JobConfig
 from team_config.model.node import (
     AmiConfig,
@@ -17,6 +19,9 @@ from team_config.model.node import (
     instance_architecture,
     rebalancing_pool,
 )
+
+# the time an on-demand node takes to boot and join (its agent's peer discovery), allowed for within the join timeout
+ON_DEMAND_BOOT_MINUTES = 2
 
 
 def _efa_value(value: object) -> object:
@@ -70,6 +75,10 @@ class ClusterConfig(Strict):
         Optional[WarmPoolConfig],
         BeforeValidator(empty_section("give its keys (size: ..., snapshot_id: ...) or remove the line")),
     ] = Field(None, description="A pool of pre-warmed EBS volumes the nodes attach at boot.")
+    capacity: Annotated[
+        Optional[CapacityConfig],
+        BeforeValidator(empty_section("give its keys (on_demand_after_minutes: ...) or remove the line")),
+    ] = Field(None, description="What the cluster does when spot capacity does not come (default: wait for spot).")
     interruption_drill: Annotated[
         Optional[InterruptionDrillConfig],
         BeforeValidator(empty_section("write interruption_drill: {} for the defaults, or remove the line")),
@@ -146,12 +155,35 @@ class ClusterConfig(Strict):
                 "interruption_drill interrupts spot instances, and this cluster launches none (all on-demand); remove "
                 "interruption_drill, or lower on_demand_percentage_above_base / on_demand_base_capacity"
             )
+        if self.capacity is not None and self.on_demand_percentage_above_base == 100:
+            raise ValueError(
+                "capacity.on_demand_after_minutes falls back from spot to on-demand, and this cluster launches no spot "
+                "(on_demand_percentage_above_base: 100); remove the capacity section, or lower "
+                "on_demand_percentage_above_base"
+            )
+        self._check_fallback_in_time()
         if self.warm_pool is not None and self.warm_pool.size < self.max_nodes:
             raise ValueError(
                 f"warm_pool.size ({self.warm_pool.size}) is below max_nodes ({self.max_nodes}); "
                 f"set size to at least max_nodes so every node finds a warm volume (size: "
                 f"{rebalancing_pool(self.max_nodes)} also covers the replacements capacity rebalancing launches before "
                 "the nodes they replace let their volumes go: up to 10% of max_nodes, at least 1)"
+            )
+
+    def _check_fallback_in_time(self) -> None:
+        """With min_nodes above 1, the nodes spot did launch wait for the rest at most the agents' join timeout: the
+        fallback (its minutes, the watcher's period, ON_DEMAND_BOOT_MINUTES to boot) must come within it."""
+        if self.capacity is None or self.min_nodes == 1:
+            return
+        limit = JOIN_TIMEOUT_S / 60 - ON_DEMAND_BOOT_MINUTES
+        if self.capacity.on_demand_after_minutes + self.capacity.check_every_minutes > limit:
+            room = limit - self.capacity.check_every_minutes
+            c = self.capacity
+            raise ValueError(
+                f"capacity.on_demand_after_minutes ({c.on_demand_after_minutes:g}) plus check_every_minutes "
+                f"({c.check_every_minutes}) leaves on-demand nodes no time to join: with min_nodes {self.min_nodes}, "
+                f"the nodes spot launched fail the job after {JOIN_TIMEOUT_S / 60:g} minutes without their peers; set "
+                f"on_demand_after_minutes to at most {room:g}, or min_nodes: 1"
             )
 
     def _check_warm_pool_ami(self) -> None:

@@ -35,7 +35,7 @@ DEFAULT_PYTHON = "/opt/pytorch/bin/python"  # the PyTorch DLAMI's python_locatio
 # What job.command, job.python and job.checkpoint_dir may take of the job spec, an SSM parameter of at most
 # PARAMETER_MAX_BYTES: the rest at its longest (64 warm volume ids, 32-character names, the longest numbers) takes
 # about 2,600 bytes (tests/test_constructs.py synthesizes that job spec and checks the sum).
-JOB_SPEC_TEXT_BYTES = 1400
+JOB_SPEC_TEXT_BYTES = 1000
 
 
 def json_bytes(text: str) -> int:

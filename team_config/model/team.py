@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Literal, Optional
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from team_config.model.base import Strict, empty_section
+from team_config.model.base import BucketName, Strict, empty_section
 from team_config.model.budget import BudgetConfig
 from team_config.model.cluster import ClusterConfig
 from team_config.model.network import NetworkConfig
@@ -36,6 +38,27 @@ LOG_RETENTION_DAYS = (
     3288,
     3653,
 )
+
+# data_buckets: at most this many, taking at most this many bytes of the job spec's JSON (an SSM parameter of at
+# most 4,096 bytes; tests/test_constructs.py synthesizes the longest job spec and checks that it fits).
+MAX_DATA_BUCKETS, DATA_BUCKETS_JSON_BYTES = 16, 400
+# A bucket name CloudFormation gives a training stack's checkpoint or access-log bucket: trainingstack[-<team>]-
+# checkpoints... (the stack name, the logical id, a suffix; lowercased).
+STACK_BUCKET = re.compile(r"^trainingstack[a-z0-9-]*-checkpoints")
+IP_ADDRESS = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def _data_bucket_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot be a data bucket (S3's rules beyond the pattern; a training stack's own bucket); None if
+    it can."""
+    if ".." in name or IP_ADDRESS.match(name):
+        return f"{name!r} is no S3 bucket name (no '..', not an IP address); give the bucket's name as S3 shows it"
+    if STACK_BUCKET.match(name):
+        return (
+            f"{name!r} is a training stack's checkpoint bucket; the nodes reach their own cluster's prefix of it "
+            "already, so list only buckets of training data"
+        )
+    return None
 
 
 class CheckpointBucketConfig(Strict):
@@ -69,6 +92,13 @@ class TeamConfig(Strict):
         BeforeValidator(empty_section("give its keys (removal_policy: ..., ...) or remove the line for the defaults")),
     ] = Field(CheckpointBucketConfig(), description="Lifecycle and removal of the checkpoint bucket.")
     log_retention_days: int = Field(30, description="CloudWatch retention of training and flow logs.")
+    data_buckets: list[BucketName] = Field(
+        [],
+        max_length=MAX_DATA_BUCKETS,
+        description="S3 buckets the team's jobs read inputs from (a job's inputs: s3://bucket/prefix); the nodes may "
+        "get and list objects in exactly these, and trainctl submit refuses an input from any other. Names only, no "
+        "s3:// and no prefix; not the team's checkpoint bucket.",
+    )
     budget: Annotated[
         Optional[BudgetConfig],
         BeforeValidator(empty_section("give its keys (usd_per_month: ...) or remove the line")),
@@ -81,6 +111,24 @@ class TeamConfig(Strict):
             allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
             raise ValueError(f"{days} is not a CloudWatch retention value; use one of {allowed}")
         return days
+
+    @field_validator("data_buckets")
+    @classmethod
+    def _data_buckets(cls, names: list[str]) -> list[str]:
+        for name in names:
+            problem = _data_bucket_problem(name)
+            if problem:
+                raise ValueError(problem)
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed twice; list each bucket once")
+        size = len(json.dumps(names))
+        if size > DATA_BUCKETS_JSON_BYTES:
+            raise ValueError(
+                f"the names take {size:,} bytes of the job spec, above the {DATA_BUCKETS_JSON_BYTES:,} it has room "
+                "for (an SSM parameter of at most 4,096 bytes); list fewer buckets"
+            )
+        return names
 
     @model_validator(mode="after")
     def _team(self) -> TeamConfig:

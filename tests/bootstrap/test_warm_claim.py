@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+from spot_training import warm_volume
 from spot_training.agent import warm_claim
 
 from .conftest import Cluster, address_map
@@ -129,7 +130,7 @@ def test_a_volume_that_cannot_be_mounted_is_given_back_and_the_node_boots_from_i
         and line.endswith("; booting from the root volume")
         for line in lines
     ), lines
-    assert ran[1] == (["mount", "-o", "ro,nouuid", "/dev/nvme1n1p1", warm_claim.WARM_MOUNT], True)
+    assert ran[1] == (["mount", "-o", "rw,nouuid", "/dev/nvme1n1p1", warm_claim.WARM_MOUNT], True)
     assert ran[-1] == (["umount", warm_claim.WARM_MOUNT], False)  # what got mounted is undone, failures or not
     assert agent.warm.volume is None
     assert cluster.aws.ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
@@ -149,3 +150,27 @@ def test_a_node_handing_its_instance_back_ships_its_logs_before_the_volume_detac
     monkeypatch.setattr(agent.group_exit, "leave_group", lambda *args, **kwargs: steps.append("leave group"))
     agent.group_exit.hand_back(cluster.group)
     assert steps == ["flush logs", "detach volume", "leave group"]
+
+
+def test_the_volume_directory_is_the_stand_in_or_a_writable_mount(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Where a job's setup cache and inputs go on the claimed volume: none without a claim; with
+    SPOT_TRAINING_WARM_VOLUME_DIRS (the emulated cloud), its directory for the volume; on a mount, the agent's
+    folder on it, only when the mount is writable (one the kernel turned read-only after errors gives none)."""
+    _, _, volume, agent, _, _ = _mounting(make_cluster, monkeypatch, "dir-run")
+    assert agent.warm.volume_dir() is None
+    agent.warm.volume = (volume, "/dev/sdf", None)  # attached, not mounted
+    monkeypatch.setenv("SPOT_TRAINING_WARM_VOLUME_DIRS", str(tmp_path / "volumes"))
+    assert agent.warm.volume_dir() == str(tmp_path / "volumes" / volume)
+    assert (tmp_path / "volumes" / volume).is_dir()
+    monkeypatch.delenv("SPOT_TRAINING_WARM_VOLUME_DIRS")
+    assert agent.warm.volume_dir() is None  # attached without a mount: nothing to write to
+    monkeypatch.setattr(warm_claim, "WARM_MOUNT", str(tmp_path / "mnt"))
+    (tmp_path / "mnt").mkdir()
+    agent.warm.volume = (volume, "/dev/sdf", "/opt/pytorch")
+    assert agent.warm.volume_dir() == str(tmp_path / "mnt" / warm_volume.AGENT_FOLDER)
+    assert (tmp_path / "mnt" / warm_volume.AGENT_FOLDER).is_dir()
+    monkeypatch.setattr(warm_claim.os, "access", lambda path, mode: False)  # turned read-only
+    assert agent.warm.volume_dir() is None
+    agent.warm.volume = None  # nothing to release

@@ -9,7 +9,7 @@ import json
 import os
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 from urllib3.exceptions import HTTPError
@@ -22,6 +22,7 @@ from spot_training.protocol import MANIFEST, checkpoint_prefix, manifest_fault, 
 RANGE_ATTEMPTS = 3  # a ranged GET whose stream breaks is fetched again, as s3transfer does
 
 Part = Tuple[str, Dict[str, Any], int]  # (file, its manifest entry, part index; -1: the whole file)
+T = TypeVar("T")
 
 
 def sha256_file(path: str) -> str:
@@ -30,6 +31,28 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(2**20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def in_parallel(tasks: Sequence[T], run: Callable[[T, threading.Event], None], interrupt: Callable[[], None]) -> None:
+    """``run(task, abandoned)`` for every task, ``TRANSFER.max_concurrency`` at a time (the agent's parallel
+    transfers: checkpoint parts, job inputs). ``interrupt`` is called about every second and raises to abandon them;
+    the first task that raises abandons the rest too (``abandoned`` is set: tasks in flight stop at their next MiB,
+    queued ones never start), and its exception is raised."""
+    abandoned = threading.Event()
+    with ThreadPoolExecutor(TRANSFER.max_concurrency) as pool:
+        futures = [pool.submit(run, task, abandoned) for task in tasks]
+        try:
+            pending = set(futures)
+            while pending:  # a part of a big file takes long: look at the interrupt every second meanwhile
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    future.result()
+                interrupt()
+        except BaseException:
+            abandoned.set()
+            for future in futures:
+                future.cancel()
+            raise
 
 
 class CheckpointDownload:
@@ -46,25 +69,7 @@ class CheckpointDownload:
         unless every object verifies; ``interrupt`` is called about every second and raises to abandon it."""
         manifest = self.manifest(step, sizes)
         parts = self.parts(step, manifest["files"], dest)
-        abandoned = threading.Event()  # set when the restore is given up: parts in flight stop at their next MiB
-
-        def get(part: Part) -> None:
-            self.get_part(step, part, dest, abandoned)
-
-        with ThreadPoolExecutor(TRANSFER.max_concurrency) as pool:
-            futures = [pool.submit(get, part) for part in parts]
-            try:
-                pending = set(futures)
-                while pending:  # a part of a big file takes long: look at the interrupt every second meanwhile
-                    done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        future.result()
-                    interrupt()
-            except BaseException:
-                abandoned.set()
-                for future in futures:  # a bad part condemns the checkpoint: fetch no more of it
-                    future.cancel()
-                raise
+        in_parallel(parts, lambda part, abandoned: self.get_part(step, part, dest, abandoned), interrupt)
         return manifest
 
     def manifest(self, step: int, sizes: Dict[str, int]) -> Dict[str, Any]:

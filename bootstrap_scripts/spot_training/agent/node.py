@@ -31,9 +31,9 @@ class Node:
         self.instance_id = instance_id
         self.log = Log(instance_id)
         session = boto3.session.Session(region_name=region)
-        self.ssm, self.s3, self.asg, self.ec2, self.logs = (
+        self.ssm, self.s3, self.asg, self.ec2, self.logs, self.secretsmanager = (
             session.client(name, endpoint_url=endpoint, config=client_config(instance_id))
-            for name in ("ssm", "s3", "autoscaling", "ec2", "logs")
+            for name in ("ssm", "s3", "autoscaling", "ec2", "logs", "secretsmanager")
         )
         self.imds: Any = imds if imds is not None else Imds()
         self.settings = settings

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from spot_training.agent.errors import env_float
+from spot_training.job_spec import JOIN_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class AgentSettings:
         node_root = os.environ.get("SPOT_TRAINING_NODE_ROOT", "").rstrip("/")
         return cls(
             poll_s=env_float("SPOT_TRAINING_POLL_INTERVAL_S", 5.0),
-            join_timeout_s=env_float("SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S", 600.0),
+            join_timeout_s=env_float("SPOT_TRAINING_RDZV_JOIN_TIMEOUT_S", JOIN_TIMEOUT_S),
             start_wait_s=env_float("SPOT_TRAINING_START_WAIT_S", 300.0),
             barrier_s=env_float("SPOT_TRAINING_DONE_BARRIER_S", 120.0),
             keep=int(env_float("SPOT_TRAINING_KEEP_CHECKPOINTS", 2)),

@@ -30,6 +30,8 @@ from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
 from spot_training.agent.handover import Handover
 from spot_training.agent.job import Job, load_job, trainer_env
+from spot_training.agent.job_prepare import prepare_job
+from spot_training.agent.job_secrets import job_environment
 from spot_training.agent.leaving import Endings
 from spot_training.agent.leftovers import end_leftover_trainer
 from spot_training.agent.lifecycle import Lifecycle
@@ -98,6 +100,7 @@ class Agent:
             node, self.markers, self.rendezvous, self.syncs, self.group_exit, self.lifecycle, self.handover
         )
         self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
+        self.prepared: Dict[str, str] = {}  # the trainer's environment from the job's setup (``prepare_job``)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.node.stop_signal.set())
@@ -203,6 +206,7 @@ class Agent:
             os.makedirs(work_dir, exist_ok=True)
             with Timed(self.node.log, "download code"):
                 code_dir = download_code(self.node.s3, job, work_dir)
+            self.prepared = prepare_job(self.node, self.notices, self.warm, job, code_dir)
             return self.attempts(job, group, code_dir, store)
         except LeavingBeforeTraining as exc:
             stop = isinstance(exc, StopBeforeTraining)
@@ -349,6 +353,8 @@ class Agent:
         ids = [i for i, _ in peers]
         self.node.log(f"peers: {', '.join(ids)}; rendezvous host {ids[0]}")
         cmd, env = self.rendezvous.torchrun_command(job, peers)
+        env.update(self.prepared)  # the setup's cache directory
+        env.update(job_environment(self.node.ssm, self.node.secretsmanager, job.spec))  # env and secrets, read now
         env.update(trainer_env(job, self.node.instance_id, attempt, resume_step, flat, ids))
         self.efa.apply(job.efa, env)
         self.notices.check_notice("peer discovery")

@@ -50,6 +50,28 @@ class WarmClaim:
             return
         self.mount(volume, device, env_root)
 
+    def volume_dir(self) -> Optional[str]:
+        """A writable directory on the claimed volume that the next node claiming it finds again (the job's setup
+        cache and inputs live there), or None (no volume, or not writable). On an instance: the folder
+        ``warm_volume.AGENT_FOLDER`` of the volume's mount. Without a block device (the emulated cloud:
+        ``SPOT_TRAINING_WARM_VOLUME_DIRS``): the directory ``<that directory>/<volume id>``, which stands for the
+        volume's file system."""
+        if self.volume is None:
+            return None
+        stand_ins = os.environ.get("SPOT_TRAINING_WARM_VOLUME_DIRS", "")
+        if stand_ins:
+            path = os.path.join(stand_ins, self.volume[0])
+            os.makedirs(path, exist_ok=True)
+            return path
+        if self.volume[2] is None or not os.access(WARM_MOUNT, os.W_OK):
+            return None
+        path = os.path.join(WARM_MOUNT, warm_volume.AGENT_FOLDER)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:  # a full volume, or a filesystem mounted read-only after errors
+            return None
+        return path
+
     def attach(self, job: Job, pool: str, device: str) -> Optional[str]:
         """The id of a volume of ``pool`` claimed and attached as ``device``, or None (logged)."""
         assert job.warm_pool is not None
@@ -70,7 +92,8 @@ class WarmClaim:
                 return None
 
     def mount(self, volume: str, device: str, env_root: str) -> None:
-        """Mount the attached ``volume`` read-only and bind ``env_root`` to it; on a failure, give the volume back."""
+        """Mount the attached ``volume`` and lay ``env_root``'s copy over the root's; on a failure, give the volume
+        back."""
         try:
             with Timed(self.node.log, "mount warm volume"):
                 found = warm_volume.filesystem(warm_volume.block_device(volume, device))
@@ -85,7 +108,7 @@ class WarmClaim:
             return
         self.volume = (volume, device, env_root)
         self.node.log(
-            f"warm volume {volume} mounted read-only on {WARM_MOUNT} from {found[0]}; {env_root} now reads from it "
+            f"warm volume {volume} mounted on {WARM_MOUNT} from {found[0]}; {env_root} now reads from it "
             "(writes to it stay on this node)"
         )
 
