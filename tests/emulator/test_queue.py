@@ -78,6 +78,9 @@ def test_the_second_job_runs_on_the_first_jobs_nodes_without_a_new_boot(queue_ru
     first, second, third = (boots(cloud, ref, j) for j in ("q-first", "q-second", "q-third"))
     assert len(first) == 2 and second == first and third < first
     assert sorted(run["booted"]) == sorted(first)  # no instance launched after the first job's two
+    activities = cloud.client("autoscaling").describe_scaling_activities(AutoScalingGroupName=ref.group)["Activities"]
+    launched = {a["Description"].split(": ")[-1] for a in activities if a["Description"].startswith("Launching")}
+    assert launched == first, activities  # the group's own record: it launched the first job's nodes, no others
     logged = [message for _, _, message in jobs.log_events(cloud.client, ref, "q-first")]
     handed = [m for m in logged if "next job q-second from the queue on this node (no new boot)" in m]
     assert len(handed) == 2, logged[-20:]
