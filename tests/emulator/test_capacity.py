@@ -23,6 +23,7 @@ from emulator.demo import EXAMPLE_DIR, NODE_ENV
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
 from emulator.spot_capacity import NO_CAPACITY_MESSAGE
+from tests.emulator.user_environment import use_emulator_exports
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 
@@ -93,8 +94,7 @@ def test_without_spot_capacity_the_job_waits_then_runs_on_demand_to_done_and_the
     cloud: EmulatedCloud, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert cloud.run_dir is not None
-    for key, value in cloud.client_env({}).items():  # trainctl's own clients reach the emulator
-        monkeypatch.setenv(key, value)
+    use_emulator_exports(cloud, monkeypatch)  # trainctl's own clients reach the emulator
     client = cloud.client
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     env = _watcher_env(cloud, ref.group)

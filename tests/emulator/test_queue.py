@@ -14,6 +14,7 @@ from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
+from tests.emulator.user_environment import use_emulator_exports
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 
@@ -30,10 +31,8 @@ def queue_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulat
     with EmulatedCloud(run_dir=run_dir) as cloud:
         bootstrap(cloud)
         deploy(cloud, "TrainingStack")
-        env = cloud.client_env({})
         with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
+            use_emulator_exports(cloud, patch)
             ref = jobs.find_cluster(cloud.client, "default", "main")
             with NodeLauncher(cloud, run_dir / "nodes", groups=[ref.group], node_env=NODE_ENV) as launcher:
                 lines = [submit(job_id, nodes) for job_id, nodes in JOBS]
