@@ -10,8 +10,10 @@ What it does, in order: read and validate the job (SSM job-spec parameter merged
 unpack the code; restore the newest *complete* checkpoint from S3; find the peers (InService instances of
 the Auto Scaling group; the oldest launch hosts the rendezvous); run torchrun; meanwhile poll IMDS for spot
 interruption notices and rebalance recommendations, sync the checkpoint directory to S3 and ship logs to
-CloudWatch Logs; finally write ``DONE`` (and scale the group to 0) or ``FAILED`` (and scale to 0), or leave
-the group (one node fewer) when a peer is still finishing: the last node writes ``DONE``.
+CloudWatch Logs; finally write ``DONE`` or ``FAILED`` and hand the cluster over to its next queued job (this node
+goes on to it without a new boot when its node count has room, else leaves the group) or, with an empty queue,
+scale the group to 0; or leave the group (one node fewer) when a peer is still finishing: the last node writes
+``DONE``.
 
 S3 layout, under ``s3://<bucket>/<cluster>/<job>/`` (its names and key builders: ``spot_training.protocol``, which
 ``trainctl``, the budget guard and the stack use too):
@@ -32,6 +34,9 @@ S3 layout, under ``s3://<bucket>/<cluster>/<job>/`` (its names and key builders:
                                          (rewritten at most every stall_timeout_s / 4); its S3 time is progress for
                                          every node of the job
   DONE, FAILED, STOPPED                  job markers (JSON); STOP: a stop request (trainctl stop)
+  NEXT                                   the queued job that follows this one (created only if absent; see
+                                         spot_training/job_queue.py)
+and ``s3://<bucket>/<cluster>/queue/<job>.json``: the cluster's queued jobs.
 Logs: log group from the job spec, stream ``<job>/<instance-id>``.
 
 Local checkpoint directory (``checkpoint_dir`` of the spec):

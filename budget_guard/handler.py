@@ -4,7 +4,9 @@ Every run: read the team's AWS Budgets budget. Below the limit, only set to 0 a 
 job ended (``DONE``, ``FAILED`` or ``STOPPED``: its agents could not scale it down). At or over it, for each cluster
 (its job-spec parameter names the bucket, prefix and current-job parameter): ask the current job to stop the
 way ``trainctl stop`` does (a ``STOP`` object: the node agents save a checkpoint, write ``STOPPED`` and scale
-the group to 0), and set the group to 0 at once when no instance runs or the stop was asked more than
+the group to 0), clear the cluster's queue first (``<cluster>/queue/``: no queued job starts after the stop; each one
+cleared is named in the run's report, and its code archive stays for a submit next month), and set the group to 0
+at once when no instance runs or the stop was asked more than
 ``FORCE_AFTER_S`` ago and instances still run (an agent that does not answer must not keep spending).
 Environment: ``BUDGET_NAME``, ``JOB_SPEC_PARAMETERS`` (comma-separated), ``TEAM_TAG``, ``TEAM``,
 ``FORCE_AFTER_S``. Standard library and boto3 only (the Lambda runtime's), and the S3 contract of the jobs,
@@ -21,7 +23,15 @@ from typing import Any, Optional
 
 import boto3
 
-from bootstrap_scripts.spot_training.protocol import END_MARKERS, STOP, job_prefix, listed, written_at
+from bootstrap_scripts.spot_training.protocol import (
+    END_MARKERS,
+    QUEUE_SUFFIX,
+    STOP,
+    job_prefix,
+    listed,
+    queue_prefix,
+    written_at,
+)
 
 
 def _groups(autoscaling: Any, team_tag: str, team: str) -> dict[str, dict[str, Any]]:
@@ -119,6 +129,7 @@ def _stop_cluster(
     force_after: float,
     report: dict[str, Any],
 ) -> None:
+    _clear_queue(s3, ssm, spec_parameter, report)  # before the stop: its hand-over then finds the queue empty
     current = _current_job(s3, ssm, groups, spec_parameter, report)
     if current is None:
         return
@@ -134,6 +145,19 @@ def _stop_cluster(
     if prefix is None or finished or overdue or not group["Instances"]:
         autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=0)
         report["actions"].append(f"{spec['cluster']}: group {group['AutoScalingGroupName']} set to 0")
+
+
+def _clear_queue(s3: Any, ssm: Any, spec_parameter: str, report: dict[str, Any]) -> None:
+    """Over the budget: delete the cluster's queued jobs (listed, never read), so that none starts after the stop. A
+    node that took the head just before the clear started it: the next run stops it as the current job."""
+    spec = json.loads(ssm.get_parameter(Name=spec_parameter)["Parameter"]["Value"])
+    queue = queue_prefix(spec["prefix"])
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=spec["bucket"], Prefix=queue).get("Contents", [])]
+    for key in keys:
+        s3.delete_object(Bucket=spec["bucket"], Key=key)
+    if keys:
+        cleared = ", ".join(k[len(queue) : -len(QUEUE_SUFFIX)] for k in keys)
+        report["actions"].append(f"{spec['cluster']}: queue cleared ({cleared}): they do not start over the budget")
 
 
 def handler(event: Any, context: Any) -> dict[str, Any]:

@@ -376,6 +376,7 @@ MARKER_KEYS = [
     "main/job-1/DONE",
     "main/job-1/FAILED",
     "main/job-1/STOPPED",
+    "main/job-1/NEXT",
 ]
 CODE_KEYS = ["main/code/job-1.tar.gz", "main/code/job-20260101-000000-ab12.tar.gz"]
 WRITE_ACTIONS = {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:DeleteObjectVersion"}
@@ -393,9 +394,12 @@ def test_bucket_access_is_limited_to_the_cluster_prefix(default: Template) -> No
         assert statement["Resource"] != "*"
 
 
-def test_nodes_write_only_checkpoints_and_markers_and_delete_only_checkpoints(default: Template) -> None:
+def test_nodes_write_only_checkpoints_and_markers_and_delete_only_checkpoints_and_queue_entries(
+    default: Template,
+) -> None:
     """The training code runs with the node role: it must not delete or overwrite the code archives other jobs run,
-    nor a job's markers. Writes go where the node agent writes, deletes (pruning) only to checkpoints."""
+    nor a job's markers. Writes go where the node agent writes, deletes to checkpoints (pruning) and to queue
+    entries (a node hands an ended job over to the next queued one)."""
     allows = [s for s in policies(default) if s["Effect"] == "Allow"]
     writes = [s for s in allows if WRITE_ACTIONS & set(as_list(s["Action"]))]
     assert {a for s in writes for a in as_list(s["Action"])} == {
@@ -406,17 +410,19 @@ def test_nodes_write_only_checkpoints_and_markers_and_delete_only_checkpoints(de
     [put] = [s for s in writes if "s3:PutObject" in as_list(s["Action"])]
     assert put["Action"] == "s3:PutObject"
     assert sorted(object_keys(default, put)) == sorted(
-        ["main/*/ckpt/*", "main/*/nodes/*", "main/*/DONE", "main/*/FAILED", "main/*/STOPPED"]
+        ["main/*/ckpt/*", "main/*/nodes/*", "main/*/DONE", "main/*/FAILED", "main/*/STOPPED", "main/*/NEXT"]
     )
-    [delete] = [s for s in writes if "s3:DeleteObject" in as_list(s["Action"])]
+    deletes = sorted((s for s in writes if "s3:DeleteObject" in as_list(s["Action"])), key=lambda s: s["Sid"])
+    [delete, take] = deletes  # checkpoints pruned; a queued job's entry deleted once a node hands over to it
     assert sorted(delete["Action"]) == ["s3:AbortMultipartUpload", "s3:DeleteObject"]
     assert object_keys(default, delete) == ["main/*/ckpt/*"]
+    assert (take["Action"], object_keys(default, take)) == ("s3:DeleteObject", ["main/queue/*"])
     for key in CHECKPOINT_KEYS + MARKER_KEYS:
         assert any(iam_matches(p, key) for p in object_keys(default, put)), key
     for key in CHECKPOINT_KEYS:
         assert any(iam_matches(p, key) for p in object_keys(default, delete)), key
     for key in MARKER_KEYS:
-        assert not any(iam_matches(p, key) for p in object_keys(default, delete)), key
+        assert not any(iam_matches(p, key) for s in deletes for p in object_keys(default, s)), key
     assert all(object_keys(default, s) for s in writes), "every write names keys of the checkpoint bucket"
     for key in CODE_KEYS:  # no Allow of a write covers a code archive
         assert not [s for s in writes if any(iam_matches(p, key) for p in object_keys(default, s))], key
@@ -437,7 +443,7 @@ def agent_written_keys(cluster: str) -> list[str]:
         protocol.checkpoint_prefix(checkpoints, 20) + "sub/optim.pt",
         protocol.manifest_key(checkpoints, 20),
         *(job + protocol.node_marker("i-0123456789abcdef0", name) for name in protocol.NODE_MARKERS),
-        *(job + marker for marker in protocol.END_MARKERS),
+        *(job + marker for marker in (*protocol.END_MARKERS, protocol.NEXT)),
     ]
 
 
@@ -513,6 +519,10 @@ def test_logs_scale_and_parameters_are_scoped_to_own_resources(default: Template
         "/spot-training/team-a/main/job-spec",
         "/spot-training/team-a/main/current-job",
     }
+    # the hand-over to the next queued job writes the current job's parameter, and no other
+    [hand_over] = [s for s in statements if s.get("Sid") == "HandOverToQueuedJob"]
+    assert hand_over["Action"] == "ssm:PutParameter"
+    assert parameter_names([hand_over["Resource"]]) == {"/spot-training/team-a/main/current-job"}
 
 
 def test_only_describe_actions_and_session_manager_channels_get_resource_star(

@@ -321,7 +321,7 @@ def test_walk_flags_policies_widened_in_a_real_stack() -> None:
     assert isinstance(policy, iam.Policy)
     cfn_policy = policy.node.default_child
     assert isinstance(cfn_policy, iam.CfnPolicy)
-    for statement in (1, 2, 3, 4):  # the object grants, and the Deny of code writes (which passes)
+    for statement in (1, 2, 3, 4, 5):  # the object grants, and the Deny of code writes (which passes)
         cfn_policy.add_property_override(f"PolicyDocument.Statement.{statement}.Resource", "*")
     cluster.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("AmazonS3FullAccess"))
     findings = policy_findings("widened", dict(Template.from_stack(stack).to_json()))
@@ -331,6 +331,7 @@ def test_walk_flags_policies_widened_in_a_real_stack() -> None:
         ("WriteJobCheckpointsAndMarkers", "s3:PutObject"),
         ("PruneJobCheckpoints", "s3:AbortMultipartUpload"),
         ("PruneJobCheckpoints", "s3:DeleteObject"),
+        ("TakeQueuedJobs", "s3:DeleteObject"),
     }
     [managed] = [f for f in findings if "AWS managed policy" in f]
     assert managed.startswith("widened: ") and managed.endswith(

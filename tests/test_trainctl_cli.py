@@ -417,14 +417,14 @@ def test_log_lines_carry_their_date(aws: None, capsys: pytest.CaptureFixture[str
         (
             ["--team", "research", "status", "--cluster", "main"],
             "trainctl: error: argument action: invalid choice: 'research' (choose from 'submit', 'status', 'logs', "
-            "'stop', 'list', 'cost', 'drill', 'review'); --team goes after the command: trainctl status --team ...; "
-            "see trainctl --help",
+            "'stop', 'list', 'queue', 'cancel', 'cost', 'drill', 'review'); --team goes after the command: "
+            "trainctl status --team ...; see trainctl --help",
         ),
         (
             ["--cluster", "main", "--team", "research", "stop", "job-1"],
             "trainctl: error: argument action: invalid choice: 'main' (choose from 'submit', 'status', 'logs', "
-            "'stop', 'list', 'cost', 'drill', 'review'); --team and --cluster go after the command: trainctl stop "
-            "--team ...; see trainctl --help",
+            "'stop', 'list', 'queue', 'cancel', 'cost', 'drill', 'review'); --team and --cluster go after the "
+            "command: trainctl stop --team ...; see trainctl --help",
         ),
         (
             ["status", "--cluster", "main", "job-1", "--region", "us-east-1"],

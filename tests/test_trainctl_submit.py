@@ -107,6 +107,7 @@ def state() -> dict[str, Any]:
             "checkpoint_interval_s must be a number of at least 1 or null, got 1e-300",
         ),  # else: submitted, a save at every step
         (("--job-id", "code"), "job_id 'code' is reserved: the code archives are under '<cluster>/code/'"),
+        (("--job-id", "queue"), "job_id 'queue' is reserved: the queued jobs are under '<cluster>/queue/'"),
         (("--python", "python3"), "python must be an absolute path, got 'python3'"),
         (("--command", ""), "command must be a non-empty string, got ''"),  # else: the cluster's command, silently
     ],
@@ -186,30 +187,40 @@ def trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
     return rc, captured.out, captured.err
 
 
-def test_a_job_is_not_submitted_over_a_running_one(
+def test_a_job_submitted_over_a_running_one_waits_in_the_queue(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Nodes read the job when they boot: a second job would share the group with the first, and the first to end
-    would scale the group to 0 under the other."""
+    would scale the group to 0 under the other. It is queued instead, its code uploaded under its own id."""
     assert submit(capsys, tmp_path, "--job-id", "run-1") == (0, "")
     assert trainctl(capsys, "list")[1].split()[3:5] == ["run-1", "RUNNING"]
     rc, err = submit(capsys, tmp_path, "--job-id", "run-2")
     assert (rc, err) == (
-        2,
-        f"trainctl: error: cluster {TEAM}/{CLUSTER} is busy: its group is at 2 with 2 node(s) for job run-1 "
-        f"(RUNNING); stop it first (trainctl stop --team {TEAM} --cluster {CLUSTER} run-1) or wait until it ends, "
-        "then submit when the group is at 0 with no node\n",
+        0,
+        f"job run-2 queued at position 1: cluster {TEAM}/{CLUSTER} is busy (its group is at 2 with 2 node(s) for "
+        f"job run-1 (RUNNING)); it starts when the jobs before it have ended (trainctl queue --team {TEAM} "
+        f"--cluster {CLUSTER})\n",
     )
-    assert state() == {"desired": 2, "objects": 1, "current job written": True}
-    assert json.loads(boto3.client("ssm").get_parameter(Name=CURRENT)["Parameter"]["Value"])["job_id"] == "run-1"
-    # Its nodes went without a marker (the group set to 0 by hand): nothing runs it, a new job may start.
+    assert state() == {"desired": 2, "objects": 3, "current job written": True}  # 2 archives, 1 queue entry
+    assert current_job()["job_id"] == "run-1"
+    rc, out, _ = trainctl(capsys, "queue")
+    assert (rc, out.split()[:4], out.split()[4:7]) == (
+        0,
+        ["POSITION", "JOB_ID", "NODES", "SUBMITTED"],
+        ["1", "run-2", "2"],
+    )
+    # Its nodes went without a marker (the group set to 0 by hand): nothing will end run-1, so the next submit,
+    # which queues behind run-2, starts the queue's head itself.
     boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
-    assert submit(capsys, tmp_path, "--job-id", "run-2") == (0, "")
+    rc, err = submit(capsys, tmp_path, "--job-id", "run-3", "--nodes", "1")
+    assert (rc, err.split(":")[0]) == (0, "job run-3 queued at position 1")
     listed = [line.split()[:2] for line in trainctl(capsys, "list")[1].splitlines()[1:]]
-    assert listed == [["run-1", "UNFINISHED"], ["run-2", "RUNNING"]]
+    assert listed == [["run-1", "UNFINISHED"], ["run-2", "RUNNING"], ["run-3", "QUEUED"]]
+    assert current_job()["job_id"] == "run-2"
     assert (
         trainctl(capsys, "stop", "run-1")[1]
-        == "job run-1 is not running (UNFINISHED: no node runs it); nothing to stop\n"
+        == "job run-1 is not running (UNFINISHED: no node runs it); nothing to stop\nqueue: 1 job(s) stay queued; "
+        "the next, run-3, starts once this job has stopped (trainctl stop --clear-queue also empties the queue)\n"
     )
     assert state()["desired"] == 2  # the current job's group is left alone
 
@@ -434,19 +445,20 @@ def test_the_newest_plan_line_is_read_past_the_first_page(aws: None) -> None:
     assert jobs.planned_steps(client, ref, "run-1") == 250  # the newest plan, on the second page
 
 
-def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
+def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back_into_the_queue(
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both find the group idle; another submit writes the current-job parameter (and scales the group) between
-    this one's check and its write. This one fails: were both to succeed, the parameter would name the last
-    writer, the first job's nodes would boot into the second job, and the first job would never run."""
+    this one's check and its write. This one does not write it: were both to, the parameter would name the last
+    writer, the first job's nodes would boot into the second job, and the first job would never run. It goes into
+    the queue behind the winner instead: neither job is lost."""
     assert submit(capsys, tmp_path, "--job-id", "run-0") == (0, "")  # a parameter with a version history
     boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
     client = client_factory("us-east-1")
     ref = jobs.find_cluster(client, TEAM, CLUSTER)
     real, raced = jobs.job_exists, list[str]()
 
-    def other_submit_meanwhile(c: Any, r: Any, job_id: str) -> bool:  # after check_idle, before the writes
+    def other_submit_meanwhile(c: Any, r: Any, job_id: str) -> bool:  # after the idle check, before the writes
         if job_id == "loser" and not raced:
             raced.append(jobs.submit(client, ref, tmp_path, command="python train.py", nodes=1, job_id="winner"))
         return real(c, r, job_id)
@@ -455,18 +467,23 @@ def test_of_two_racing_submits_one_wins_and_the_other_takes_itself_back(
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
     assert raced == ["winner"]
     assert (rc, err) == (
-        2,
-        f"trainctl: error: another submit to {TEAM}/{CLUSTER} got there first: job winner; nothing of this one "
-        f"(loser) was kept (trainctl status --team {TEAM} --cluster {CLUSTER})\n",
+        0,
+        f"job loser queued at position 1: cluster {TEAM}/{CLUSTER} is busy (another submit started job winner "
+        f"first); it starts when the jobs before it have ended (trainctl queue --team {TEAM} --cluster {CLUSTER})\n",
     )
     assert current_job()["job_id"] == "winner"
     # the loser saw the winner's write before its own and wrote nothing: a node booting into the winner's job
-    # never read the loser's (whose code it deletes)
+    # never read the loser's
     history = boto3.client("ssm").get_parameter_history(Name=CURRENT)["Parameters"]
     assert [json.loads(h["Value"])["job_id"] for h in history] == ["run-0", "winner"]
     assert state()["desired"] == 1  # the winner's --nodes 1, not the loser's 2
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]
-    assert keys == [f"{CLUSTER}/code/run-0.tar.gz", f"{CLUSTER}/code/winner.tar.gz"]
+    assert keys == [
+        f"{CLUSTER}/code/loser.tar.gz",
+        f"{CLUSTER}/code/run-0.tar.gz",
+        f"{CLUSTER}/code/winner.tar.gz",
+        f"{CLUSTER}/queue/loser.json",
+    ]
 
 
 def test_of_two_submits_of_the_same_job_id_the_loser_leaves_the_winners_objects(
@@ -504,8 +521,8 @@ def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_fi
     aws: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other submit writes the parameter after this one's last read and before its own write: SSM's version
-    numbers tell which write came first. The later one is refused and puts back the first one's value; a submit
-    that was not beaten is not touched (its nodes may be booting into it)."""
+    numbers tell which write came first. The later one puts back the first one's value and goes into the queue; a
+    submit that was not beaten is not touched (its nodes may be booting into it)."""
     assert submit(capsys, tmp_path, "--job-id", "run-0") == (0, "")
     boto3.client("autoscaling").set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=0)
     real, writes = jobs.set_current_job, list[str]()
@@ -518,12 +535,14 @@ def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_fi
 
     monkeypatch.setattr("trainctl.submit.set_current_job", first_write_elsewhere)
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
-    assert writes and rc == 2
-    assert "got there first: job winner; nothing of this one (loser) was kept" in err
+    assert writes and rc == 0
+    assert err.startswith("job loser queued at position 1: cluster default/main is busy (another submit started job ")
     assert current_job()["job_id"] == "winner"  # the loser's later write was replaced by the winner's value
     history = boto3.client("ssm").get_parameter_history(Name=CURRENT)["Parameters"]
     assert [json.loads(h["Value"])["job_id"] for h in history][-3:] == ["winner", "loser", "winner"]
     assert state()["desired"] == 0  # the loser scaled nothing
+    rc, out, _ = trainctl(capsys, "queue")
+    assert (rc, [line.split()[:3] for line in out.splitlines()[1:]]) == (0, [["1", "loser", "2"]])
 
 
 @pytest.mark.parametrize("case", ["typo", "symlink", "ignored"])

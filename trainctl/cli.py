@@ -3,8 +3,10 @@
     trainctl submit [JOB_FILE] --team T --cluster C --code DIR [--nodes N] [--command "python train.py ..."] [...]
     trainctl status --team T --cluster C [JOB]
     trainctl logs   --team T --cluster C JOB [--node INSTANCE] [--follow]
-    trainctl stop   --team T --cluster C JOB [--force]
+    trainctl stop   --team T --cluster C JOB [--force] [--clear-queue]
     trainctl list   --team T --cluster C
+    trainctl queue  --team T --cluster C
+    trainctl cancel --team T --cluster C JOB
     trainctl cost   --team T --cluster C [JOB] [--prices FILE]
     trainctl drill  --team T --cluster C [--timeout-s S]
     trainctl review [--assembly DIR] [--base DIR] [--prices FILE] [--spot-prices FILE] [--out FILE]
@@ -47,6 +49,7 @@ from trainctl.code_archive import NotInArchive
 from trainctl.cost import job_cost
 from trainctl.drill import DEFAULT_TIMEOUT_S, drill, format_drill
 from trainctl.job_logs import print_logs
+from trainctl.job_queue import cancel, queue_after_stop, queue_rows
 from trainctl.status import current_job, known_job, list_jobs, status
 from trainctl.stop import stop
 from trainctl.submit import submit
@@ -155,7 +158,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--force", action="store_true", help="also set the group to 0 now (for nodes whose agents do not answer)"
     )
+    sp.add_argument(
+        "--clear-queue",
+        action="store_true",
+        help="also take every queued job out of the queue (without it, the next queued job starts after the stop)",
+    )
     _cluster_args(sub.add_parser("list", help="jobs submitted to the cluster"))
+    _cluster_args(sub.add_parser("queue", help="the cluster's queued jobs, the next one first"))
+    sp = sub.add_parser("cancel", help="take a queued job out of the queue (a running job: trainctl stop)")
+    _cluster_args(sp)
+    sp.add_argument("job", help="job id of a queued job")
     sp = sub.add_parser("cost", help="instance-hours, spot vs on-demand cost, work redone after interruptions")
     _cluster_args(sp)
     sp.add_argument("job", nargs="?", help="job id (default: the current job)")
@@ -244,6 +256,20 @@ def _cost(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> A
 
 def _stop(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> Any:
     message = stop(client, ref, known_job(client, ref, args.job), force=args.force)
+    queue = queue_after_stop(client, ref, clear_queue=args.clear_queue)
+    message += f"\n{queue}" if queue else ""
+    return {"message": message} if args.json else message
+
+
+def _queue(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> Any:
+    rows = queue_rows(client, ref)
+    if args.json:
+        return rows
+    return table(rows, ["position", "job_id", "nodes", "submitted"]) if rows else f"no job queued on {ref.cluster}"
+
+
+def _cancel(args: argparse.Namespace, client: ClientFactory, ref: ClusterRef) -> Any:
+    message = cancel(client, ref, args.job)
     return {"message": message} if args.json else message
 
 
@@ -265,6 +291,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, ClientFactory, ClusterRef], An
     "cost": _cost,
     "stop": _stop,
     "list": _list,
+    "queue": _queue,
+    "cancel": _cancel,
     "drill": _drill,
 }
 

@@ -22,6 +22,7 @@ from bootstrap_scripts.spot_training.protocol import (
 from trainctl.checkpoints import Checkpoint
 from trainctl.cluster import ClientFactory, ClusterRef, group
 from trainctl.current_job import current_job_id
+from trainctl.job_queue import is_queued
 
 ENDED = END_MARKERS
 NOT_RUNNING = (*ENDED, "UNFINISHED")  # job_state: no node runs it, none will
@@ -44,11 +45,13 @@ def job_state(client: ClientFactory, ref: ClusterRef, job_id: str) -> str:
     empty; STOPPED once it is), RUNNING (a node in the group), WAITING (the group above 0, no node yet). Any other
     job without an end marker is STOPPED if a stop was requested (``trainctl stop --force`` with no agent to write
     the marker), else UNFINISHED: nothing runs it (a job submitted after it, or the group at 0 with no node while
-    it is current: its nodes went without writing a marker)."""
+    it is current: its nodes went without writing a marker), or QUEUED while it waits in the cluster's queue."""
     ended = end_marker(client, ref, job_id)
     if ended is not None:
         return ended
     if current_job_id(client, ref) != job_id:
+        if is_queued(client, ref, job_id):
+            return "QUEUED"
         return "STOPPED" if marker(client, ref, job_id, STOP) is not None else "UNFINISHED"
     members = group(client, ref)
     empty = not members["Instances"] and int(members["DesiredCapacity"]) == 0

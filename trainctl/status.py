@@ -13,6 +13,7 @@ from trainctl.checkpoints import Checkpoint, checkpoints
 from trainctl.cluster import ClientFactory, ClusterRef, JobError, described, group
 from trainctl.current_job import current_job_id, submitted_job
 from trainctl.job_logs import planned_steps
+from trainctl.job_queue import queue_summary
 from trainctl.job_state import eta_s, job_state, marker, node_states, run_starts, spot_interruptions, submitted
 
 
@@ -62,6 +63,7 @@ def status(client: ClientFactory, ref: ClusterRef, job_id: str) -> dict[str, Any
         "env": dict(job.get("env") or {}),  # plain values, shown as they are
         "secrets": sorted(job.get("secrets") or {}),  # the variables' names only: never a value, nor where it is
         "budget": asdict(budget) if isinstance(budget, Budget) else budget,  # None, a dict or BUDGET_UNKNOWN
+        **queue_summary(client, ref),  # the cluster's queue: how many, and which starts next
     }
 
 

@@ -20,6 +20,11 @@ def stop(client: ClientFactory, ref: ClusterRef, job_id: str, force: bool = Fals
     state = job_state(client, ref, job_id)
     if state in ENDED:
         return f"job {job_id} is already {state}"
+    if state == "QUEUED":
+        return (
+            f"job {job_id} is queued, not running; take it out of the queue with: trainctl cancel "
+            f"--team {ref.team} --cluster {ref.cluster} {job_id}"
+        )
     if state == "UNFINISHED":
         return f"job {job_id} is not running (UNFINISHED: no node runs it); nothing to stop"
     s3, prefix = client("s3"), ref.job_prefix(job_id)

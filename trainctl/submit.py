@@ -29,7 +29,9 @@ from trainctl.current_job import (
     read_current_job,
     set_current_job,
 )
+from trainctl.job_queue import queue_rows
 from trainctl.job_state import job_exists, job_state, submitted
+from trainctl.queue_submit import queue_job
 
 LARGE_CODE_BYTES = 1 << 30  # a code archive above this gets a warning: data belongs in S3, not in --code
 TRANSFER = TransferConfig()  # boto3's managed upload: multipart above 8 MiB (no 5 GB PutObject limit)
@@ -51,19 +53,21 @@ def submit(
     report: Callable[[str], None] = lambda _: None,
     **overrides: Any,
 ) -> str:
-    """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id.
+    """Upload the code, write the current-job parameter, scale the group to ``nodes``; returns the job id. To a busy
+    cluster (or one with queued jobs), queue the job instead (:func:`queue_job`); ``report`` gets its place.
 
     ``overrides``: other keys the node agent accepts from a submitted job (python, min_nodes, max_nodes,
     checkpoint_interval_s, max_restarts, interruption_grace_s, ..., and the job's setup, env, secrets and inputs),
     checked with the agent's own rules first; the command's script and the setup script must be in the archive.
-    ``resume_from``: an earlier job of the cluster (nothing writes to it any more: the group is idle, see
-    :func:`check_idle`); its newest intact checkpoints are copied under the new job (:func:`copy_checkpoints`), so
+    ``resume_from``: an earlier job of the cluster that has ended (nothing writes to it any more); its newest intact
+    checkpoints are copied under the new job (:func:`copy_checkpoints`), so
     the nodes resume from them as from their own. ``report`` gets a line saying which step the job starts from,
     one when ``nodes`` is below the cluster's min_nodes (the job's min_nodes is lowered to ``nodes``), one when
     the budget cannot be read, and one when the code archive is above :data:`LARGE_CODE_BYTES`.
-    Nothing is left of a submit that fails halfway (:func:`take_back`), nor of one that loses a race with another
-    submit to the cluster: the current-job parameter is written compare-and-set (its version, read before the
-    cluster was found idle, must be the one this write replaced).
+    Nothing is left of a submit that fails halfway (:func:`take_back`). One that loses a race with another submit
+    to the idle cluster takes its write back and is queued behind it (:func:`place_job`): the current-job
+    parameter is written compare-and-set (its version, read before the cluster was found idle, must be the one this
+    write replaced).
     """
     if not 1 <= nodes <= int(ref.spec["max_nodes"]):
         raise JobError(f"--nodes must be from 1 to {ref.spec['max_nodes']} (the cluster's max_nodes), got {nodes}")
@@ -87,9 +91,9 @@ def submit(
                 f"the code archive of {code_dir} is {size / (1 << 20):,.0f} MiB (above {LARGE_CODE_BYTES >> 20:,} "
                 "MiB): data belongs in S3 (the job reads it from there), not in --code"
             )
-        before = check_idle(client, ref)
+        before, busy = cluster_busy(client, ref)
         check_new_job(client, ref, job_id, resume_from)
-        steps = write_job(client, ref, job, archive, before, resume_from, report)
+        steps = place_job(client, ref, job, archive, before, busy, resume_from, report)
     if lowered:
         report(f"job {job_id}: min_nodes lowered from the cluster's {cluster_min} to {nodes} (--nodes {nodes})")
     if steps:
@@ -97,6 +101,29 @@ def submit(
             f"job {job_id} starts from checkpoint {steps[0]} of {resume_from} (copied: {', '.join(map(str, steps))})"
         )
     return job_id
+
+
+def place_job(
+    client: ClientFactory,
+    ref: ClusterRef,
+    job: dict[str, Any],
+    archive: Path,
+    before: CurrentJob,
+    busy: Optional[str],
+    resume_from: Optional[str],
+    report: Callable[[str], None],
+) -> list[int]:
+    """Start the job on an idle cluster with an empty queue (:func:`write_job`), else queue it (:func:`queue_job`:
+    ``busy`` says why); returns the steps copied. When another submit of another job got to the idle cluster first,
+    this one has taken itself back and goes into the queue behind it instead of being refused."""
+    if busy is None and not queue_rows(client, ref):  # the queue's jobs go first
+        try:
+            return write_job(client, ref, job, archive, before, resume_from, report)
+        except Beaten as exc:
+            if exc.winner in (None, job["job_id"]):
+                raise
+            busy = f"another submit started job {exc.winner} first"
+    return queue_job(client, ref, job, archive, resume_from, report, busy, upload)
 
 
 def check_budget(client: ClientFactory, ref: ClusterRef, report: Callable[[str], None]) -> None:
@@ -200,32 +227,19 @@ def upload(s3: Any, path: Path, bucket: str, key: str) -> None:
         raise
 
 
-def check_idle(client: ClientFactory, ref: ClusterRef) -> CurrentJob:
-    """The current-job parameter, read before the group (a submit's compare-and-set starts from its version); a
-    one-line :class:`JobError` unless the cluster's group is at 0 with no instance in it. Nodes read the job
-    when they boot: a new job submitted while the group runs another would share the group with it (its
-    replacements would boot into the new job), and the first job to end would scale the group to 0 under the
-    other. An ended job's nodes may also still save, prune and scale the group to 0 for the grace."""
+def cluster_busy(client: ClientFactory, ref: ClusterRef) -> tuple[CurrentJob, Optional[str]]:
+    """The current-job parameter, read before the group (a submit's compare-and-set starts from its version), and
+    why the cluster is busy (None: its group is at 0 with no instance in it). Nodes read the job when they boot: a
+    new job written while the group runs another would share the group with it, so a busy cluster's next job
+    waits in the queue, and the end of the current job starts it."""
     before = read_current_job(client, ref)
     members = group(client, ref)
     desired, nodes = int(members["DesiredCapacity"]), len(members["Instances"])
     if desired == 0 and not nodes:
-        return before
-    busy = f"cluster {ref.team}/{ref.cluster} is busy: its group is at {desired} with {nodes} node(s)"
+        return before, None
     current = None if before.value is None else job_id_in(ref, before.value)
     state = None if current is None else job_state(client, ref, current)
-    where = f"--team {ref.team} --cluster {ref.cluster} {current}"
-    if state in ("RUNNING", "WAITING"):
-        raise JobError(
-            f"{busy} for job {current} ({state}); stop it first (trainctl stop {where}) or wait until it ends, "
-            "then submit when the group is at 0 with no node"
-        )
-    if nodes:
-        raise JobError(f"{busy} (job {current}: {state}); submit when they have left it (trainctl status {where})")
-    raise JobError(
-        f"{busy} (job {current}: {state}), which nothing will scale down; set its desired capacity to 0 "
-        f"(aws autoscaling set-desired-capacity --auto-scaling-group-name {ref.group} --desired-capacity 0)"
-    )
+    return before, f"its group is at {desired} with {nodes} node(s) for job {current} ({state})"
 
 
 def suspend_az_rebalance(client: ClientFactory, ref: ClusterRef, report: Callable[[str], None]) -> None:

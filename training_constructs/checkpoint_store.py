@@ -111,11 +111,18 @@ class CheckpointStore(Construct):
     @classmethod
     def node_write_keys(cls, cluster: str) -> list[str]:
         """Key patterns of what the node agent writes (``bootstrap_scripts/spot_training/agent/``), under a job's
-        ``<cluster>/<job>/`` (the ``*``): checkpoints, per-node markers, the job's end markers. None matches a code
-        archive, ``<cluster>/code/<job>.tar.gz`` (a job id has no '/', an archive ends in ``.tar.gz``)."""
+        ``<cluster>/<job>/`` (the ``*``): checkpoints, per-node markers, the job's end markers and its ``NEXT`` (the
+        queued job that follows it). None matches a code archive, ``<cluster>/code/<job>.tar.gz`` (a job id has no
+        '/', an archive ends in ``.tar.gz``)."""
         job = protocol.job_prefix(cls.cluster_prefix(cluster), "*")
-        ends = (job + marker for marker in protocol.END_MARKERS)
+        ends = (job + marker for marker in (*protocol.END_MARKERS, protocol.NEXT))
         return [cls.checkpoint_keys(cluster), protocol.nodes_prefix(job) + "*", *ends]
+
+    @classmethod
+    def queue_keys(cls, cluster: str) -> str:
+        """The key pattern of the cluster's queued jobs, ``<cluster>/queue/*``: the node that hands a job over to the
+        next one deletes its entry, and the budget guard clears the queue."""
+        return protocol.queue_prefix(cls.cluster_prefix(cluster)) + "*"
 
     @classmethod
     def checkpoint_keys(cls, cluster: str) -> str:
@@ -173,6 +180,11 @@ class CheckpointStore(Construct):
                     actions=["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
                     resources=[self.bucket.arn_for_objects(code)],
                 ),
+                iam.PolicyStatement(
+                    sid="TakeQueuedJobs",
+                    actions=["s3:DeleteObject"],
+                    resources=[self.bucket.arn_for_objects(self.queue_keys(cluster))],
+                ),
             ],
         )
         acknowledge_all(policy, self._cluster_access_findings(cluster))
@@ -190,6 +202,10 @@ class CheckpointStore(Construct):
                 "condition."
             )
         }
+        findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.queue_keys(cluster)}]"] = (
+            "The '*' is a queued job's id, known only at run time: the node that hands an ended job over to the next "
+            "one deletes that job's queue entry (spot_training/job_queue.py)."
+        )
         for key in self.node_write_keys(cluster):
             deletes = key == checkpoints
             writes = " (and deletes: it prunes old checkpoints)." if deletes else "; no code archive matches it."

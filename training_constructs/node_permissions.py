@@ -15,7 +15,9 @@ from training_constructs.node_bootstrap import NodeBootstrap
 
 
 class NodeBootPolicy(iam.Policy):
-    """Read the bootstrap scripts' archive and the cluster's own job parameters (``parameter_arns``), no others."""
+    """Read the bootstrap scripts' archive and the cluster's own job parameters (``parameter_arns``: the job spec's,
+    then the current job's), no others; write the current-job parameter, which a node hands over to the cluster's
+    next queued job (spot_training/job_queue.py)."""
 
     def __init__(
         self,
@@ -34,6 +36,9 @@ class NodeBootPolicy(iam.Policy):
                 bootstrap.read_statement(),
                 iam.PolicyStatement(
                     sid="ReadOwnJobParameters", actions=["ssm:GetParameter"], resources=list(parameter_arns)
+                ),
+                iam.PolicyStatement(
+                    sid="HandOverToQueuedJob", actions=["ssm:PutParameter"], resources=[parameter_arns[-1]]
                 ),
             ],
         )

@@ -127,7 +127,8 @@ class TeamBudget(Construct):
     def _guard_policy(
         self, role: iam.IRole, clusters: Sequence[TrainingCluster], checkpoint_store: CheckpointStore
     ) -> iam.Policy:
-        """Read the budget and the clusters' job parameters, ask their jobs to stop, set their groups to 0."""
+        """Read the budget and the clusters' job parameters, ask their jobs to stop, clear their queues, set their
+        groups to 0."""
         bucket = checkpoint_store.bucket
         prefixes = [CheckpointStore.cluster_prefix(c.name) for c in clusters]
         budget_arn = Stack.of(self).format_arn(service="budgets", region="", resource="budget", resource_name=self.name)
@@ -152,6 +153,11 @@ class TeamBudget(Construct):
                     sid="WriteStopRequests",
                     actions=["s3:PutObject"],
                     resources=[bucket.arn_for_objects(CheckpointStore.stop_keys(c.name)) for c in clusters],
+                ),
+                iam.PolicyStatement(
+                    sid="ClearQueues",
+                    actions=["s3:DeleteObject"],
+                    resources=[bucket.arn_for_objects(CheckpointStore.queue_keys(c.name)) for c in clusters],
                 ),
                 iam.PolicyStatement(
                     sid="ScaleClusterGroups",
@@ -181,5 +187,8 @@ class TeamBudget(Construct):
             stop = CheckpointStore.stop_keys(cluster.name)
             findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{stop}]"] = (
                 "The * is the job id: the guard writes the STOP request of the cluster's current job."
+            )
+            findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{CheckpointStore.queue_keys(cluster.name)}]"] = (
+                "The * is a queued job's id: over its budget, the guard clears the cluster's queue."
             )
         return findings

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from .job_parts import check_job_parts
 from .job_spec_error import JobSpecError
-from .protocol import CODE_FOLDER
+from .protocol import CODE_FOLDER, QUEUE_FOLDER
 
 __all__ = ["JobSpecError", "check_job"]
 
@@ -233,8 +233,9 @@ def _check_places(merged: Dict[str, Any]) -> None:
     job_id = merged.get("job_id")
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise JobSpecError(f"job_id must be a DNS label (lowercase letters, digits, '-', at most 63), got {job_id!r}")
-    if job_id == CODE_FOLDER:
-        raise JobSpecError(f"job_id {CODE_FOLDER!r} is reserved: the code archives are under '<cluster>/code/'")
+    for folder, what in ((CODE_FOLDER, "the code archives"), (QUEUE_FOLDER, "the queued jobs")):
+        if job_id == folder:
+            raise JobSpecError(f"job_id {folder!r} is reserved: {what} are under '<cluster>/{folder}/'")
     for key in ("bucket", "prefix", "log_group"):
         if not isinstance(merged.get(key), str) or not merged[key]:
             raise JobSpecError(f"{key} must be a non-empty string, got {merged.get(key)!r}")

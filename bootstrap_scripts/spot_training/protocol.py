@@ -2,8 +2,9 @@
 read, the checkpoint manifest and when a checkpoint is intact. The node agent writes what is here; ``trainctl``, the
 budget guard and the stack (the node role's write patterns) read and grant it by the same names.
 
-Under ``<cluster prefix>``: ``code/<job>.tar.gz`` (a job's code archive) and, under ``<job>/``, the job's markers
-(``STOP``: a stop was asked; ``DONE``, ``FAILED``, ``STOPPED``: the job ended), ``nodes/<instance>/<name>`` (a node
+Under ``<cluster prefix>``: ``code/<job>.tar.gz`` (a job's code archive), ``queue/<job>.json`` (a queued job) and,
+under ``<job>/``, the job's markers (``STOP``: a stop was asked; ``DONE``, ``FAILED``, ``STOPPED``: the job ended;
+``NEXT``: the queued job that follows it), ``nodes/<instance>/<name>`` (a node
 agent's markers, JSON with the writer's ``time``) and ``ckpt/<step>/`` (a checkpoint; its :data:`MANIFEST`, written
 last, lists every object of it). Markers are found by listing, not by a read: S3 answers a GetObject of a missing key
 with 403, not 404, to a caller whose ListBucket is limited to a prefix (the node role's, the budget guard's, an
@@ -17,6 +18,8 @@ from typing import Any, Dict, Optional, Tuple
 
 CODE_FOLDER = "code"  # <cluster>/code/<job>.tar.gz: not a job id (a job's objects are under <cluster>/<job>/)
 CODE_SUFFIX = ".tar.gz"
+QUEUE_FOLDER = "queue"  # <cluster>/queue/<job>.json: a queued job (not a job id either)
+QUEUE_SUFFIX = ".json"
 CHECKPOINT_FOLDER = "ckpt"  # <cluster>/<job>/ckpt/<step>/<files>: the job's checkpoints, the manifest last
 NODES_FOLDER = "nodes"  # <job>/nodes/<instance>/<name>: a node agent's markers
 MANIFEST = "spot-training-manifest.json"  # ckpt/<step>/<MANIFEST>: the checkpoint's objects; written last
@@ -25,6 +28,9 @@ MANIFEST = "spot-training-manifest.json"  # ckpt/<step>/<MANIFEST>: the checkpoi
 STOP = "STOP"  # a stop was asked (trainctl stop, the budget guard); S3's LastModified times it
 DONE, FAILED, STOPPED = "DONE", "FAILED", "STOPPED"
 END_MARKERS = (DONE, FAILED, STOPPED)  # the job has ended
+# The job that follows this one on the cluster, taken from the queue (JSON, the queued job); created only if absent
+# (S3's conditional write, ``IfNoneMatch="*"``): whoever creates it decides, exactly once (spot_training/job_queue.py)
+NEXT = "NEXT"
 
 # A node agent's markers, <cluster>/<job>/nodes/<instance>/<name>
 BOOT_MARKER = "boot"  # what the node is (type, spot or on-demand, AZ), for trainctl cost and status
@@ -84,6 +90,16 @@ def code_prefix(cluster_prefix: str) -> str:
 def code_key(cluster_prefix: str, job_id: str) -> str:
     """``<cluster>/code/<job>.tar.gz``: the job's code archive."""
     return f"{code_prefix(cluster_prefix)}{job_id}{CODE_SUFFIX}"
+
+
+def queue_prefix(cluster_prefix: str) -> str:
+    """``<cluster>/queue/``: the cluster's queued jobs."""
+    return f"{cluster_prefix}{QUEUE_FOLDER}/"
+
+
+def queue_key(cluster_prefix: str, job_id: str) -> str:
+    """``<cluster>/queue/<job>.json``: a queued job (the job as the current-job parameter will hold it)."""
+    return f"{queue_prefix(cluster_prefix)}{job_id}{QUEUE_SUFFIX}"
 
 
 def capacity_key(cluster_prefix: str) -> str:

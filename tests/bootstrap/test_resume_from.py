@@ -133,14 +133,10 @@ def started(cluster: Cluster, tmp_path: Path, case: str) -> None:
         ("unknown", (), "--resume-from first-run: no such job on team-a/{cluster} (see 'trainctl list')"),
         ("no checkpoint", (), "--resume-from first-run: the job has no intact checkpoint in "
          "s3://{bucket}/{cluster}/first-run/ckpt/ to resume from"),
-        ("running", (), "cluster team-a/{cluster} is busy: its group is at 1 with 1 node(s) for job first-run "
-         "(RUNNING); stop it first (trainctl stop --team team-a --cluster {cluster} first-run) or wait until it "
-         "ends, then submit when the group is at 0 with no node"),
-        ("stopping", (), "cluster team-a/{cluster} is busy: its group is at 1 with 1 node(s) (job first-run: "
-         "STOPPING); submit when they have left it (trainctl status --team team-a --cluster {cluster} first-run)"),
-        ("failed, node up", (), "cluster team-a/{cluster} is busy: its group is at 1 with 1 node(s) (job "
-         "first-run: FAILED); submit when they have left it (trainctl status --team team-a --cluster {cluster} "
-         "first-run)"),
+        ("running", (), "--resume-from first-run: it still runs and writes checkpoints; submit once it has ended "
+         "(trainctl status --team team-a --cluster {cluster} first-run)"),
+        ("stopping", (), "--resume-from first-run: it still runs and writes checkpoints; submit once it has ended "
+         "(trainctl status --team team-a --cluster {cluster} first-run)"),
         ("itself", ("--job-id", EARLIER), "job first-run already exists on team-a/{cluster}; choose another "
          "--job-id (to go on from its checkpoint: --resume-from first-run)"),
         ("leftover", (), "job second-run already exists on team-a/{cluster}; choose another --job-id (objects of "
@@ -170,6 +166,30 @@ def test_a_job_that_cannot_resume_is_refused_before_anything_is_written(
     assert objects(cluster, "") == before
     assert cluster.aws.ssm.get_parameters(Names=[cluster.current_parameter])["Parameters"] == parameter
     assert cluster.desired_capacity() == desired
+
+
+def test_resuming_from_a_failed_job_whose_node_is_still_up_queues_the_new_job_with_its_checkpoints(
+    make_cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FAILED job writes nothing more: its checkpoints are copied now, and the new job goes through the queue,
+    which hands it the cluster at once (the current job has ended): the node still up goes on to it."""
+    cluster: Cluster = make_cluster(nodes=1)
+    started(cluster, tmp_path, "failed, node up")
+    parameter = cluster.aws.ssm.get_parameters(Names=[cluster.current_parameter])["Parameters"]
+
+    rc, err = submit(capsys, cluster, tmp_path, "--job-id", "second-run", "--resume-from", EARLIER)
+
+    assert rc == 0, err
+    assert "job second-run starts from checkpoint 10 of first-run (copied: 10)" in err
+    queued = cluster.aws.s3.list_objects_v2(Bucket=cluster.bucket, Prefix=f"{cluster.name}/queue/")
+    assert queued.get("Contents", []) == []  # taken from the queue at once
+    handed = cluster.aws.s3.get_object(Bucket=cluster.bucket, Key=f"{cluster.name}/{EARLIER}/NEXT")
+    assert json.loads(handed["Body"].read())["job"]["job_id"] == "second-run"
+    copied = cluster.aws.s3.get_object(Bucket=cluster.bucket, Key=f"{cluster.name}/second-run/ckpt/10/model.pt")
+    assert copied["Body"].read() == b"ten"
+    now = cluster.aws.ssm.get_parameters(Names=[cluster.current_parameter])["Parameters"]
+    assert json.loads(now[0]["Value"])["job_id"] == "second-run" and now != parameter
+    assert cluster.desired_capacity() == 1  # the failed job's node goes on to it: nothing scaled
 
 
 class Fails:

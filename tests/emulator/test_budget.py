@@ -23,6 +23,7 @@ from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR
 from emulator.deploy import bootstrap, deploy
 from team_config.naming import TEAM_TAG, budget_name
+from tests.emulator.user_environment import use_emulator_exports
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 
@@ -141,7 +142,8 @@ def test_the_guard_stops_the_job_once_the_budget_is_spent_and_trainctl_shows_it(
     assert jobs.desired_capacity(client, ref) == 1  # the nodes get their time to save a final checkpoint
 
     # the same run through the Lambda entry point, with the function's own environment
-    for key, value in {**cloud.client_env({}), **env}.items():
+    use_emulator_exports(cloud, monkeypatch)
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     arn = _guard_function(cloud)["FunctionArn"]
     report = handler({}, SimpleNamespace(invoked_function_arn=arn))

@@ -23,6 +23,7 @@ from emulator.demo import EXAMPLE_DIR, NODE_ENV
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
 from emulator.spot_capacity import NO_CAPACITY_MESSAGE
+from tests.emulator.user_environment import use_emulator_exports
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 
@@ -63,8 +64,7 @@ def watched_cluster(
     cloud: EmulatedCloud, monkeypatch: pytest.MonkeyPatch, team: str
 ) -> tuple[jobs.ClusterRef, dict[str, str]]:
     """The team's cluster and its capacity watcher's environment; trainctl's own clients reach the emulator."""
-    for key, value in cloud.client_env({}).items():
-        monkeypatch.setenv(key, value)
+    use_emulator_exports(cloud, monkeypatch)
     ref = jobs.find_cluster(cloud.client, team, CLUSTER)
     return ref, _watcher_env(cloud, ref.group)
 

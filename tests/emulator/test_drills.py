@@ -24,6 +24,7 @@ from emulator.control import CONTROL_FILE
 from emulator.demo import EXAMPLE_DIR
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
+from tests.emulator.user_environment import use_emulator_exports
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 from trainctl.drill import find_template, format_drill
@@ -88,8 +89,7 @@ def wait_done(cloud: EmulatedCloud, launcher: NodeLauncher, ref: jobs.ClusterRef
 def trainctl(
     cloud: EmulatedCloud, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
 ) -> str:
-    for key, value in cloud.client_env({}).items():
-        monkeypatch.setenv(key, value)
+    use_emulator_exports(cloud, monkeypatch)
     code = trainctl_main(list(argv))
     out, err = capsys.readouterr()
     assert code == 0, err

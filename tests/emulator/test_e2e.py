@@ -27,6 +27,7 @@ from emulator.demo import EXAMPLE_DIR, NODE_ENV, Summary, run_job
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import SHUTDOWN_GRACE_S, NodeLauncher
 from tests.emulator.reference import reference_weights
+from tests.emulator.user_environment import use_emulator_exports
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
 from trainctl.prices import load_prices
@@ -163,10 +164,7 @@ def test_no_node_process_or_metadata_port_is_left(demo_run: Any) -> None:
 @pytest.fixture
 def aws_env(cloud: EmulatedCloud, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The environment a user sets from `python -m emulator up`'s exports (and nothing of the real AWS)."""
-    env = cloud.client_env({})
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return env
+    return use_emulator_exports(cloud, monkeypatch)
 
 
 def _trainctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

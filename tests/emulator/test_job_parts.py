@@ -36,6 +36,7 @@ from emulator import EmulatedCloud
 from emulator.demo import EXAMPLE_DIR, NODE_ENV, JobRun, interrupt_once
 from emulator.deploy import bootstrap, deploy
 from emulator.nodes import NodeLauncher
+from tests.emulator.user_environment import use_emulator_exports
 from tests.wheelhouse import IMPORT_FROM_SETUP, WHEEL_VALUE, wheel_files
 from trainctl import jobs
 from trainctl.cli import main as trainctl_main
@@ -143,13 +144,9 @@ def submit_job_file(cloud: EmulatedCloud, code: Path, parameter: str) -> str:
         "inputs": [{"s3": f"s3://{DATA_BUCKET}/digits", "path": "/data/digits"}],
     }
     (code / "job.yaml").write_text(yaml.safe_dump(job))
-    saved = dict(os.environ)
-    os.environ.update(cloud.client_env({}))
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        use_emulator_exports(cloud, patch)
         assert trainctl_main(["submit", str(code / "job.yaml")]) == 0
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     return job_id
 
 
@@ -251,8 +248,7 @@ def test_the_planted_secret_is_nowhere_but_in_the_trainers_environment(
     assert not [p["Name"] for p in parameters if secret in p["Value"]]
     found_files, files = _files_holding(cloud.run_dir, secret.encode())
     assert found_files == [] and files > 10
-    for key, value in cloud.client_env({}).items():
-        monkeypatch.setenv(key, value)
+    use_emulator_exports(cloud, monkeypatch)
     for argv in (
         ["status", "--team", TEAM, "--cluster", CLUSTER, job_id],
         ["logs", "--team", TEAM, "--cluster", CLUSTER, job_id],

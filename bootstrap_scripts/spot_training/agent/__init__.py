@@ -20,7 +20,8 @@ Leaf modules:
   ``s3_objects``        S3 probes: a failed read means the object is gone (``object_gone``), S3's clock of an answer
                         (``answered_at``)
   ``job``               the job spec: the SSM job-spec parameter merged with the submitted job, validated (``Job``,
-                        ``load_job``; the schema itself is ``spot_training.job_spec``)
+                        ``load_job``; the schema itself is ``spot_training.job_spec``), and the trainer's
+                        ``SPOT_TRAINING_*`` environment (``trainer_env``)
   ``code_fetch``        the code archive: download from S3 and safe unpacking (``download_code``, ``safe_extract``)
   ``log_shipping``      the agent's log (``Log``), CloudWatch Logs batches (``LogShipper``), the trainer's output as
                         lines (``output_lines``), step timing (``Timed``)
@@ -45,7 +46,8 @@ Leaf modules:
                         (step and flat layouts) uploaded with the manifest rule, at the Young/Daly interval
                         (``young_daly_s``) or the job's own
 
-Duties over one node's shared context (``node``), each an object the supervisor makes once:
+Duties over one node's shared context (``node``), each an object the supervisor makes once per boot, or once per job
+for those that hold a job's state (``rendezvous``, ``final_syncs``, ``trainer``, ``leaving`` and the lifecycle):
   ``node``              ``Node``: the instance's identity, AWS clients, IMDS, log, settings, group, the agent's SIGTERM
   ``markers``           ``Markers``: the job's ``DONE``/``FAILED``/``STOPPED``/``STOP`` markers and each node's
                         ``nodes/<id>/{boot,done,leaving,synced,save-request,progress,ready,training}`` markers (JSON
@@ -59,6 +61,8 @@ Duties over one node's shared context (``node``), each an object the supervisor 
                         trainer's environment on an EFA cluster, below what the environment holds; logged once
   ``warm_claim``        ``WarmClaim``: claim (attach, mount) and release a warm volume of the pool
   ``group_exit``        ``GroupExit``: leave the group, hand the instance back, scale to 0, complete the drain hook
+  ``handover``          ``Handover``: at a job's end, the cluster's next queued job (``spot_training.job_queue``) or
+                        the group to 0; whether this node goes on to the next job or leaves as surplus
   ``membership``        ``Membership``: the group's instances while the trainers run, asked of Auto Scaling by the
                         rendezvous host alone and published to ``nodes/<host>/membership`` for the others
   ``rendezvous``        ``Rendezvous``: the peers of each attempt and the host they meet at, peers that join or are
@@ -70,6 +74,7 @@ Duties over one node's shared context (``node``), each an object the supervisor 
   ``leaving``           ``Endings``: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a refused job, an error
                         this node cannot go on after, a leave before this node's trainer started; each moves the
                         node's lifecycle to its final state
-  ``supervisor``        ``Agent``: boot, the training attempts (restore, peers, trainer, final sync) and the end; it
-                        moves the node's lifecycle through them and writes each state to ``nodes/<id>/state``
+  ``supervisor``        ``Agent``: boot, then a loop over the jobs of the boot (the current job, then each one the
+                        queue hands this node): the training attempts (restore, peers, trainer, final sync) and the
+                        end; it moves the node's lifecycle through them and writes each state to ``nodes/<id>/state``
 """

@@ -82,3 +82,23 @@ def _read_parameter(ssm: Any, name: str, required: bool) -> Any:
         return json.loads(value)
     except ValueError as exc:
         raise JobRefused(f"SSM parameter {name} is not valid JSON: {exc}") from None
+
+
+def trainer_env(
+    job: Job, instance_id: str, attempt: int, resume_step: Optional[int], flat: Optional[int], ids: List[str]
+) -> Dict[str, str]:
+    """The trainer's ``SPOT_TRAINING_*`` environment (``node_agent``'s docstring lists it)."""
+    interval = job.checkpoint_interval_s
+    return {
+        "SPOT_TRAINING_JOB_ID": job.job_id,
+        "SPOT_TRAINING_CHECKPOINT_DIR": job.checkpoint_dir,
+        "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None or flat is not None else str(resume_step),
+        "SPOT_TRAINING_RESUMED": "0" if resume_step is None else "1",
+        "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": "" if interval is None else str(interval),
+        "SPOT_TRAINING_CHECKPOINT_WAIT_FOR_UPLOAD": "1" if job.checkpoint_wait_for_upload else "0",
+        "SPOT_TRAINING_MTBI_S": str(job.mtbi_s),
+        "SPOT_TRAINING_INSTANCE_ID": instance_id,
+        "SPOT_TRAINING_NODE_INDEX": str(ids.index(instance_id)),
+        "SPOT_TRAINING_NUM_PEERS": str(len(ids)),
+        "SPOT_TRAINING_ATTEMPT": str(attempt),
+    }

@@ -1,6 +1,7 @@
 """How a node's part in the job ends: the done barrier and ``DONE``, ``FAILED``, ``STOPPED``, a job every node would
 refuse, an error this node cannot go on after, and a leave before this node's trainer started. Each ending moves the
-node's lifecycle (``lifecycle``) to its final state first; the supervisor makes the other moves."""
+node's lifecycle (``lifecycle``) to its final state first; the supervisor makes the other moves. Where a job ends
+(its end marker written), ``Handover`` takes the cluster's next queued job, or scales the group to 0."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from spot_training.agent.checkpoint_store import CheckpointStore
 from spot_training.agent.errors import AWS_ERRORS, EXIT_FAILED, AgentError, JobFailed, JobRefused
 from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
+from spot_training.agent.handover import Handover
 from spot_training.agent.job import Job
 from spot_training.agent.lifecycle import Lifecycle
 from spot_training.agent.markers import Markers
@@ -32,13 +34,15 @@ class Endings:
         syncs: FinalSyncs,
         group_exit: GroupExit,
         lifecycle: Lifecycle,
+        handover: Handover,
     ) -> None:
         self.node, self.markers, self.rendezvous, self.syncs = node, markers, rendezvous, syncs
-        self.group_exit, self.lifecycle = group_exit, lifecycle
+        self.group_exit, self.lifecycle, self.handover = group_exit, lifecycle, handover
         self.not_done = ""
 
     def finish(self, job: Job, group: str) -> bool:
-        """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and scale to 0.
+        """Barrier over S3: wait (bounded) for every peer's done marker, then write DONE and hand over (the next queued
+        job, or the group to 0).
 
         False (not DONE) when a peer left the group before it reported its final sync complete (``synced`` without
         pending files): it may have held rank 0's final checkpoint, which DONE would then leave out of S3. The
@@ -55,10 +59,10 @@ class Endings:
         self.markers.put_own(job, NODE_DONE_MARKER, {})
         waiting = [i for i, _ in self.rendezvous.peers if i != self.node.instance_id]
         while waiting:
-            if self.markers.marker(job, DONE) is not None:  # scaled to 0 by that peer; again here, if it could not
+            if self.markers.marker(job, DONE) is not None:  # handed over by that peer; again here (idempotent)
                 self.lifecycle.move(state.DONE, "a peer wrote DONE")
                 self.node.log(f"job {job.job_id} is DONE (a peer finished it)")
-                self.group_exit.scale_to_zero(group)
+                self.handover.after_end(job, group, DONE)
                 return True
             if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
                 self.lifecycle.move(state.DONE, f"this node finished; peers {', '.join(waiting)} write DONE")
@@ -78,7 +82,7 @@ class Endings:
         self.lifecycle.move(state.DONE, "every peer finished: this node writes DONE")
         self.markers.put_marker(job, DONE, {"peers": [i for i, _ in self.rendezvous.peers]})
         self.node.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
-        self.group_exit.scale_to_zero(group)
+        self.handover.after_end(job, group, DONE)
         return True
 
     def still_finishing(self, job: Job, waiting: List[str]) -> Optional[List[str]]:
@@ -112,8 +116,8 @@ class Endings:
         return waiting
 
     def finish_failed(self, job: Job, group: str, exc: Exception) -> None:
-        """S3 or Auto Scaling failed in the done barrier after a good training. Once ``DONE`` is written, scale
-        to 0 again (peers that saw it have exited and leave the scaling to this node); until then, leave the group
+        """S3 or Auto Scaling failed in the done barrier after a good training. Once ``DONE`` is written, hand over
+        again (peers that saw it have exited and leave the scaling to this node); until then, leave the group
         (one fewer): a peer still in its barrier writes ``DONE``."""
         self.lifecycle.move(state.DONE, f"this node finished; the done barrier failed ({exc})")
         try:
@@ -122,15 +126,15 @@ class Endings:
             self.node.log(f"reading DONE failed too ({again})")
             done = False
         if done:
-            self.node.log(f"done barrier failed after DONE ({exc}); scaling {group} to 0 again")
-            self.group_exit.scale_to_zero(group)
+            self.node.log(f"done barrier failed after DONE ({exc}); handing {group} over again")
+            self.handover.after_end(job, group, DONE)
             return
         self.node.log(f"done barrier failed ({exc}); leaving the job to the peers (the last one writes DONE)")
         self.group_exit.warm.release()
         self.group_exit.leave_group(group, for_good=True)
 
     def stopped(self, job: Job, group: str, store: CheckpointStore) -> int:
-        """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, scale to 0. A stop
+        """``trainctl stop``: the final checkpoint is durable (or the last one stays); mark STOPPED, hand over. A stop
         is no failure: when S3 or Auto Scaling fails here, this node leaves the group (one fewer), and a peer that
         reaches this point writes STOPPED and scales to 0."""
         self.lifecycle.move(state.STOPPED, "stop requested (STOP marker)")
@@ -138,7 +142,7 @@ class Endings:
             if self.markers.marker(job, STOPPED) is None:
                 self.markers.put_marker(job, STOPPED, {"last_checkpoint": store.newest_complete()})
             self.node.log(f"job {job.job_id} STOPPED on request")
-            self.group_exit.scale_to_zero(group)
+            self.handover.after_end(job, group, STOPPED)
         except AWS_ERRORS as exc:
             self.node.log(f"the stop failed to finish ({exc}); leaving {group}")
             self.group_exit.warm.release()
@@ -146,11 +150,12 @@ class Endings:
         return 0
 
     def fail(self, job: Job, group: str, reason: str) -> int:
-        """FAILED with ``reason`` (the node's state first), the group to 0."""
+        """FAILED with ``reason`` (the node's state first), then the hand-over (the next queued job, or the group to
+        0)."""
         self.lifecycle.move(state.FAILED, reason)
         self.markers.put_marker(job, FAILED, {"reason": reason})
         self.node.log(f"job {job.job_id} FAILED: {reason}")
-        self.group_exit.scale_to_zero(group)
+        self.handover.after_end(job, group, FAILED)
         return EXIT_FAILED
 
     def failed_before_the_end(self, job: Job, group: str, exc: Exception) -> int:

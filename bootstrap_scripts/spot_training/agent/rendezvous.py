@@ -299,3 +299,16 @@ class Rendezvous:
             if started > max(ended, default=0.0):
                 training.append(instance_id)
         return training
+
+    def report_training(self, job: Job, attempt: int, address: str, peers: Peers) -> None:
+        """``nodes/<id>/training``, for the peers already training: this node joins them (see
+        :meth:`add_joined_peers`). The last attempt's rounds leave the world file."""
+        if os.path.exists(self.world_file):
+            os.remove(self.world_file)
+        body = {"attempt": attempt, "address": address, "private_ip": dict(peers)[self.node.instance_id]}
+        try:
+            self.markers.put_own(job, TRAINING_MARKER, body)
+        except AWS_ERRORS as exc:
+            self.node.log(
+                f"could not report that this node starts training ({exc}); peers that started before may miss it"
+            )

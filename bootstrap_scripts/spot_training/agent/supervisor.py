@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from spot_training.agent import lifecycle as state
 from spot_training.agent.checkpoint_store import CheckpointStore
@@ -27,7 +28,8 @@ from spot_training.agent.errors import (
 )
 from spot_training.agent.final_syncs import FinalSyncs
 from spot_training.agent.group_exit import GroupExit
-from spot_training.agent.job import Job, load_job
+from spot_training.agent.handover import Handover
+from spot_training.agent.job import Job, load_job, trainer_env
 from spot_training.agent.job_prepare import prepare_job
 from spot_training.agent.job_secrets import job_environment
 from spot_training.agent.leaving import Endings
@@ -38,7 +40,7 @@ from spot_training.agent.log_shipping import LogShipper, Timed
 from spot_training.agent.markers import Markers
 from spot_training.agent.node import Node
 from spot_training.agent.notices import Notices
-from spot_training.agent.peers import Peers, load_address_map
+from spot_training.agent.peers import load_address_map
 from spot_training.agent.rendezvous import Rendezvous
 from spot_training.agent.settings import AgentSettings
 from spot_training.agent.trainer import Trainer
@@ -48,7 +50,6 @@ from spot_training.protocol import (
     FAILED,
     NODE_STATE,
     STOP,
-    TRAINING_MARKER,
     checkpoints_prefix,
     cluster_prefix,
     job_prefix,
@@ -73,16 +74,11 @@ class Agent:
         self.notices = Notices(node)
         self.warm = WarmClaim(node)
         self.group_exit = GroupExit(node, self.notices, self.warm)
-        self.rendezvous = Rendezvous(node, self.markers, self.notices)
-        self.syncs = FinalSyncs(node, self.markers, self.rendezvous, self.notices)
-        self.trainer = Trainer(node, self.markers, self.notices, self.rendezvous, self.syncs)
-        # ``node.log`` looked up at each line (tests swap it)
-        self.lifecycle = Lifecycle(lambda line: self.node.log(line), state.BOOT)
-        self.endings = Endings(node, self.markers, self.rendezvous, self.syncs, self.group_exit, self.lifecycle)
+        self.handover = Handover(node, self.group_exit)
         self.efa = EfaEnvironment(node)
-        self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
-        self.prepared: Dict[str, str] = {}  # the trainer's environment from the job's setup (``prepare_job``)
-        # Started with the job's store; ``node.log`` and ``group_ending_it`` looked up at each use (tests swap them).
+        self.new_job_duties()
+        # Started with the first job's store; ``node.log`` and ``group_ending_it`` looked up at each use (tests swap
+        # them).
         self.drain_hold = DrainHold(
             node.asg,
             node.instance_id,
@@ -90,6 +86,21 @@ class Agent:
             lambda: self.store.sent_bytes if self.store is not None else 0,
             lambda: not self.trainer.runs() and self.notices.group_ending_it(),
         )
+
+    def new_job_duties(self) -> None:
+        """The duties that hold one job's state (its peers, final syncs, trainer, lifecycle); the others are the
+        boot's (the warm volume, notices, the way out of the group)."""
+        node = self.node
+        self.rendezvous = Rendezvous(node, self.markers, self.notices)
+        self.syncs = FinalSyncs(node, self.markers, self.rendezvous, self.notices)
+        self.trainer = Trainer(node, self.markers, self.notices, self.rendezvous, self.syncs)
+        # ``node.log`` looked up at each line (tests swap it)
+        self.lifecycle = Lifecycle(lambda line: self.node.log(line), state.BOOT)
+        self.endings = Endings(
+            node, self.markers, self.rendezvous, self.syncs, self.group_exit, self.lifecycle, self.handover
+        )
+        self.store: Optional[CheckpointStore] = None  # the job's, once the agent runs one
+        self.prepared: Dict[str, str] = {}  # the trainer's environment from the job's setup (``prepare_job``)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.node.stop_signal.set())
@@ -109,21 +120,49 @@ class Agent:
         self.group_exit.complete_drain()
 
     def load_and_run(self) -> int:
+        """The jobs of this boot: the current job, then each one the queue hands this node (``Handover``)."""
         job = self.load_job()
-        job.checkpoint_dir = self.node.settings.node_root + job.checkpoint_dir
-        log = self.node.log
-        log.shipper = LogShipper(self.node.logs, job.log_group, f"{job.job_id}/{self.node.instance_id}")
         handler = logging.Handler()
         handler.emit = lambda record: self.node.log(record.getMessage())  # type: ignore[method-assign]
         logging.getLogger("spot_training").addHandler(handler)
         logging.getLogger("spot_training").setLevel(logging.INFO)
         try:
-            return self._run(job)
+            while True:
+                try:
+                    rc = self.run_job(job)
+                except AgentError as exc:  # the job FAILED here: the node goes on to a next job it was handed
+                    if self.handover.next is None:
+                        raise
+                    self.node.log(f"error: {exc}")
+                    rc = EXIT_FAILED
+                found = self.handover.take(job, self.node.group, self.rendezvous.peers)
+                if found is None:
+                    return rc
+                job = self.next_job(found["job_id"])
         except AgentError as exc:
             self.node.log(f"error: {exc}")
             raise
         finally:
             self.warm.release()
+
+    def run_job(self, job: Job) -> int:
+        """One job on this node, its log in its own stream (``<job>/<instance>``)."""
+        job.checkpoint_dir = self.node.settings.node_root + job.checkpoint_dir
+        log = self.node.log
+        if log.shipper is not None:
+            log.shipper.close()
+        log.shipper = LogShipper(self.node.logs, job.log_group, f"{job.job_id}/{self.node.instance_id}")
+        return self._run(job)
+
+    def next_job(self, job_id: str) -> Job:
+        """The queue's next job on this node: read as at boot (the hand-over made it the current job), with fresh
+        per-job duties and an empty local checkpoint directory (the last job's checkpoints are not its own)."""
+        self.new_job_duties()
+        job = self.load_job()
+        if job.job_id != job_id:  # a later hand-over or submit won: the group's nodes boot into that one
+            raise AgentError(f"the current job is {job.job_id}, not {job_id} from the queue")
+        shutil.rmtree(self.node.settings.node_root + job.checkpoint_dir, ignore_errors=True)
+        return job
 
     def load_job(self) -> Job:
         """The job of this node's cluster and team; a job every node would refuse is marked FAILED (``refuse_job``),
@@ -154,7 +193,7 @@ class Agent:
         if ended:
             self.lifecycle.move(ended, f"the job is {ended} already")  # the end markers are states of the same name
             self.node.log(f"job {job.job_id} is already {ended}; nothing to run")
-            self.group_exit.scale_to_zero(group)
+            self.handover.after_end(job, group, ended)
             return EXIT_FAILED if ended == FAILED else 0
         store = self.store = CheckpointStore(
             self.node.s3, job.bucket, checkpoints_prefix(job.job_prefix), job.job_id, self.node.log
@@ -316,10 +355,10 @@ class Agent:
         cmd, env = self.rendezvous.torchrun_command(job, peers)
         env.update(self.prepared)  # the setup's cache directory
         env.update(job_environment(self.node.ssm, self.node.secretsmanager, job.spec))  # env and secrets, read now
-        env.update(self.trainer_env(job, attempt, resume_step, flat, ids))
+        env.update(trainer_env(job, self.node.instance_id, attempt, resume_step, flat, ids))
         self.efa.apply(job.efa, env)
         self.notices.check_notice("peer discovery")
-        self.report_training(job, attempt, env["SPOT_TRAINING_STORE_BIND_ADDRESS"], peers)
+        self.rendezvous.report_training(job, attempt, env["SPOT_TRAINING_STORE_BIND_ADDRESS"], peers)
         self.lifecycle.move(state.TRAIN, f"attempt {attempt} with {len(ids)} node(s); rendezvous host {ids[0]}")
         with Timed(self.node.log, f"training attempt {attempt}"):
             rc, interrupted = self.trainer.run(job, code_dir, cmd, env, syncer)
@@ -352,36 +391,3 @@ class Agent:
         self.trainer.newest_before = store.newest_complete()
         # a flat checkpoint's files hold the step: the agent cannot tell it (its number counts the snapshots)
         return resume_step, flat
-
-    def trainer_env(
-        self, job: Job, attempt: int, resume_step: Optional[int], flat: Optional[int], ids: List[str]
-    ) -> Dict[str, str]:
-        """The trainer's ``SPOT_TRAINING_*`` environment (``node_agent``'s docstring lists it)."""
-        interval = job.checkpoint_interval_s
-        return {
-            "SPOT_TRAINING_JOB_ID": job.job_id,
-            "SPOT_TRAINING_CHECKPOINT_DIR": job.checkpoint_dir,
-            "SPOT_TRAINING_RESUME_STEP": "" if resume_step is None or flat is not None else str(resume_step),
-            "SPOT_TRAINING_RESUMED": "0" if resume_step is None else "1",
-            "SPOT_TRAINING_CHECKPOINT_INTERVAL_S": "" if interval is None else str(interval),
-            "SPOT_TRAINING_CHECKPOINT_WAIT_FOR_UPLOAD": "1" if job.checkpoint_wait_for_upload else "0",
-            "SPOT_TRAINING_MTBI_S": str(job.mtbi_s),
-            "SPOT_TRAINING_INSTANCE_ID": self.node.instance_id,
-            "SPOT_TRAINING_NODE_INDEX": str(ids.index(self.node.instance_id)),
-            "SPOT_TRAINING_NUM_PEERS": str(len(ids)),
-            "SPOT_TRAINING_ATTEMPT": str(attempt),
-        }
-
-    def report_training(self, job: Job, attempt: int, address: str, peers: Peers) -> None:
-        """``nodes/<id>/training``, for the peers already training: this node joins them (see
-        ``Rendezvous.add_joined_peers``). The last attempt's rounds leave the world file."""
-        world_file = self.rendezvous.world_file
-        if os.path.exists(world_file):
-            os.remove(world_file)
-        body = {"attempt": attempt, "address": address, "private_ip": dict(peers)[self.node.instance_id]}
-        try:
-            self.markers.put_own(job, TRAINING_MARKER, body)
-        except AWS_ERRORS as exc:
-            self.node.log(
-                f"could not report that this node starts training ({exc}); peers that started before may miss it"
-            )

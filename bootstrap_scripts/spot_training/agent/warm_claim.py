@@ -27,8 +27,9 @@ class WarmClaim:
         self.volume: Optional[Tuple[str, str, Optional[str]]] = None
 
     def claim(self, job: Job) -> None:
-        """Attach (and mount) a free pre-warmed volume of the cluster's pool; fall back to the root volume."""
-        if job.warm_pool is None:
+        """Attach (and mount) a free pre-warmed volume of the cluster's pool; fall back to the root volume. A volume
+        claimed for an earlier job of this boot stays: the claim is the boot's."""
+        if job.warm_pool is None or self.volume is not None:
             return
         pool, device = job.warm_pool["pool"], job.warm_pool["device_name"]
         mount = os.environ.get("SPOT_TRAINING_WARM_VOLUME_MOUNT", "1") != "0"
