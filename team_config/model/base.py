@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic_core import PydanticCustomError
 
+from bootstrap_scripts.spot_training.job_parts import BUCKET_RE
+
 # DNS label, short enough to fit in stack names, tags, S3 prefixes and construct ids.
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -32,8 +34,9 @@ AbsPath = Annotated[str, StringConstraints(pattern=ABS_PATH_PATTERN)]
 SSM_PARAMETER_PATTERN = r"^/[A-Za-z0-9._/-]+$"
 ROOT_DEVICE_PATTERN = r"^/dev/[a-z0-9]+$"
 POOL_DEVICE_PATTERN = r"^/dev/sd[f-p]$"
-# An S3 bucket name (S3's rules; the dots' further rules are checked where a name is used: see team.py)
-BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# An S3 bucket name (S3's rules; the dots' further rules are checked where a name is used: see team.py), the
+# pattern the node agent checks a job's input buckets with
+BUCKET_PATTERN = BUCKET_RE.pattern
 BucketName = Annotated[str, StringConstraints(pattern=BUCKET_PATTERN)]
 
 
