@@ -108,7 +108,8 @@ def agent_for(cluster: Cluster, instance_id: Optional[str] = None) -> tuple[Any,
     )
     agent.node.log = lines
     agent.node.imds = Imds()  # no notice; never the real metadata address
-    tune(agent, poll_s=0.05)
+    # the test's own work dir per instance: never the host's /opt/spot-training/work, which parallel workers share
+    tune(agent, poll_s=0.05, work_dir=str(cluster.root / "work" / instance_id))
     agent.node.group = cluster.group
     return agent, load_job(agent.node.ssm, cluster.spec_parameter), lines
 

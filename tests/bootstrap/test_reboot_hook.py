@@ -95,6 +95,7 @@ def test_the_hook_bakes_in_its_values_quoted_and_hands_back_without_decrement(tm
         "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url,
         "SPOT_TRAINING_AGENT_PYTHON": str(bin_dir / "python-fake"),
         "SPOT_TRAINING_PER_BOOT_DIR": str(per_boot),
+        "SPOT_TRAINING_WORK_DIR": str(tmp_path / "work"),  # hand-back.sh goes here, not the host's /opt
         "AWS_ARGV_FILE": str(tmp_path / "argv"),
     }
     try:

@@ -14,9 +14,9 @@ from .test_reboot_hook import FAKE_PYTHON
 
 
 def test_metadata_that_refuses_connections_at_first_is_waited_for(tmp_path: Path) -> None:
-    """Before, curl did not retry a refused connection: a metadata service not answering yet in the first second
-    of the boot ended the user data before the instance id was known, so nothing could hand the instance back and
-    it stayed up, billed, with no agent. Now the token request tries again (for up to 2 minutes)."""
+    """A metadata service not answering yet in the first seconds of the boot is tried again (for up to 2 minutes):
+    giving up would end the user data before the instance id is known, so nothing could hand the instance back and
+    it would stay up, billed, with no agent."""
     fake = tmp_path / "python-fake"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -28,6 +28,7 @@ def test_metadata_that_refuses_connections_at_first_is_waited_for(tmp_path: Path
         "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://{host}:{port}",
         "SPOT_TRAINING_AGENT_PYTHON": str(fake),
         "SPOT_TRAINING_PER_BOOT_DIR": str(tmp_path / "per-boot"),
+        "SPOT_TRAINING_WORK_DIR": str(tmp_path / "work"),  # hand-back.sh goes here, not the host's /opt
     }
     args = ["--region", REGION, "--team", TEAM, "--cluster", "c1", "--job-spec-parameter", "/p"]
     later = threading.Timer(2.0, imds.start)  # the metadata service comes up 2 s into the boot
