@@ -93,7 +93,10 @@ def test_interruption_checkpoint_then_resume_is_bitwise_identical(
     saved = re.search(r"interrupted: checkpoint (\d+) saved", first.text)
     assert saved, first.text
     step = int(saved.group(1))
-    assert f"emergency checkpoint {step} is durable in S3" in first.text
+    # The notice can land just after the periodic checkpoint of the same step became durable (a loaded machine):
+    # then the trainer's save at the notice is that step again, and the agent says nothing newer was needed.
+    durable = (f"emergency checkpoint {step} is durable in S3", f"nothing newer than checkpoint {step} to save")
+    assert any(line in first.text for line in durable), first.text
     assert "killing it" not in first.text  # the trainer stopped within the grace
     assert cluster.manifests("resume-run")[0] == step
     assert cluster.marker("resume-run", "DONE") is None
