@@ -165,8 +165,9 @@ def test_team_context_synthesizes_only_that_team(tmp_path: Path, repo: Path) -> 
 def test_a_stack_over_cloudformation_s_resource_quota_is_one_line_naming_the_team_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A team file the schema accepts whose stack would exceed 500 resources. Before, synth ended in a 40-line jsii
-    traceback naming neither the file nor a fix. (589 in-process; `npx cdk synth` adds the CLI's CDK::Metadata.)"""
+    """A team file the schema accepts whose stack would exceed 500 resources. Without the check, synth would end in
+    a 40-line jsii traceback naming neither the file nor a fix. (589 in-process; `npx cdk synth` adds the CLI's
+    CDK::Metadata.)"""
     path = oversized_team(tmp_path / "teams")
     app = App(context={**CONTEXT, "teams_dir": str(path.parent)}, outdir=str(tmp_path / "out"))
     with pytest.raises(SystemExit) as exit_:
@@ -176,9 +177,10 @@ def test_a_stack_over_cloudformation_s_resource_quota_is_one_line_naming_the_tea
 
 
 def test_the_cdk_cli_sends_no_telemetry_and_fetches_no_notices_from_this_repo() -> None:
-    """Everything talks to 127.0.0.0/8 only. `make synth` and `npx cdk synth` ran the pinned CLI with its defaults:
-    telemetry to cdk-cli-telemetry.us-east-1.api.aws and notices from the CDK's site (both seen by strace). cdk.json
-    now turns both off for every command run from the checkout; the CLI's own trace says what it decided."""
+    """Everything talks to 127.0.0.0/8 only. The pinned CLI with its defaults sends telemetry to
+    cdk-cli-telemetry.us-east-1.api.aws and fetches notices from the CDK's site (both seen by strace under `make synth`
+    and `npx cdk synth`); cdk.json turns both off for every command run from the checkout, and the CLI's own trace says
+    what it decided."""
     repo = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "CDK_DISABLE_CLI_TELEMETRY"}
     env["PATH"] = f"{repo / 'node_modules' / '.bin'}{os.pathsep}{env.get('PATH', '')}"

@@ -94,8 +94,8 @@ def test_a_worker_that_died_fails_synth(tmp_path: Path, teams_dir: Path) -> None
 
 def test_npx_cdk_synth_fails_when_the_worker_dies(tmp_path: Path, repo: Path) -> None:
     """Through the CDK CLI, as `npx cdk synth` runs the app. The CLI reports a validation plugin that throws in the
-    validation report and still calls the synth a success, so a worker that died while it checked the templates
-    passed synth unchecked; its error is now a finding, and the CLI fails the synth on it."""
+    validation report and still calls the synth a success: the worker's error is a finding, and the CLI fails the
+    synth on it. Otherwise a worker that died while it checked the templates would pass synth unchecked."""
     node = tmp_path / "node"  # node as JSII_NODE, except for the worker: it reads the templates' request and dies
     node.write_text('#!/bin/sh\ncase "$*" in *worker.js*) read -r request; exit 3;; esac\nexec node "$@"\n')
     node.chmod(0o755)

@@ -148,19 +148,19 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "warm_pool.size (1) is below max_nodes (2); set size to at least max_nodes",
             id="pool-too-small",
         ),
-        pytest.param(  # before: synth passed, and the deploy failed (the job spec is an SSM parameter of 4 KB)
+        pytest.param(  # refused at synth, where the deploy would fail (the job spec is an SSM parameter of 4 KB)
             cluster(job={"command": "python train.py " + "--flag " * 250}),
             "job: command, python and checkpoint_dir take 1,808 bytes together, above the 1,000 the job spec has "
             "room for (an SSM parameter of at most 4,096 bytes: the deploy would fail); shorten the command",
             id="job-spec-too-large",
         ),
-        pytest.param(  # before: "max_nodes + 1", one short of the 10% above max_nodes rebalancing may launch
+        pytest.param(  # not "max_nodes + 1", one short of the 10% above max_nodes rebalancing may launch
             cluster(warm_pool={"size": 3, "snapshot_id": "snap-0123456789abcdef0"}, ami=POOL_AMI, max_nodes=25),
             "warm_pool.size (3) is below max_nodes (25); set size to at least max_nodes so every node finds a warm "
             "volume (size: 28 also covers the replacements capacity rebalancing launches",
             id="pool-too-small-rebalancing-margin",
         ),
-        pytest.param(  # before: accepted; after the DLAMI parameter moved on, warm and cold nodes ran two environments
+        pytest.param(  # accepted, warm and cold nodes would run two environments once the DLAMI parameter moves on
             cluster(warm_pool={"size": 2, "snapshot_id": "snap-0123456789abcdef0"}),
             "clusters[0]: warm_pool.snapshot_id snap-0123456789abcdef0 copies one AMI's root, but the nodes boot the "
             "AMI an SSM parameter names at each deploy (ami.ssm_parameter, or the default DLAMI's): once it moves "
@@ -214,18 +214,18 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "clusters[0].job.checkpoint_interval_s: Input should be greater than or equal to 1 (got 0)",
             id="zero-interval",
         ),
-        pytest.param(  # before: accepted, and the checkpoint helper saved at every step
+        pytest.param(  # accepted, it would have the checkpoint helper save at every step
             cluster(job={"checkpoint_interval_s": 1e-9}),
             "clusters[0].job.checkpoint_interval_s: Input should be greater than or equal to 1 (got 1e-09)",
             id="tiny-interval",
         ),
-        pytest.param(  # before: accepted, written to the job spec as null, and every submit refused by the agent
+        pytest.param(  # accepted, it would go into the job spec as null, and the agent would refuse every submit
             cluster(job={"mean_time_between_interruptions_s": 10**400}),
             "clusters[0].job.mean_time_between_interruptions_s: Input should be less than or equal to 315360000 "
             f"(got {str(10**400)[:77]}...)",  # a value quoted in an error line is cut to 80 characters
             id="huge-mtbi",
         ),
-        pytest.param(  # before: a required key misspelt was two lines, the typo and the key as missing
+        pytest.param(  # a required key misspelt is one line, not two (the typo, and the key as missing)
             {"clusters": [{"name": "main", "instance_types": ["g5.xlarge", "g5.2xlarge"], "max_node": 2}]},
             "clusters[0].max_node: unknown key 'max_node': did you mean 'max_nodes'? allowed keys here: ",
             id="typo-of-a-required-key",
@@ -235,7 +235,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "clusters[0].max_nodes: required key is missing; add max_nodes: (see docs/reference/team-file.md)",
             id="missing-key",
         ),
-        pytest.param(  # the next five: before, pydantic's words without the fix
+        pytest.param(  # the next five: pydantic's words, followed by the fix they lack
             cluster(root_volume_size_gib=200.0),
             "clusters[0].root_volume_size_gib: Input should be a valid integer, got 200.0; write it without the "
             "decimal point: 200",
@@ -264,13 +264,13 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "clusters: List should have at least 1 item after validation, not 0 (got []); add at least 1",
             id="no-clusters",
         ),
-        pytest.param(  # before: accepted, and CloudFormation refused the group at deploy
+        pytest.param(  # accepted, it would have CloudFormation refuse the group at deploy
             cluster(instance_types=FORTY_ONE_TYPES),
             "clusters[0].instance_types: List should have at most 40 items after validation, not 41: an Auto Scaling "
             "group takes at most 40; remove the rest",
             id="too-many-types",
         ),
-        pytest.param(  # before: accepted; the drill would find no spot instance to interrupt
+        pytest.param(  # accepted, the drill would find no spot instance to interrupt
             cluster(interruption_drill={}, on_demand_percentage_above_base=100),
             "clusters[0]: interruption_drill interrupts spot instances, and this cluster launches none (all "
             "on-demand); remove interruption_drill, or lower on_demand_percentage_above_base / on_demand_base_capacity",
@@ -303,7 +303,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "network.new_vpc: cidr '10.0.0.0/8' has prefix /8; use a /16 to /24 range",
             id="cidr",
         ),
-        pytest.param(  # before: accepted; nodes in it could not reach the metadata service
+        pytest.param(  # accepted, nodes in it could not reach the metadata service
             new_vpc({"cidr": "169.254.0.0/16"}),
             "network.new_vpc: cidr '169.254.0.0/16' is in 169.254.0.0/16, the link-local range (the instance metadata "
             "service and Amazon DNS); use a private range such as 10.0.0.0/16",
@@ -371,19 +371,19 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
         pytest.param({"clusters": []}, "clusters: List should have at least 1 item", id="no-clusters"),
         pytest.param(cluster(max_nodes=None), "clusters[0].max_nodes: Input should be a valid integer", id="max-null"),
         pytest.param("clusters: [\n  - name: main\n", "not valid YAML at line", id="yaml-syntax"),
-        pytest.param(  # before: loaded as 128 GiB, without a word
+        pytest.param(  # not loaded as 128 GiB without a word
             "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n"
             "    root_volume_size_gib: 0200\n",
             "team-a.yaml: line 5: 0200 is octal to YAML (128); write 200 without the leading 0 (or 128)",
             id="octal",
         ),
-        pytest.param(  # before: "a number in quotes; remove the quotes", though it had none
+        pytest.param(  # not "a number in quotes; remove the quotes", as it has none
             "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n"
             "    job:\n      rendezvous_port: 029400\n",
             "team-a.yaml: line 6: 029400 has a leading 0, so YAML reads it as text; write 29400",
             id="leading-zero",
         ),
-        pytest.param(  # before: "write 1000...000", 401 digits on one line
+        pytest.param(  # not "write 1000...000", 401 digits on one line
             "budget:\n  usd_per_month: 1e400\n  notify: [a@example.com]\n"
             "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\n    max_nodes: 2\n",
             "team-a.yaml: budget.usd_per_month: Input should be a valid number, got '1e400', too large to be a number "
@@ -423,7 +423,8 @@ def test_a_bad_zone_list_is_not_also_reported_as_an_az_count_never_written(tmp_p
 
 
 def test_a_yaml_merge_key_shares_settings_between_clusters(tmp_path: Path) -> None:
-    """``<<: *base`` was refused as "not valid YAML" (the duplicate-key check built the merge key as a key)."""
+    """``<<: *base`` loads: a duplicate-key check that built the merge key as a key would refuse it as "not valid
+    YAML"."""
     doc = (
         "x-base: &base\n  instance_types: [g5.xlarge, g5.2xlarge]\n  max_nodes: 4\n"
         "clusters:\n  - <<: *base\n    name: a\n  - <<: *base\n    name: b\n    max_nodes: 2\n"
@@ -516,8 +517,9 @@ def test_a_yaml_merge_key_shares_settings_between_clusters(tmp_path: Path) -> No
     ],
 )
 def test_mistakes_yaml_or_the_agent_would_let_through_are_one_line(tmp_path: Path, doc: object, expected: str) -> None:
-    """Each of these used to load: the last duplicate key won, `yes` became 1, the bad volume or job failed only in
-    the CDK construct (a traceback) or on a billed node (the agent refused the command)."""
+    """Each of these is refused in one line; loaded, the last duplicate key would win, `yes` would become 1, the bad
+    volume or job would fail only in the CDK construct (a traceback) or on a billed node (the agent refuses the
+    command)."""
     assert expected in error_for(tmp_path, doc)
 
 
@@ -603,7 +605,7 @@ def test_every_bad_file_is_reported_not_just_the_first(tmp_path: Path) -> None:
         ("im4gn.large", "arm64"),
         ("x2gd.large", "arm64"),
         ("trn1n.32xlarge", "x86_64"),
-        ("p6e-gb200.36xlarge", "arm64"),  # no facts in moto: by its name (before, x86_64)
+        ("p6e-gb200.36xlarge", "arm64"),  # no facts in moto: by its name (not the x86_64 fallback)
         ("u-12tb1.metal", "x86_64"),
         ("u7ib-12tb.224xlarge", "x86_64"),
         ("g4ad.xlarge", "x86_64"),
@@ -647,7 +649,7 @@ def test_the_instance_type_list_is_the_pinned_botocores() -> None:
     ],
 )
 def test_a_key_that_is_a_list_or_a_mapping_is_one_line(tmp_path: Path, doc: str, expected: str) -> None:
-    """YAML allows complex keys (``? [a, b]``); the duplicate-key check used to fail on them (unhashable type)."""
+    """YAML allows complex keys (``? [a, b]``); the duplicate-key check must not fail on them (unhashable type)."""
     assert error_for(tmp_path, doc) == f"{tmp_path / 'team-a.yaml'}: {expected}"
 
 
@@ -690,7 +692,7 @@ def test_a_value_of_the_wrong_form_says_what_a_valid_one_looks_like(
     assert message.endswith(f"$; use {use}")
 
 
-# ------------------------------------------------------------------ review fixes: each used to load (or to fail later)
+# ------------------------------------------------ review fixes: each is refused here, not loaded (or failed later)
 def one_cluster(**fields: object) -> dict:
     """A team of one cluster of exactly ``fields`` (name and max_nodes added)."""
     return {"clusters": [{"name": "main", "max_nodes": 2, **fields}]}
@@ -892,7 +894,8 @@ EMPTY = "clusters:\n  - name: main\n    instance_types: [g5.xlarge, g5.2xlarge]\
     ],
 )
 def test_an_empty_section_is_refused_not_turned_off(tmp_path: Path, doc: str, expected: str) -> None:
-    """An empty `budget:` (YAML null) used to load as no budget at all; `job:` named pydantic's class (JobConfig)."""
+    """An empty `budget:` (YAML null) is refused, not loaded as no budget at all; an empty `job:` is named with its
+    keys, not with pydantic's class (JobConfig)."""
     assert error_for(tmp_path, doc) == f"{tmp_path / 'team-a.yaml'}: {expected}"
 
 
@@ -1042,7 +1045,8 @@ SUBNET_B = {
     ],
 )
 def test_existing_vpc_subnets_are_consistent(tmp_path: Path, doc: dict, expected: str) -> None:
-    """The route tables used to fail synth in jsii (MustBeNumberEqualAmount); the rest at deploy."""
+    """Each is one line at load: the route tables would otherwise fail synth in jsii (MustBeNumberEqualAmount), the
+    rest at deploy."""
     assert error_for(tmp_path, doc).endswith(f"team-a.yaml: {expected}")
 
 
@@ -1054,8 +1058,8 @@ def test_existing_vpc_without_any_route_table_loads_without_an_endpoint(tmp_path
 
 
 def test_a_multi_node_cluster_across_zones_is_refused_unless_the_team_accepts_the_charge(tmp_path: Path) -> None:
-    """Before, it loaded without a word: Auto Scaling spreads the nodes over the zones, and every step's all-reduce
-    crossed them, billed per GB each way (for a large model, more than the spot instances)."""
+    """Loaded without a word, it would let Auto Scaling spread the nodes over the zones, and every step's all-reduce
+    would cross them, billed per GB each way (for a large model, more than the spot instances)."""
     doc = new_vpc({"az_count": 2}, placement_group=False)
     assert error_for(tmp_path, doc).endswith(
         "clusters[0] (main): max_nodes 2 across 2 AZs: the nodes' gradient exchange at every step would cross zones, "
@@ -1160,7 +1164,8 @@ def test_messages_say_the_fix(tmp_path: Path, doc: object, expected: str) -> Non
 
 
 def test_an_editors_dotfile_is_not_a_team(tmp_path: Path) -> None:
-    """Emacs's lock file `.#default.yaml` (a dangling link) used to fail synth as a bad team name."""
+    """Emacs's lock file `.#default.yaml` (a dangling link) is skipped; read as a team, it would fail synth as a bad
+    team name."""
     write(tmp_path, cluster(), "default.yaml")
     (tmp_path / ".#default.yaml").symlink_to("user@host.1234:1700000000")
     write(tmp_path, "clusters: [", ".backup.yml")
@@ -1168,7 +1173,8 @@ def test_an_editors_dotfile_is_not_a_team(tmp_path: Path) -> None:
 
 
 def test_app_py_run_by_hand_synthesizes_the_shipped_teams(tmp_path: Path, repo: Path) -> None:
-    """`python3 app.py` without the CDK CLI used to fail (no cdk.json feature flags: a traceback on objectOwnership)."""
+    """`python3 app.py` without the CDK CLI synthesizes; without cdk.json's feature flags it would fail (a traceback
+    on objectOwnership)."""
     env = {k: v for k, v in os.environ.items() if k not in ("CDK_CONTEXT_JSON", "CDK_OUTDIR")}
     env["CDK_OUTDIR"] = str(tmp_path / "out")
     result = subprocess.run([sys.executable, "app.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)

@@ -95,7 +95,8 @@ def test_new_vpc_single_az_with_s3_gateway_endpoint_and_flow_logs(default: Templ
 
 
 def test_new_vpc_in_the_zone_the_team_names_with_the_warm_pool_there() -> None:
-    """A new VPC used the region's first zone only; the team now names the one with spot capacity for its types."""
+    """The team names the zone of a new VPC, the one with spot capacity for its types, rather than the region's first
+    zone."""
     config = team_config(
         network={"new_vpc": {"availability_zones": ["eu-west-1c"]}}, clusters=[{**POOLED, "warm_pool": WARM_POOL}]
     )
@@ -904,7 +905,7 @@ def test_budget_counts_the_team_tag_and_emails_at_the_warning_share_and_at_the_l
 def test_a_change_to_the_budgets_emails_or_threshold_gives_it_a_new_name() -> None:
     """CloudFormation can set a budget's notifications only when it creates it: it replaces the budget to change
     them, and cannot under the same name ("the budget already exists", cloudformation-coverage-roadmap#365): the
-    stack update failed on a new email address. The name now changes with them, and stays the same otherwise."""
+    stack update would fail on a new email address. The name changes with them, and stays the same otherwise."""
 
     def name(**budget: Any) -> str:
         template = synth(team_config(clusters=[CLUSTER], budget={"usd_per_month": 100, **budget}))[1]

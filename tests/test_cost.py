@@ -87,9 +87,9 @@ def test_a_price_file_adds_types_and_bad_ones_say_what_to_fix(tmp_path: Path) ->
             f"{tmp_path}/bad.yaml: expected a mapping of instance type to USD per hour, e.g. 'g5.xlarge: 1.006'",
         ),
         ("g5.xlarge: [1\n", f"{tmp_path}/bad.yaml: cannot read prices (ParserError: while parsing a flow sequence)"),
-        # before: accepted, and the built-in price of g5.xlarge used without a word
+        # accepted, it would leave the built-in price of g5.xlarge in use without a word
         ("G5.xlarge: 1.0\n", f"{tmp_path}/bad.yaml: G5.xlarge: not an EC2 instance type; did you mean g5.xlarge?"),
-        (  # before: the last one silently won
+        (  # refused, not the last one silently winning
             "g5.xlarge: 1.0\ng5.xlarge: 2.0\n",
             f"{tmp_path}/bad.yaml: line 2: key 'g5.xlarge' appears twice in one mapping (first at line 1); keep one",
         ),
@@ -124,9 +124,9 @@ def _restart(at: float, step: int) -> list[tuple[float, str, str]]:
 @pytest.mark.parametrize(
     ("second_resume", "steps", "seconds"),
     [
-        # run 2 (81..90, t=200..209) resumes from 85 (t=204): 100-80 + 90-85 redone; it used to count 100-85
+        # run 2 (81..90, t=200..209) resumes from 85 (t=204): 100-80 + 90-85 redone, not 100-85
         pytest.param(85, 20 + 5, 20 + 5, id="from-a-checkpoint-of-run-2"),
-        # run 2 resumes from 80 again: 100-80 + 90-80; the second restart used to be dropped as the first one
+        # run 2 resumes from 80 again: 100-80 + 90-80; the second restart counts on its own, not as the first one
         pytest.param(80, 20 + 10, 20 + 9, id="from-the-same-checkpoint-again"),
     ],
 )
@@ -156,8 +156,9 @@ def test_a_node_joining_a_running_training_is_no_restart_unless_the_steps_go_bac
     workers_restarted: bool, steps: int
 ) -> None:
     """With min_nodes < max_nodes a node joins the running training; its agent logs ``resume step: 200`` too, while
-    the training is at 250. Before, that line counted as a restart: 50 steps redone though none were. Where torch
-    restarted the workers for the new node, they go back to the checkpoint, and the 50 steps are redone."""
+    the training is at 250. That line alone is no restart: counted as one, it would give 50 steps redone though none
+    were. Where torch restarted the workers for the new node, they go back to the checkpoint, and the 50 steps are
+    redone."""
     events = [*_run(range(190, 251), 100.0), (161.0, "job/i-b", "resume step: 200")]
     events += _run(range(201, 260) if workers_restarted else range(251, 260), 170.0)
     nodes = [_node("i-a", 0.0, 300.0, 0.4), _node("i-b", 150.0, 300.0, 0.4)]
@@ -167,8 +168,8 @@ def test_a_node_joining_a_running_training_is_no_restart_unless_the_steps_go_bac
 
 def test_a_restart_from_a_flat_checkpoint_is_not_counted_as_steps() -> None:
     """A flat checkpoint (the script's own files) is numbered 1, 2, 3 ... by the agent, which cannot tell the step
-    its files hold. Before, the agent logged ``resume step: 2`` for the second, and a run that had reached step
-    3000 counted 2998 redone steps; the agent now says it does not know, and so does the cost."""
+    its files hold: the agent says it does not know, and so does the cost. Were the agent to log ``resume step: 2``
+    for the second, a run that had reached step 3000 would count 2998 redone steps."""
     events = [*_run(range(2990, 3001), 100.0), (111.0, "job/i-a", "resume step: unknown (flat checkpoint 2)")]
     events += _run(range(2001, 2010), 120.0)
     redone = redone_work(events, [_node("i-a", 0.0, 200.0, 0.4)], load_prices())
@@ -194,7 +195,8 @@ def test_a_price_that_is_not_a_number_or_a_file_that_is_not_utf8_is_one_line(
 
 
 def test_redone_work_is_unknown_when_the_trainer_logs_no_step_lines() -> None:
-    """A trainer that logs its progress in another form: "0 step(s) redone" used to be printed as a fact."""
+    """A trainer that logs its progress in another form: redone work is unknown, not "0 step(s) redone" printed as a
+    fact."""
     events = [(10.0 * k, "job/i-a", f"iteration {10 * k}: loss 0.5") for k in range(1, 6)]
     events += [(60.0, "job/i-b", "resume step: 30"), (70.0, "job/i-b", "iteration 40: loss 0.5")]
     redone = redone_work(events, [_node("i-a", 0.0, 55.0, 0.4), _node("i-b", 58.0, 80.0, 0.4)], load_prices())
@@ -264,8 +266,8 @@ def _client(service: str) -> Any:
 
 
 def test_a_boot_marker_missing_a_fact_is_completed_from_ec2(aws: tuple[jobs.ClusterRef, dict[str, Any]]) -> None:
-    """It used to fail with "no boot marker and EC2 no longer describes it": only markerless instances were
-    described."""
+    """Every instance is described, not only markerless ones: otherwise this one would fail with "no boot marker and
+    EC2 no longer describes it"."""
     ref, instance = aws
     info = job_cost(_client, ref, JOB, load_prices())
     [node] = info["nodes"]
@@ -309,8 +311,8 @@ def test_an_instance_launched_for_the_job_that_never_told_is_counted_or_named(
     aws: tuple[jobs.ClusterRef, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The group's activities launched two more instances for the job between its submit and its end; neither wrote
-    a boot marker or a log line (their user data failed early), one after the job ended. Before, cost left them
-    out without a word. One EC2 still describes: counted, timed by its activities. One it forgot: named in a
+    a boot marker or a log line (their user data failed early), one after the job ended. Neither is left out
+    without a word. One EC2 still describes: counted, timed by its activities. One it forgot: named in a
     warning, not a silent zero and not an error that hides the rest."""
     ref, instance = aws
     s3 = boto3.client("s3")
@@ -371,7 +373,8 @@ def test_a_later_jobs_instances_are_not_an_older_jobs(
 
 def test_a_termination_in_progress_is_billed_until_now() -> None:
     """The group holds a node it ends in Terminating:Wait (the drain hook, up to 300 s) while its agent saves: the
-    termination activity has a start and no end yet. Before, the node's time ended at that activity's start."""
+    termination activity has a start and no end yet. The node's time runs on; ending it at that activity's start
+    would leave the wait unbilled."""
     launched, ending = 1_000_000.0, 1_003_600.0
     pages = [
         {
@@ -395,7 +398,8 @@ def test_a_node_with_nothing_left_to_time_it_is_named_not_a_silent_zero(
     aws: tuple[jobs.ClusterRef, dict[str, Any]],
 ) -> None:
     """A job older than the log group's retention and Auto Scaling's six weeks of activities: its node has a boot
-    marker and nothing else. Before, it cost 0 hours, timed by "node logs", and nothing said so."""
+    marker and nothing else. Its 0 hours come with a warning that names it; without one, it would cost 0 hours,
+    timed by "node logs", and nothing would say so."""
     ref, instance = aws
     boto3.client("logs").delete_log_group(logGroupName="/g")  # retention ran out
     boto3.client("logs").create_log_group(logGroupName="/g")

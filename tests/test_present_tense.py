@@ -1,5 +1,5 @@
-"""Docs and code comments in the present tense: no page of the docs, no comment or docstring of the code narrates
-history (what the code did once belongs in commit messages and CHANGELOG.md)."""
+"""Docs and code comments in the present tense: no page of the docs, no comment or docstring of the code or of its
+tests narrates history (what the code did once belongs in commit messages and CHANGELOG.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 # History narration: what the code did once. Each pattern comes with text it must catch and text it must let
 # through (present-tense uses of the same words), checked below.
 NARRATION = {
-    "a clause that starts with 'before,'": r"(?:^|[(;:.!?]\s*|\s[-–]\s)[Bb]efore,",
+    "a clause that starts with 'before' and a comma or colon": r"(?:^|[(;:.!?]\s*|\s[-–]\s)[Bb]efore[,:]",
     "'previously' / 'formerly'": r"\b(?:[Pp]reviously|[Ff]ormerly)\b",
     "'was fixed' / 'fixed in <commit>'": r"\b(?:was|were) fixed\b|\b[Ff]ixed in [0-9a-f]{7,40}\b",
     "'is now' / 'are now' / 'now does'": r"\b(?:is|are|does|do) now\b|\bnow (?:is|are)\b",
@@ -31,6 +31,7 @@ NARRATED = [
     "a node of 8 GPUs trained on one (before, 1: it billed all 8)",
     "Before, the group kept wanting the rest.",
     "restores read the file once; before, they read it twice",
+    "nor is it handed to the trainer as one (before: '1')",
     "The helper previously all-reduced at every step.",
     "This was fixed in 278c822.",
     "the access-log bucket is now versioned",
@@ -44,6 +45,7 @@ NARRATED = [
 PRESENT = [
     "Stop every job before you deploy.",
     "the agent reads the marker again just before, and leaves the group alone",
+    "the step it saved just before: 7",
     "Before you deploy, stop every job.",
     "the starts of the nodes before it imports aws-cdk-lib",
     "the key used to sign the request",
@@ -96,9 +98,9 @@ def doc_files() -> list[Path]:
 
 
 def code_files() -> list[Path]:
-    """The Python files git tracks, outside tests/."""
+    """The Python files git tracks, tests included (a test's docstring says what it checks, not what the code did)."""
     listed = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True)
-    return [REPO / name for name in listed.stdout.split() if not name.startswith("tests/")]
+    return [REPO / name for name in listed.stdout.split()]
 
 
 @pytest.mark.parametrize("text", NARRATED)
@@ -120,8 +122,8 @@ def test_comments_and_docstrings_are_found_with_their_lines() -> None:
     assert found == [(1, '"""Before, the module."""'), (3, "# before, two"), (7, '    """One,\n    formerly two."""')]
     hits = [hit for first_line, text in found for hit in narration(text, first_line)]
     assert [hit.split(":", 2)[:2] for hit in hits] == [
-        ["line 1", " a clause that starts with 'before,'"],
-        ["line 3", " a clause that starts with 'before,'"],
+        ["line 1", " a clause that starts with 'before' and a comma or colon"],
+        ["line 3", " a clause that starts with 'before' and a comma or colon"],
         ["line 8", " 'previously' / 'formerly'"],
     ]
 
@@ -132,7 +134,7 @@ def test_docs_do_not_narrate_history(path: Path) -> None:
     assert found == [], f"{path.relative_to(REPO)} narrates history (it belongs in CHANGELOG.md):\n" + "\n".join(found)
 
 
-def test_code_comments_and_docstrings_do_not_narrate_history() -> None:
+def test_comments_and_docstrings_of_code_and_tests_do_not_narrate_history() -> None:
     found, allowed_seen = [], set()
     for path in code_files():
         name = str(path.relative_to(REPO))

@@ -173,7 +173,7 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
      {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled")}),
     ("ST1", "LT", {"LT": lt(HttpTokens="required")}, ["InstanceMetadataTags is None"],
      {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled")}),
-    # before: passed, and no node could read its identity or a spot notice
+    # fails: with the endpoint disabled, no node could read its identity or a spot notice
     ("ST1", "LT", {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled", HttpEndpoint="disabled")},
      ["HttpEndpoint is 'disabled'"],
      {"LT": lt(HttpTokens="required", InstanceMetadataTags="enabled", HttpEndpoint="enabled")}),
@@ -181,7 +181,8 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
         "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0, "SpotAllocationStrategy": "lowest-price"},
         "LaunchTemplate": {"Overrides": [{"InstanceType": "g5.xlarge"}]}})},
      ["1 instance type(s)", "SpotAllocationStrategy 'lowest-price'"], {"G": group()}),
-    # before, attribute-based instance selection failed as "0 instance type(s)", capacity-optimized-prioritized too
+    # attribute-based instance selection passes: it names no type, and that is not "0 instance type(s)"; with
+    # capacity-optimized-prioritized too
     ("ST2", "G", {"G": with_strategy("capacity-optimized-prioritized", {"InstanceType": "g5.xlarge"})},
      ["1 instance type(s)"],
      {"G": with_strategy("capacity-optimized-prioritized", {"InstanceRequirements": {"VCpuCount": {"Min": 4}}})}),
@@ -189,21 +190,21 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
      ["spans 2 subnets/AZs"], {"G": group(PlacementGroup={"Ref": "PG"})}),
     ("ST3", "G", {"G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=TWO_SUBNETS), "PG": CLUSTER_PG},
      ["spans 2 subnets/AZs"], {"G": group(PlacementGroup={"Ref": "PG"}), "PG": CLUSTER_PG}),
-    # before, a launch template naming its placement group by id passed on any number of subnets
+    # a launch template naming its placement group by id counts too: it fails on 2 subnets
     ("ST3", "G", {"G": group(**IN_LT, VPCZoneIdentifier=TWO_SUBNETS), "LT": lt_in_group(GroupId={"Ref": "PG"})},
      ["spans 2 subnets/AZs"], {"G": group(**IN_LT), "LT": lt_in_group(GroupId={"Ref": "PG"})}),
     ("ST4", "G", {"G": group(CapacityRebalance=False)}, ["no capacity rebalance and no termination lifecycle hook"],
      {"G": group(CapacityRebalance=False, LifecycleHookSpecificationList=[
          {"LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"}])}),
     ("ST5", "G", {"G": group(MinSize="1", MaxSize="100000")}, ["MinSize '1'", "MaxSize '100000'"], {"G": group()}),
-    # before, passed: the group launched 2 nodes at create, with no job to run
+    # fails: the group would launch 2 nodes at create, with no job to run
     ("ST5", "G", {"G": group(DesiredCapacity="2")}, ["DesiredCapacity '2'"], {"G": group(DesiredCapacity="0")}),
     ("ST5", "G", {"G": group(DesiredCapacity={"Ref": "Nodes"})}, ["DesiredCapacity {'Ref': 'Nodes'}"],
      {"G": group(DesiredCapacity=0)}),
     ("ST6", "Bucket", {"Bucket": bucket(VersioningConfiguration={"Status": "Suspended"}, LifecycleConfiguration={})},
      ["not versioned", "no lifecycle rule aborting incomplete multipart uploads in the whole bucket", NO_TLS],
      {"Bucket": bucket(), "Policy": TLS_POLICY}),
-    # before, each passed: an abort rule for one prefix, a TLS deny of one action, one principal or the bucket alone
+    # each fails: an abort rule for one prefix, a TLS deny of one action, one principal or the bucket alone
     ("ST6", "Bucket", {"Bucket": bucket(LifecycleConfiguration={"Rules": [
         {"Prefix": "logs/", "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}), "Policy": TLS_POLICY},
      ["no lifecycle rule aborting incomplete multipart uploads in the whole bucket"],
@@ -222,20 +223,20 @@ CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
      {"P": policy("s3:PutObject", "arn:aws:s3:::b/main/*"), "Role": ROLE}),
     ("ST9", "P", {"P": policy("ec2:AttachVolume", "*"), "Role": ROLE}, ["Resource '*' for ec2:AttachVolume"],
      {"P": policy("ec2:DescribeVolumes", "*"), "Role": ROLE}),
-    # reads on "*" used to pass as read-only: they read every team's checkpoints and parameters
+    # reads on "*" fail too, read-only or not: they read every team's checkpoints and parameters
     ("ST9", "P", {"P": policy("s3:GetObject", "*"), "Role": ROLE}, ["Resource '*' for s3:GetObject"],
      {"P": policy("autoscaling:DescribeAutoScalingGroups", "*"), "Role": ROLE}),
     ("ST9", "P", {"P": policy("ssm:GetParameters", "*"), "Role": ROLE}, ["Resource '*' for ssm:GetParameters"],
      {"P": policy("ssm:UpdateInstanceInformation", "*"), "Role": ROLE}),
     ("ST9", "P", {"P": policy("s3:ListBucket", "*"), "Role": ROLE}, ["Resource '*' for s3:ListBucket"],
      {"P": policy("s3:ListBucket", "arn:aws:s3:::b"), "Role": ROLE}),
-    # before, each of these passed: only a literal "*" in the role's own policies was read
+    # each of these fails: a wildcard counts wherever it is, not only as a literal "*" in the role's own policies
     ("ST9", "P", {"P": policy("s3:GetObject", "arn:aws:s3:::*/*"), "Role": ROLE},
      ["Resource 'arn:aws:s3:::*/*' for s3:GetObject"], {"P": policy("s3:GetObject", SCOPED), "Role": ROLE}),
     ("ST9", "P", {"P": policy("s3:GetObject", {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::*/*"]]}),
                   "Role": ROLE},
      ["Resource 'arn:<ref>:s3:::*/*' for s3:GetObject"], {"P": policy("s3:GetObject", SCOPED), "Role": ROLE}),
-    # before, each passed: an ARN in Fn::Sub, every parameter or volume of the account without a Condition
+    # each fails: an ARN in Fn::Sub, every parameter or volume of the account without a Condition
     ("ST9", "P", {"P": policy("s3:GetObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::*/*"}), "Role": ROLE},
      ["Resource 'arn:<ref>:s3:::*/*' for s3:GetObject"],
      {"P": policy("s3:GetObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${Bucket}/main/*"}), "Role": ROLE}),
@@ -284,7 +285,7 @@ def run(
 
 
 def test_ingress_from_a_parameter_that_can_be_open_fails() -> None:
-    """Before, passed: the deployer chose the CIDR, 0.0.0.0/0 included."""
+    """Fails: the deployer chooses the CIDR, 0.0.0.0/0 included."""
     resources = {"SG": sg({"Ref": "Cidr"})}
     expected = ["ingress from parameter Cidr (can be 0.0.0.0/0 at deploy)"]
     assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String"}}) == expected
@@ -293,10 +294,10 @@ def test_ingress_from_a_parameter_that_can_be_open_fails() -> None:
         == expected
     )
     assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedValues": ["10.0.0.0/8"]}}) == []
-    # a pattern that admits only 10.x ranges (before: flagged like no pattern); one that admits anything
+    # a pattern that admits only 10.x ranges passes (it is not flagged like no pattern); one that admits anything
     assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedPattern": r"10\..*"}}) == []
     assert run(RULE["ST10"], "SG", resources, {"Cidr": {"Type": "String", "AllowedPattern": r".+/\d+"}}) == expected
-    # the parameter read through Fn::Select (a list of CIDRs) or Fn::Sub: before, passed
+    # the parameter read through Fn::Select (a list of CIDRs) or Fn::Sub fails too
     listed = {"SG": sg({"Fn::Select": [0, {"Ref": "Cidrs"}]})}
     assert run(RULE["ST10"], "SG", listed, {"Cidrs": {"Type": "CommaDelimitedList"}}) == [
         "ingress from parameter Cidrs (can be 0.0.0.0/0 at deploy)"
@@ -347,7 +348,7 @@ def test_rules_leave_other_resources_alone() -> None:
     (ST4), a non-checkpoint bucket (ST6), a volume outside any pool (ST8), a policy of a non-instance role (ST9)."""
     on_demand = group(MixedInstancesPolicy={"InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 100}})
     assert run(RULE["ST2"], "G", {"G": on_demand}) is None
-    for strategy in ("spread", "partition"):  # may span AZs (before: failed like a cluster one)
+    for strategy in ("spread", "partition"):  # may span AZs (not failed like a cluster one)
         spread = {
             "G": group(PlacementGroup={"Ref": "PG"}, VPCZoneIdentifier=TWO_SUBNETS),
             "PG": placement_group(strategy),

@@ -537,7 +537,7 @@ def test_of_two_submits_writing_at_once_the_later_write_is_taken_back_and_the_fi
     rc, err = submit(capsys, tmp_path, "--job-id", "loser")
     assert writes and rc == 0
     assert err.startswith("job loser queued at position 1: cluster default/main is busy (another submit started job ")
-    assert current_job()["job_id"] == "winner"  # the loser's later write was replaced by the winner's value
+    assert current_job()["job_id"] == "winner"  # the winner wrote its value again over the loser's later write
     history = boto3.client("ssm").get_parameter_history(Name=CURRENT)["Parameters"]
     assert [json.loads(h["Value"])["job_id"] for h in history][-3:] == ["winner", "loser", "winner"]
     assert state()["desired"] == 0  # the loser scaled nothing

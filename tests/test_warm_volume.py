@@ -175,8 +175,8 @@ def test_a_pool_whose_volumes_are_all_in_another_zone_is_named(
     endpoint: str, cloud: dict[str, list[str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A team file that gives an existing subnet the wrong zone: the pool's volumes are made there, and the nodes
-    launch in the subnet's real zone. Before, each node logged only "no free warm volume", as if the pool were
-    merely busy, while every volume was billed for nothing."""
+    launch in the subnet's real zone: the node names the mismatch. Without this, each node would log only "no free
+    warm volume", as if the pool were merely busy, while every volume was billed for nothing."""
     elsewhere = cloud["decoys"][2:]  # the pool's 2 volumes in us-east-1b
     with caplog.at_level(logging.WARNING, logger="spot_training.warm_volume"):
         assert claim(endpoint, elsewhere, cloud["instances"][0], 0) is None
@@ -193,7 +193,7 @@ def test_a_pool_whose_volumes_are_all_in_another_zone_is_named(
 def test_a_claim_never_takes_a_volume_the_stack_no_longer_lists(endpoint: str, cloud: dict[str, list[str]]) -> None:
     """A volume of an earlier pool (the snapshot changed, or the stack was destroyed and deployed again) that
     CloudFormation retained: same tag, same AZ, available. Not in the job spec's list, so never claimed (IAM, which
-    lists the current volumes by ARN, would refuse the attachment; before, the claim then gave up on the pool)."""
+    lists the current volumes by ARN, would refuse the attachment, and the claim would then give up on the pool)."""
     ec2 = client(endpoint)
     tags = [{"ResourceType": "volume", "Tags": [{"Key": TAG, "Value": POOL}]}]
     retained = [ec2.create_volume(AvailabilityZone=AZ, Size=10, TagSpecifications=tags)["VolumeId"] for _ in range(3)]
@@ -213,7 +213,7 @@ def test_a_claim_whose_attachment_is_never_confirmed_gives_the_volume_back(
     endpoint: str, cloud: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The attachment is accepted but never shows as attached within the timeout: the claim fails (the agent boots
-    from the root volume) and detaches the volume. Before, it stayed attached, unused and never released, for the
+    from the root volume) and detaches the volume. Left attached, it would stay unused and never released for the
     node's life: one volume fewer in the pool."""
     monkeypatch.setattr(warm_volume, "_is_attached", lambda *args: False)
     node, pool = cloud["instances"][0], cloud["pool"][:1]
@@ -227,8 +227,8 @@ def test_an_attachment_whose_answer_was_lost_is_still_this_nodes_claim(
     endpoint: str, cloud: dict[str, list[str]]
 ) -> None:
     """EC2 took the AttachVolume but its answer was lost, and botocore's retry got VolumeInUse: the volume is
-    attached to this very node. Before, the node took it for a lost race, tried the next volume (refused: the
-    device was in use) and booted cold, the first volume attached to it unknown and never released."""
+    attached to this very node. Taking it for a lost race, the node would try the next volume (refused: the device
+    is in use) and boot cold, the first volume attached to it unknown and never released."""
     ec2, node, pool = client(endpoint), cloud["instances"][0], cloud["pool"][:2]
     real = ec2.attach_volume
 
@@ -249,8 +249,8 @@ def test_an_attachment_whose_answer_was_lost_is_still_this_nodes_claim(
 
 def test_a_volume_iam_refuses_is_skipped_for_the_next(endpoint: str, cloud: dict[str, list[str]]) -> None:
     """A claim by tag (a job spec from before the stack listed its volumes) also finds a retained volume of an
-    earlier pool with the same tag, which the node's policy does not cover. Before, IAM's refusal ended the claim
-    (the node booted cold with free volumes left); now the node tries the next volume."""
+    earlier pool with the same tag, which the node's policy does not cover: the node tries the next volume. Were
+    IAM's refusal to end the claim, the node would boot cold with free volumes left."""
     ec2, node, pool = client(endpoint), cloud["instances"][0], cloud["pool"][:2]
     real, refused = ec2.attach_volume, list[str]()
 
@@ -269,8 +269,8 @@ def test_a_volume_iam_refuses_is_skipped_for_the_next(endpoint: str, cloud: dict
 
 
 def test_a_lost_race_ec2_cannot_describe_moves_on(endpoint: str, cloud: dict[str, list[str]]) -> None:
-    """VolumeInUse, and the look at whose attachment it is fails too (throttled past the retries): a lost race, as
-    before that look was added; the node tries the next volume instead of ending its claim."""
+    """VolumeInUse, and the look at whose attachment it is fails too (throttled past the retries): taken for a lost
+    race, the node tries the next volume instead of ending its claim."""
     ec2, node, pool = client(endpoint), cloud["instances"][0], cloud["pool"][:2]
     attach, describe, refused = ec2.attach_volume, ec2.describe_volumes, list[str]()
 
@@ -452,6 +452,6 @@ def test_a_release_ends_when_the_volume_leaves_this_node_even_if_another_claims_
     try:
         warm_volume.release_volume(
             ec2, volume_id=volume, instance_id=leaver, device=DEVICE, timeout_s=2, poll_s=0.05
-        )  # before: TimeoutError after 2 s
+        )  # no TimeoutError after 2 s
     finally:
         release_all(endpoint, {booting: volume})

@@ -48,7 +48,7 @@ def test_a_stop_seen_after_the_trainer_exited_waits_for_the_peers_final_sync(mak
 
     threading.Thread(target=a_syncs_later, daemon=True).start()
     assert agent.attempts(job, cluster.group, "/tmp", store_of(agent, job)) == 0
-    # STOPPED and the group at 0 only after A's final sync: the group no longer cuts off rank 0's upload.
+    # STOPPED and the group at 0 only after A's final sync, so the group does not cut off rank 0's upload.
     synced, stopped = cluster.marker("stop-run", f"nodes/{a}/synced"), cluster.marker("stop-run", "STOPPED")
     assert synced is not None and stopped is not None
     assert stopped["time"] >= synced["time"]
@@ -106,7 +106,7 @@ def trained_well(make_cluster: Any, job_id: str) -> tuple[Cluster, str, Any, Any
         ({"pending": None}, True),  # its final checkpoint is durable: it just did not get to its done marker
         ({"pending": None, "rc": 0, "interrupted": False}, True),  # the same, as an agent reports it
         # it left on a spot notice mid-training, its emergency checkpoint durable; B's script ended its loop when
-        # the helper said stop and exited 0 (before: B counted A as finished, wrote DONE and scaled to 0)
+        # the helper said stop and exited 0 (counting A as finished, B would write DONE and scale to 0)
         ({"pending": None, "rc": 1, "interrupted": True}, False),
     ],
 )
@@ -246,8 +246,8 @@ def test_a_stop_that_s3_refuses_to_mark_leaves_the_group_instead_of_failing_the_
 
 
 def test_a_stop_whose_final_checkpoint_was_lost_still_ends_stopped(make_cluster: Any) -> None:
-    """The trainer finished despite trainctl stop, and rank 0's node A left before its final sync: not DONE. Before,
-    this node handed its instance back as if reclaimed, and no node wrote STOPPED."""
+    """The trainer finished despite trainctl stop, and rank 0's node A left before its final sync: not DONE but
+    STOPPED. Without this, the node would hand its instance back as if reclaimed, and no node would write STOPPED."""
     cluster, a, agent, job, _ = trained_well(make_cluster, "stop-final-run")
 
     def attempt(*_: Any) -> tuple[int, bool]:
@@ -433,7 +433,7 @@ def test_a_crash_looping_trainer_with_a_flat_checkpoint_fails_after_max_restarts
     assert cluster.manifests("flat-run") == [1]
     # its number is no training step ("resume step: 1" would be taken by trainctl cost for step 1)
     assert node.text.count("resume step: unknown (flat checkpoint 1)") == 2 and "resume step: 1" not in node.text
-    assert node.text.count("resumed 1 step ''") == 2  # nor is it handed to the trainer as one (before: '1')
+    assert node.text.count("resumed 1 step ''") == 2  # nor is it handed to the trainer as one (not '1')
     failed = cluster.marker("flat-run", "FAILED")
     assert failed is not None and "restart(s) without a new checkpoint" in failed["reason"]
 
@@ -594,9 +594,9 @@ def test_a_step_saved_again_while_it_uploads_gets_no_manifest_until_it_uploads_w
 
 
 def test_a_step_saved_again_after_its_upload_is_uploaded_again(aws: Any, tmp_path: Path) -> None:
-    """The final save lands on the step of the last periodic one after the agent made that one durable. Before,
-    S3 kept the periodic version for good (the step counted as uploaded), so a resume got another state than the
-    node's disk held."""
+    """The final save lands on the step of the last periodic one after the agent made that one durable: the step is
+    uploaded again. Without this, S3 would keep the periodic version for good (the step counted as uploaded), and a
+    resume would get another state than the node's disk held."""
     store, syncer, log = flat_syncer(aws, tmp_path, 3600)
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "state.pt").write_text("periodic save of step 7")

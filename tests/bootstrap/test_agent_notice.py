@@ -285,7 +285,7 @@ def test_a_metadata_answer_that_is_not_utf8_is_a_failed_poll_and_an_expired_toke
         mock.values["spot/instance-action"] = b"\xff\xfe{"
         agent.node.imds = InstanceMetadata(mock.url)
         assert agent.node.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
-        mock.tokens.clear()  # the agent's token no longer counts: 401, a new token, the answer
+        mock.tokens.clear()  # from here on the agent's token is void: 401, a new token, the answer
         assert agent.node.imds.get("autoscaling/target-lifecycle-state") == "Terminated"
         assert [r for r in mock.requests if r.startswith("PUT")] == ["PUT /latest/api/token"] * 2
         assert agent.notices.notice() is None
@@ -363,8 +363,8 @@ def test_a_restart_does_not_wait_for_a_peer_that_started_no_trainer_since_its_la
     make_cluster: Any, last_trainer: str
 ) -> None:
     """A peer found at the attempt's start (InService) that had not started its trainer when ours ended: a
-    replacement still restoring a checkpoint, or a peer still in its own restart. It owes no final sync. Before,
-    the restart waited the whole grace for one (``no final sync from peer(s) ...``)."""
+    replacement still restoring a checkpoint, or a peer still in its own restart. It owes no final sync, so the
+    restart does not wait for one; without this, it would wait the whole grace (``no final sync from peer(s) ...``)."""
     cluster = make_cluster(nodes=2, interruption_grace_s=1)
     cluster.submit("job-r", {"train.py": ""}, "python train.py")
     (survivor, _), (peer, peer_ip) = cluster.instances()
@@ -798,7 +798,7 @@ def test_the_drain_hold_records_the_hooks_heartbeat_only_while_checkpoint_bytes_
         agent.trainer.proc.kill()
         agent.trainer.proc.wait(10)
 
-    store.upload(9, {"model.pt": str(checkpoint)}, "flat")  # the final sync: now it does
+    store.upload(9, {"model.pt": str(checkpoint)}, "flat")  # the final sync, no trainer left: it renews the hook
     beat_line = re.compile(
         rf"checkpoint upload under way \([0-9.]+ MiB in the last 0\.05 s\): recorded {DRAIN_HOOK}'s heartbeat, "
         "its-group holds this instance up to 300 s more"

@@ -264,9 +264,9 @@ def test_a_rank_that_has_the_checkpoint_reads_its_own_copy_and_only_a_rank_witho
     tmp_path: Path, has: str
 ) -> None:
     """Both ranks restore rank 0's state. When every rank holds the same bytes (the agent restores the checkpoint on
-    every node), nothing is broadcast: before, rank 0 sent the whole state to every rank, through a GPU buffer of its
-    size on NCCL (a large model's restore could run out of GPU memory). A rank with other bytes under the step
-    number is sent rank 0's."""
+    every node), nothing is broadcast: sending rank 0's whole state to every rank would take a GPU buffer of its size
+    on NCCL (a large model's restore could run out of GPU memory). A rank with other bytes under the step number is
+    sent rank 0's."""
     model = torch.nn.Linear(2, 2)
     for directory, weight in (("ckpt", 0.25), ("ckpt-other", 0.75)):
         torch.nn.init.constant_(model.weight, weight)
@@ -396,9 +396,10 @@ def test_the_agent_removes_what_killed_writers_and_restores_left_before_an_attem
 
 
 def test_a_sharded_model_is_refused_in_one_line_not_saved_as_rank_0s_shard(tmp_path: Path) -> None:
-    """FSDP2 (``fully_shard``) makes every parameter a DTensor, each rank holding a shard. Before, the helper saved
-    rank 0's shard as the whole model and loaded it on every rank: training resumed from wrong weights, and nothing
-    said so. One process group of one rank (an in-memory store: no sockets) is enough to shard."""
+    """FSDP2 (``fully_shard``) makes every parameter a DTensor, each rank holding a shard: the helper refuses it in
+    one line. Without the refusal, the helper would save rank 0's shard as the whole model and load it on every rank:
+    training would resume from wrong weights, and nothing would say so. One process group of one rank (an in-memory
+    store: no sockets) is enough to shard."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -445,9 +446,9 @@ def test_fsdp_wrapping_anywhere_in_the_model_is_refused_and_an_object_with_a_sta
 
 
 def test_a_restored_state_is_not_saved_again_at_the_first_step(tmp_path: Path) -> None:
-    """The Young/Daly interval with no measured cost was 0: a node that had just restored a checkpoint (already
-    durable in S3) wrote and uploaded the same state again at its first step. The restore's load time is now the
-    first cost estimate: the interval is above 0, and the first save waits for it."""
+    """The restore's load time is the first cost estimate of the Young/Daly interval: the interval is above 0, and
+    the first save waits for it. With no measured cost the interval would be 0: a node that had just restored a
+    checkpoint (already durable in S3) would write and upload the same state again at its first step."""
     first = Checkpointer(torch.nn.Linear(2, 2), directory=str(tmp_path), interval_s=0.0, handle_sigterm=False)
     assert first.step(5) is False  # saved: its interval is 0
     first.close()

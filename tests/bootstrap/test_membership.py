@@ -21,7 +21,7 @@ def cluster(make_cluster: Any) -> Any:
 
 
 def counting_describes(agent: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The DescribeAutoScalingGroups calls ``agent`` makes from now on (answered by moto as before)."""
+    """The DescribeAutoScalingGroups calls ``agent`` makes from here on, each still answered by moto."""
     calls: list[dict[str, Any]] = []
     describe = agent.node.asg.describe_auto_scaling_groups
 

@@ -89,9 +89,10 @@ def test_a_node_waits_for_the_rendezvous_host_as_long_as_the_join_timeout(make_c
 
 
 def test_a_node_ec2_took_hard_is_no_peer_while_its_group_still_lists_it(make_cluster: Any) -> None:
-    """A node EC2 ended without a notice the agent saw stays InService until the group's next health check. Before,
-    discovery kept it (EC2 says shutting-down or terminated; stopped here), and as the oldest launch it hosted the
-    next rendezvous: every survivor's torchrun failed on it, each failure a restart without progress."""
+    """A node EC2 ended without a notice the agent saw stays InService until the group's next health check, and
+    discovery leaves it out (EC2 says shutting-down or terminated; stopped here). Were it kept, as the oldest launch it
+    would host the next rendezvous: every survivor's torchrun would fail on it, each failure a restart without
+    progress."""
     cluster: Cluster = make_cluster(nodes=2)
     cluster.submit("hard-kill", {"train.py": ""}, "python train.py")
     (host, _), (survivor, _) = cluster.instances()

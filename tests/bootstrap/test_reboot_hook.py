@@ -1,8 +1,8 @@
 """The reboot hook ``user_data.sh`` installs: a rebooted node hands itself back to its group.
 
-cloud-init runs user data once per instance. Before, a node that rebooted came back without its agent (its
-state, rendezvous and checkpoint sync gone with the reboot) and stayed InService and billed, doing nothing. Now the
-user data installs a script in cloud-init's per-boot directory (``SPOT_TRAINING_PER_BOOT_DIR`` here: the node's own
+cloud-init runs user data once per instance, so without the hook a node that rebooted would come back without its
+agent (its state, rendezvous and checkpoint sync gone with the reboot) and stay InService and billed, doing nothing.
+The user data installs a script in cloud-init's per-boot directory (``SPOT_TRAINING_PER_BOOT_DIR`` here: the node's own
 directory) that terminates the instance in its group on any later boot without decrementing desired capacity, so
 the group launches a replacement. cloud-init runs per-boot scripts before user data, so it does not run on the first
 boot; here the test plays the later boot: it kills the node's process tree and runs the installed script itself.

@@ -238,9 +238,10 @@ def test_the_guard_tells_a_finished_job_by_listing_alone(cloud: EmulatedCloud) -
 
 
 def test_under_the_budget_the_guard_sets_a_group_its_ended_job_left_up_to_zero(cloud: EmulatedCloud) -> None:
-    """Before, under the limit the guard did nothing: a group still above 0 after its job ended (its agents could not
-    scale it down: an Auto Scaling outage past their retries, an agent that died) billed idle nodes until the month's
-    budget was spent. And a cluster whose group it could not find was skipped without a word: never stopped."""
+    """Under the limit the guard sets to 0 a group still above 0 after its job ended (its agents could not scale it
+    down: an Auto Scaling outage past their retries, an agent that died); left alone, the group would bill idle nodes
+    until the month's budget was spent. A cluster whose group it cannot find fails the guard with its name: skipped
+    without a word, it would never be stopped."""
     client = cloud.client
     _set_spend(cloud, 0.0)
     ref = jobs.find_cluster(client, TEAM, "main")

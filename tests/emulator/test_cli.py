@@ -44,7 +44,8 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCloud]:
 
 
 def test_a_relative_run_dir_is_made_absolute(cloud: EmulatedCloud) -> None:
-    """Before, the server (working directory: the repository) could not find its TLS files."""
+    """A relative run directory is made absolute: the server's working directory is the repository, from where a
+    relative one would not lead to its TLS files."""
     assert cloud.run_dir is not None and cloud.run_dir.is_absolute() and cloud.run_dir.name == "relative-run"
     assert cloud.ca_bundle.is_file()
     assert cloud.client("sts").get_caller_identity()["Account"] == cloud.account_id
@@ -98,7 +99,7 @@ def test_an_aws_error_is_one_line_and_exit_code_1(
 
 
 def test_a_summary_without_a_replacement_is_an_emulator_error() -> None:
-    """Before, ``next()`` raised StopIteration (a traceback from ``python -m emulator demo``)."""
+    """A bare ``next()`` would raise StopIteration here (a traceback from ``python -m emulator demo``)."""
     run = SimpleNamespace(
         client=None,
         ref=None,
@@ -132,8 +133,8 @@ def test_npm_never_checks_for_updates_in_the_cdk_cli_environment() -> None:
 def test_a_demo_knob_out_of_range_is_refused_before_anything_starts(
     argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before, ``--checkpoint-interval-s 0.5`` deployed for 20 s, then ended in a JobError traceback, and
-    ``--epochs 1`` waited out the demo's 8 minutes."""
+    """Without the check, ``--checkpoint-interval-s 0.5`` would deploy for 20 s, then end in a JobError traceback,
+    and ``--epochs 1`` would wait out the demo's 8 minutes."""
     import emulator.demo
 
     monkeypatch.setattr(emulator.demo, "run", lambda *_, **__: pytest.fail("the demo started"))
@@ -146,7 +147,7 @@ def test_a_demo_knob_out_of_range_is_refused_before_anything_starts(
 def test_a_job_error_and_a_run_dir_that_cannot_be_made_are_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Both were tracebacks from ``python -m emulator``."""
+    """Each is one line, not a traceback from ``python -m emulator``."""
     import emulator.demo
 
     def refused(*_: Any, **__: Any) -> None:
@@ -161,8 +162,8 @@ def test_a_job_error_and_a_run_dir_that_cannot_be_made_are_one_line(
 
 
 def test_a_run_dir_in_use_is_refused_and_the_running_emulator_keeps_its_tls_files(cloud: EmulatedCloud) -> None:
-    """Two emulators on one run directory (two demos started in the same second shared one): the second replaced
-    the first one's CA, and the first one's clients failed certificate checks."""
+    """Two emulators on one run directory (two demos started in the same second share one): the second would
+    replace the first one's CA, and the first one's clients would fail certificate checks."""
     assert cloud.run_dir is not None
     ca = cloud.ca_bundle.read_bytes()
     with pytest.raises(EmulatorError) as refused:
@@ -173,7 +174,7 @@ def test_a_run_dir_in_use_is_refused_and_the_running_emulator_keeps_its_tls_file
 
 
 def test_up_ends_with_one_line_when_its_aws_endpoint_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before, ``emulator up`` reported failed poll rounds forever, its export lines pointing at nothing."""
+    """Without it, ``emulator up`` would report failed poll rounds forever, its export lines pointing at nothing."""
 
     def bootstrap_then_die(cloud: EmulatedCloud) -> float:
         assert cloud.run_dir is not None
@@ -200,8 +201,9 @@ def test_up_ends_with_one_line_when_its_aws_endpoint_dies(tmp_path: Path, monkey
 
 
 def test_a_run_dir_whose_server_is_gone_is_free_again_even_if_its_pid_was_reused(tmp_path: Path) -> None:
-    """The server's pid stayed in the run directory after a stop; once the machine gave that pid to another
-    process, the run directory was refused as in use for good."""
+    """The server's pid file goes with the stop, and a pid file whose process is no emulator frees the run
+    directory: otherwise, once the machine gave that pid to another process, the run directory would be refused as
+    in use for good."""
     run_dir = tmp_path / "run"
     with EmulatedCloud(run_dir=run_dir):
         assert (run_dir / SERVER_PID_FILE).is_file()

@@ -57,8 +57,9 @@ def test_a_team_with_a_warm_pool_and_two_clusters_deploys(cloud: EmulatedCloud, 
 
 
 def test_a_node_that_cannot_fetch_the_bootstrap_scripts_leaves_its_group(cloud: EmulatedCloud, tmp_path: Path) -> None:
-    """Before the scripts are on disk no agent runs to hand the instance back. Before, the user data stopped at the
-    failed download and the instance idled in the group, billed and counted as a peer."""
+    """Before the scripts are on disk no agent runs to hand the instance back, so the user data does. Without this,
+    the user data would stop at the failed download and the instance would idle in the group, billed and counted as
+    a peer."""
     team = {"clusters": [{"name": "nofetch", "instance_types": ["c7i.xlarge", "c6i.xlarge"], "max_nodes": 1}]}
     (tmp_path / "nofetch.yaml").write_text(yaml.safe_dump(team))
     group = deploy(cloud, "TrainingStack-nofetch", context={"teams_dir": str(tmp_path), "team": "nofetch"})[

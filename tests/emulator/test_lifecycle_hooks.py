@@ -328,7 +328,8 @@ def test_the_agents_drain_hold_keeps_an_uploading_instance_past_the_heartbeat(
 ) -> None:
     """The node agent's drain hold against the hook: while checkpoint bytes go to S3 it records the hook's heartbeat,
     and the instance stays in Terminating:Wait past the heartbeat timeout; once no bytes go out, the timeout applies.
-    Before, an agent still uploading after the hook's heartbeat (300 s on AWS) had its instance ended mid-upload."""
+    Without the hold, an agent still uploading after the hook's heartbeat (300 s on AWS) would have its instance
+    ended mid-upload."""
     group = _group(cloud, launch_configuration, 1, hook_timeout=60)  # 6 s with the scale
     (instance,) = _states(cloud, group)
     asg = cloud.client("autoscaling")

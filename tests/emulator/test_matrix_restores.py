@@ -87,10 +87,10 @@ def test_h_three_interruptions_in_one_job(cloud: EmulatedCloud, reference: Any) 
 
 def test_j_the_group_ends_a_node_with_no_spot_notice(cloud: EmulatedCloud, reference: Any) -> None:
     """Capacity rebalancing ends the old instance once its replacement runs, with no spot notice (a scale-in the
-    same). Before, the node was shut down mid-training and up to one interval was redone. Now the group's drain hook
-    holds it in Terminating:Wait; its agent reads ``autoscaling/target-lifecycle-state`` ``Terminated``, has the
-    trainer save, makes that checkpoint durable and completes the hook: nothing is redone, and the instance goes
-    once the agent is done, not after the hook's heartbeat."""
+    same). The group's drain hook holds it in Terminating:Wait; its agent reads ``autoscaling/target-lifecycle-state``
+    ``Terminated``, has the trainer save, makes that checkpoint durable and completes the hook: nothing is redone, and
+    the instance goes once the agent is done, not after the hook's heartbeat. Without the hook, the node would be
+    shut down mid-training and up to one interval redone."""
     facts: dict[str, Any] = {}
 
     def scenario(run: JobRun) -> None:

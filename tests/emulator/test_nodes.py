@@ -76,7 +76,8 @@ def test_no_signal_reaches_a_node_whose_process_was_reaped(
     cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once the user data's process is reaped its pid may be any process's: neither the instance leaving nor stop()
-    may signal it (before, both sent SIGKILL to its process group, the second after the node was shut down)."""
+    may signal it (a SIGKILL to its process group from either, the second after the node is shut down, would hit
+    whatever process holds that pid by then)."""
     group = _group(cloud, "reaped", "#!/bin/bash\nexit 0\n")
     sent: list[tuple[int, int]] = []
     with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S) as launcher:
@@ -117,7 +118,8 @@ def test_what_a_node_left_running_ends_when_its_instance_leaves(cloud: EmulatedC
 
 def test_an_instance_is_taken_when_its_notice_time_is_up(cloud: EmulatedCloud, tmp_path: Path) -> None:
     """User data that ignores the notice does not keep its instance: at the notice's time the node is SIGKILLed and
-    the instance reclaimed (the group launches a replacement). Before, it ran on for as long as it liked."""
+    the instance reclaimed (the group launches a replacement). Without the deadline, it would run on for as long as
+    it liked."""
     group = _group(cloud, "deadline", "#!/bin/bash\nsleep 300\n")
     with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=POLL_S) as launcher:
         launcher.wait_for(lambda: len(launcher.running()) == 1, WAIT_S, "the node to boot")
@@ -137,8 +139,9 @@ def test_an_instance_is_taken_when_its_notice_time_is_up(cloud: EmulatedCloud, t
 def test_reclaiming_an_instance_its_agent_already_handed_back_is_no_error(
     cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The agent hands the instance back after the round's snapshot of the group. Before, the reclaim's error
-    (moto: 500) ended the round and stayed in ``errors``, failing every later wait_for."""
+    """The agent hands the instance back after the round's snapshot of the group; the reclaim's error (moto: 500)
+    is no error of the launcher. Otherwise it would end the round and stay in ``errors``, failing every later
+    wait_for."""
     group = _group(cloud, "handback", "#!/bin/bash\nexit 0\n")
     with NodeLauncher(cloud, tmp_path / "nodes", groups=[group], poll_s=MANUAL) as launcher:
         launcher.poll()
@@ -156,8 +159,8 @@ def test_reclaiming_an_instance_its_agent_already_handed_back_is_no_error(
 
 
 def test_an_instance_that_cannot_boot_keeps_no_other_from_booting(cloud: EmulatedCloud, tmp_path: Path) -> None:
-    """Reported once (event and error) and not tried again. Before, its error ended every round, so no instance
-    sorted after it ever booted, and ``emulator up`` showed nothing."""
+    """Reported once (event and error) and not tried again. Were its error to end every round, no instance sorted
+    after it would ever boot, and ``emulator up`` would show nothing."""
     bad = _group(cloud, "no-user-data", None)
     good = _group(cloud, "boots", "#!/bin/bash\nexit 0\n")
     events: list[str] = []
@@ -173,7 +176,8 @@ def test_an_instance_that_cannot_boot_keeps_no_other_from_booting(cloud: Emulate
 
 
 def test_a_relative_work_dir_works(cloud: EmulatedCloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before, the node's script path was relative while the node runs in its own root directory."""
+    """The work directory is made absolute: the node runs in its own root directory, where a relative script path
+    would not resolve."""
     group = _group(cloud, "relative", "#!/bin/bash\necho booted > booted.txt\n")
     monkeypatch.chdir(tmp_path)
     with NodeLauncher(cloud, Path("relative-nodes"), groups=[group], poll_s=POLL_S) as launcher:
@@ -200,8 +204,8 @@ def test_an_instance_its_group_holds_keeps_its_node_and_learns_it_is_ending(
     cloud: EmulatedCloud, tmp_path: Path
 ) -> None:
     """With a terminating lifecycle hook, an instance its group ends waits in Terminating:Wait: its node keeps running
-    and its metadata says ``Terminated``, so its agent can save first. Before, the launcher shut the node down as
-    soon as the instance was no longer InService. Completing the hook ends it; the group replaced it meanwhile."""
+    and its metadata says ``Terminated``, so its agent can save first; without this, the launcher would shut the
+    node down as soon as the instance left InService. Completing the hook ends it; the group replaced it meanwhile."""
     group = _group(cloud, "drain", DRAINING_USER_DATA)
     asg = cloud.client("autoscaling")
     asg.put_lifecycle_hook(
@@ -286,7 +290,8 @@ def test_a_second_ctrl_c_while_nodes_stop_leaves_none_running(
 
 def test_a_second_ctrl_c_while_a_poll_round_ends_leaves_none_running(cloud: EmulatedCloud, tmp_path: Path) -> None:
     """The same while stop() waits for the poll thread's round (it holds the launcher's lock, e.g. for a gone
-    node's grace): before, the interrupt came before any node was signalled."""
+    node's grace): the nodes are signalled first; otherwise the interrupt would come before any node was
+    signalled."""
     launcher, children = stubborn_nodes(cloud, tmp_path, "stubborn-poll", 1, poll_s=POLL_S)
     poll, in_round = launcher.poll, threading.Event()
 
