@@ -85,7 +85,7 @@ def test_a_wrong_allowed_file_is_one_line_naming_it_and_the_fix(tmp_path: Path, 
 def test_the_shipped_allowed_file_gives_each_warning_a_reason() -> None:
     allowed = cfn_lint.load_allowed()
     assert allowed and all(len(reason) >= cfn_lint.MIN_REASON for reason in allowed.values())
-    assert "W3005" not in allowed  # fixed in training_constructs/team_budget.py
+    assert "W3005" not in allowed  # training_constructs/team_budget.py gives cfn-lint no W3005 to allow
 
 
 def test_the_review_gates_report_cfn_lint_and_checkov_findings_one_line_each(tmp_path: Path) -> None:

@@ -422,13 +422,14 @@ def test_a_sharded_model_is_refused_in_one_line_not_saved_as_rank_0s_shard(tmp_p
 
 
 def test_fsdp_wrapping_anywhere_in_the_model_is_refused_and_an_object_with_a_state_dict_is_not() -> None:
-    """FSDP1 keeps FlatParameters, not DTensors: a wrapped submodule, or FSDP under torch.compile, passed the first
-    check, and rank 0's lone full-state-dict call (a collective) would hang the first save."""
+    """FSDP1 keeps FlatParameters, not DTensors: a wrapped submodule, or FSDP under torch.compile, is refused by name.
+    A check for DTensors alone would let it through, and rank 0's lone full-state-dict call (a collective) would hang
+    the first save."""
     import torch.distributed as dist
     from spot_training.checkpoint import _sharded
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    class Duck:  # anything with state_dict/load_state_dict was a model before; it still is
+    class Duck:  # anything with state_dict/load_state_dict is a model, not refused
         def state_dict(self) -> dict[str, Any]:
             return {}
 
