@@ -104,7 +104,7 @@ def _check_secrets(secrets: Any, team: str) -> Dict[str, str]:
     prefix = secret_prefix(team)
     for name, source in secrets.items():
         _env_name("secrets", name)
-        kind, _, secret = str(source).partition(":") if isinstance(source, str) else ("", "", "")
+        kind, _, secret = source.partition(":") if isinstance(source, str) else ("", "", "")
         if f"{kind}:" not in SECRET_SOURCES or not SECRET_NAME_RE.match(secret):
             raise JobSpecError(
                 f"secrets: {name} must be ssm:<parameter name> or secretsmanager:<secret name>, got {source!r}"
