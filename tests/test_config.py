@@ -292,6 +292,16 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             id="drill-notice",
         ),
         pytest.param(
+            cluster(warm_pool={**RESOLVED_POOL, "min_free_percent": 95}),
+            "clusters[0].warm_pool.min_free_percent: Input should be less than or equal to 90 (got 95)",
+            id="warm-pool-min-free-above-90",
+        ),
+        pytest.param(
+            cluster(warm_pool={**RESOLVED_POOL, "min_free_percent": -1}),
+            "clusters[0].warm_pool.min_free_percent: Input should be greater than or equal to 0 (got -1)",
+            id="warm-pool-min-free-negative",
+        ),
+        pytest.param(
             new_vpc({"nat_gateways": 0}),
             "network.new_vpc: nat_gateways 0 leaves the nodes no way to SSM, Auto Scaling, EC2 or CloudWatch Logs "
             "(the stack adds only an S3 endpoint), so they could not even leave the group; use 1, or an existing_vpc "
