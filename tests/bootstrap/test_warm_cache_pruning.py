@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from spot_training.agent import warm_cache_pruning
@@ -76,7 +77,7 @@ def test_the_current_jobs_entries_stay_even_when_the_space_stays_short(tmp_path:
     own_cache = _cache(volume, "own", T0)  # the oldest of all
     own_store = _store(volume, "own-input", T0 + DAY)
     other = _cache(volume, "other", T0 + 2 * DAY)
-    started = time.time()
+    started = time.time() - 1  # the file system's clock ticks coarser than time.time()
     removed, lines = _prune(volume, [own_cache, own_store], lambda path: 5.0)
     assert removed == ["setup-cache/other"] and not other.exists()
     assert own_cache.exists() and own_store.exists() and (volume / "inputs" / "own-input.json").exists()
