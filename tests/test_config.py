@@ -291,6 +291,18 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
             "clusters[0].interruption_drill.notice_minutes: Input should be greater than or equal to 2 (got 1)",
             id="drill-notice",
         ),
+        *(
+            pytest.param(
+                cluster(warm_pool={**RESOLVED_POOL, "min_free_percent": free}),
+                f"clusters[0].warm_pool.min_free_percent: Input should be {expected}",
+                id=f"warm-pool-min-free-{free}",
+            )
+            for free, expected in (
+                (95, "less than or equal to 90 (got 95)"),
+                (-1, "greater than or equal to 0 (got -1)"),
+                (12.5, "a valid integer, got 12.5; write a whole number"),
+            )
+        ),
         pytest.param(
             new_vpc({"nat_gateways": 0}),
             "network.new_vpc: nat_gateways 0 leaves the nodes no way to SSM, Auto Scaling, EC2 or CloudWatch Logs "

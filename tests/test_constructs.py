@@ -46,6 +46,7 @@ WARM_POOL = {
     "throughput_mibps": 500,
     "initialization_rate_mibps": 300,
     "removal_policy": "destroy",
+    "min_free_percent": 35,
 }
 # a cluster whose pool copies a snapshot given by hand: the nodes boot the AMI it comes from
 POOLED = {**CLUSTER, "ami": {"image_id": "ami-0123456789abcdef0"}}
@@ -759,10 +760,12 @@ def test_only_a_cluster_with_a_warm_pool_may_list_volumes(default: Template, var
 
 
 def test_the_job_spec_lists_the_pools_volumes_for_the_claim(variant: Template) -> None:
-    """The agent claims only these (a retained volume of an earlier pool keeps the tag, but IAM refuses it)."""
+    """The agent claims only these (a retained volume of an earlier pool keeps the tag, but IAM refuses it), and
+    keeps the team file's share of a claimed volume free (min_free_percent)."""
     specs = [p for p in resources(variant, "AWS::SSM::Parameter") if p["Properties"]["Name"].endswith("/big/job-spec")]
     value = joined(specs[0]["Properties"]["Value"])
     assert '\\"volumes\\":[\\"' in value
+    assert '\\"min_free_percent\\":35' in value
     assert {ref for ref in set(variant.find_resources("AWS::EC2::Volume")) if f'{{"Ref": "{ref}"}}' in value} == set(
         variant.find_resources("AWS::EC2::Volume")
     )
@@ -802,12 +805,12 @@ def test_a_new_snapshot_initialization_rate_or_size_makes_new_volumes_iops_and_t
     ("Volume properties other than AutoEnableIO, type, size, and IOPS cannot be updated"). EBS cannot shrink a
     volume either (the update failed too), and growing one in place gives a node nothing: the copy's filesystem
     keeps the snapshot's size. New volumes (new logical ids) are created instead; IOPS and throughput stay in-place
-    updates of the same volumes."""
+    updates of the same volumes, and min_free_percent (the node agent's, not the volumes') keeps them too."""
     before = pool_volumes()
     assert pool_volumes(snapshot_id="snap-0fedcba9876543210").isdisjoint(before)
     assert pool_volumes(initialization_rate_mibps=200).isdisjoint(before)
     assert pool_volumes(volume_size_gib=100).isdisjoint(before)
-    assert pool_volumes(iops=8000, throughput_mibps=250) == before
+    assert pool_volumes(iops=8000, throughput_mibps=250, min_free_percent=50) == before
 
 
 @pytest.fixture(scope="module")

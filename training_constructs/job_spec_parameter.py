@@ -78,6 +78,7 @@ def cluster_job_spec(
                 pool=pool.pool_name,
                 device_name=spec.warm_pool.device_name,
                 volumes=[v.volume_id for v in pool.volumes],
+                min_free_percent=spec.warm_pool.min_free_percent,
             )
             if pool is not None and spec.warm_pool is not None
             else None

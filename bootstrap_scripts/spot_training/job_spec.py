@@ -23,17 +23,22 @@ __all__ = ["JobSpecError", "check_job"]
 
 
 SPEC_VERSION = 1  # the job spec's schema version: the agent refuses any other
+# warm_pool.min_free_percent: the free space the agent keeps on a claimed warm volume, and its bounds; above 90 it
+# would prune nearly every entry at each job
+MIN_FREE_PERCENT_DEFAULT, MIN_FREE_PERCENT_MAX = 20, 90
 
 
 @dataclass(frozen=True)
 class WarmPoolSpec:
     """The cluster's warm volume pool, for a node's claim: the tag key and value (``pool``) its volumes carry, where
-    the node attaches the volume it claims, and the pool's volume ids."""
+    the node attaches the volume it claims, and the pool's volume ids; and the free space, in percent, the agent
+    keeps on a claimed volume by pruning the setup caches and inputs it keeps there (``agent/warm_cache_pruning``)."""
 
     tag_key: str
     pool: str
     device_name: str
     volumes: List[str]
+    min_free_percent: int = MIN_FREE_PERCENT_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,9 @@ JOB_PARTS = {"setup", "env", "secrets", "inputs"}
 # Keys a submitted job (the current-job parameter) may set; everything else comes from the stack's job spec.
 JOB_KEYS = JOB_SETTINGS | JOB_PARTS | {"job_id", "code_key", "nodes"}
 SPEC_KEYS = {f.name for f in fields(JobSpec)} | {"version"}
-# The keys a warm_pool entry must hold; its volumes may be missing (the node claims a volume by its tag then).
-WARM_POOL_KEYS = {f.name for f in fields(WarmPoolSpec)} - {"volumes"}
+# The keys a warm_pool entry must hold; its volumes may be missing (the node claims a volume by its tag then), and
+# its min_free_percent (the node keeps MIN_FREE_PERCENT_DEFAULT free then).
+WARM_POOL_KEYS = {f.name for f in fields(WarmPoolSpec)} - {"volumes", "min_free_percent"}
 
 SPOT_NOTICE_S = 120  # an interruption notice comes this long before EC2 reclaims the instance
 PARAMETER_MAX_BYTES = 4096  # an SSM Standard parameter's value: the job spec, and the current job trainctl writes
@@ -287,3 +293,8 @@ def _check_warm_pool(warm: Any) -> None:
         and all(isinstance(v, str) for v in volumes)
     ):
         raise JobSpecError(f"warm_pool must be null or {{tag_key, pool, device_name, volumes: [ids]}}, got {warm!r}")
+    free = warm.get("min_free_percent", MIN_FREE_PERCENT_DEFAULT) if warm is not None else 0
+    if isinstance(free, bool) or not isinstance(free, int) or not 0 <= free <= MIN_FREE_PERCENT_MAX:
+        raise JobSpecError(
+            f"warm_pool.min_free_percent must be an integer from 0 to {MIN_FREE_PERCENT_MAX}, got {free!r}"
+        )

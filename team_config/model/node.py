@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, StringConstraints, model_validator
 
+from bootstrap_scripts.spot_training.job_spec import MIN_FREE_PERCENT_DEFAULT, MIN_FREE_PERCENT_MAX
 from team_config.instance_types import instance_facts
 from team_config.model.base import (
     POOL_DEVICE_PATTERN,
@@ -100,6 +101,14 @@ class WarmPoolConfig(Strict):
         "destroy",
         description="destroy: a replaced pool's or deleted stack's volumes are deleted (copies of the snapshot); "
         "retain: they stay, billed, until deleted by hand.",
+    )
+    min_free_percent: int = Field(
+        MIN_FREE_PERCENT_DEFAULT,
+        ge=0,
+        le=MIN_FREE_PERCENT_MAX,
+        description="Percent of its claimed volume a node keeps free: before a job's setup and input downloads, the "
+        "node agent removes the least recently used setup caches and inputs the job does not use until that much is "
+        "free. 0: never.",
     )
 
     @model_validator(mode="after")

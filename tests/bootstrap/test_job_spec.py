@@ -279,7 +279,20 @@ def test_the_job_spec_the_stack_writes_passes_the_agents_check() -> None:
         "pool": "t-main",
         "device_name": "/dev/sdf",
         "volumes": ["vol-1"],
+        "min_free_percent": 20,
     }
     written.pop("bucket")
     with pytest.raises(JobSpecError, match=r"^bucket must be a non-empty string, got None$"):
         check_job(written, {"job_id": "j1", "code_key": "main/code/j1.tar.gz"}, "current")
+
+
+@pytest.mark.parametrize("free", [-1, 91, 20.5, True, "20"])
+def test_a_warm_pool_min_free_percent_out_of_bounds_is_refused_in_one_line(free: Any) -> None:
+    pool = {"tag_key": "spot-training:warm-pool", "pool": "t-main", "device_name": "/dev/sdf", "volumes": ["vol-1"]}
+    spec = {**a_job_spec().as_dict(), "warm_pool": {**pool, "min_free_percent": free}}
+    current = {"job_id": "j1", "code_key": "main/code/j1.tar.gz"}
+    with pytest.raises(JobSpecError) as raised:
+        check_job(spec, current, "current")
+    assert str(raised.value) == f"warm_pool.min_free_percent must be an integer from 0 to 90, got {free!r}"
+    del spec["warm_pool"]["min_free_percent"]  # a job spec without the key passes: the agent keeps its default
+    assert check_job(spec, current, "current")["warm_pool"] == pool

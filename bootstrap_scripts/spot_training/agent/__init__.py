@@ -60,6 +60,8 @@ for those that hold a job's state (``rendezvous``, ``final_syncs``, ``trainer``,
   ``efa``               ``EfaEnvironment``: NCCL's EFA variables (libfabric provider, GPUDirect RDMA) in the
                         trainer's environment on an EFA cluster, below what the environment holds; logged once
   ``warm_claim``        ``WarmClaim``: claim (attach, mount) and release a warm volume of the pool
+  ``warm_cache_pruning`` ``prune``: the claimed warm volume's setup caches and input stores that the job does not
+                        use, removed least recently used first while the volume is short of free space
   ``group_exit``        ``GroupExit``: leave the group, hand the instance back, scale to 0, complete the drain hook
   ``handover``          ``Handover``: at a job's end, the cluster's next queued job (``spot_training.job_queue``) or
                         the group to 0; whether this node goes on to the next job or leaves as surplus

@@ -27,6 +27,7 @@ from spot_training.job_parts import split_s3_url
 
 PLAIN_ETAG = re.compile(r'^"?([0-9a-f]{32})"?$')
 PART = ".part"
+RECORD = ".json"  # beside a store: the ETag and size of each of its files (``<store>.json``)
 STORES = "inputs"  # the folder of the input stores, on the warm volume or in the work directory
 Listing = Dict[str, Tuple[str, int]]  # file (relative) -> (ETag, size)
 Range = Tuple[str, str, int, int]  # (key, file path, start, length)
@@ -86,7 +87,7 @@ class InputSync:
             wanted = listing(self.s3, self.bucket, self.prefix)
         except AWS_ERRORS as exc:
             raise AgentError(f"input {self.url}: cannot list it ({exc})") from None
-        state_file = self.store.rstrip("/") + ".json"
+        state_file = self.store.rstrip("/") + RECORD
         had = read_state(state_file)
         os.makedirs(self.store, exist_ok=True)
         self.removed = self.remove_unlisted(set(wanted))

@@ -34,6 +34,7 @@ from spot_training.proctree import kill_all, process_tree
 
 CACHE_ENV = "SPOT_TRAINING_SETUP_CACHE_DIR"
 COMPLETE = ".spot-training-setup-complete"
+SETUP_CACHES = "setup-cache"  # the folder of the setup caches, on the warm volume or in the work directory
 TAIL_LINES = 5  # of the setup's output, in the FAILED reason
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
@@ -61,8 +62,8 @@ class JobSetup:
 
     def cache_dir(self, key: str, volume_dir: Optional[str]) -> str:
         if volume_dir is not None:
-            return os.path.join(volume_dir, "setup-cache", key)
-        return os.path.join(self.node.settings.work_dir, "setup-cache", boot_id(), key)
+            return os.path.join(volume_dir, SETUP_CACHES, key)
+        return os.path.join(self.node.settings.work_dir, SETUP_CACHES, boot_id(), key)
 
     def run(self, job: Job, code_dir: str, volume_dir: Optional[str]) -> Optional[str]:
         """Run the job's setup unless its cache says it ran; its cache directory (None: the job has no setup).
