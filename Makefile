@@ -74,7 +74,8 @@ lint: deps
 unit: deps
 	$(BIN)/pytest $(PYTEST_PARALLEL) --durations=25
 
-# The edit loop: unit and template tests, without the emulated cloud, real nodes or training processes (marker "slow").
+# The edit loop: unit and template tests, without the emulated cloud, real nodes, training processes or whole
+# toolchains run end to end (marker "slow", tests/parallel.py).
 quick: run-deps
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
 

@@ -108,14 +108,29 @@ TRAINER_MODULES = (
 )
 
 
+# Single tests that run a whole toolchain end to end (the CDK CLI with its validation worker, `make review` on a
+# clone, checkov) or eight racing node processes: 6-33 s each in `make quick`'s --durations, where the other tests of
+# their modules take a second or less
+TOOLCHAIN_TESTS = (
+    "tests/test_cfn_validate.py::test_worker_reports_what_aws_cdk_lib_reports",
+    "tests/test_cfn_validate.py::test_npx_cdk_synth_fails_when_the_worker_dies",
+    "tests/test_cfn_validate.py::test_app_synth_runs_the_worker_not_aws_cdk_libs_copy",
+    "tests/test_review_gates.py::test_the_review_of_two_commits_names_the_change_and_passes_the_gates",
+    "tests/test_review_gates.py::test_a_head_that_fails_synth_fails_the_review_with_its_lines",
+    "tests/test_review_gates.py::test_the_review_gates_report_cfn_lint_and_checkov_findings_one_line_each",
+    "tests/test_warm_volume.py::test_eight_nodes_racing_for_eight_volumes_never_share_one",
+)
+
+
 def is_slow(nodeid: str, fixtures: Sequence[str]) -> bool:
-    """Whether a test starts the emulated cloud, real nodes or training processes: marked ``slow``, which
-    ``make quick`` leaves out."""
+    """Whether a test starts the emulated cloud, real nodes, training processes or a whole toolchain: marked
+    ``slow``, which ``make quick`` leaves out."""
     module = nodeid.split("::", 1)[0]
     return (
         module.startswith("tests/emulator/")
         or module in NODE_MODULES
         or module in TRAINER_MODULES
+        or nodeid.split("[", 1)[0] in TOOLCHAIN_TESTS
         or "make_nodes" in fixtures
     )
 

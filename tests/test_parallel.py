@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from tests import parallel
@@ -11,6 +13,15 @@ from tests import parallel
 def test_every_module_the_scheduling_names_exists(module: str) -> None:
     # A renamed module would drop out of these lists silently: into make quick, or to the end of the run
     assert (parallel.ROOT / module).is_file(), f"{module} is named in tests/parallel.py but does not exist"
+
+
+@pytest.mark.parametrize("nodeid", parallel.TOOLCHAIN_TESTS)
+def test_every_test_the_slow_list_names_exists(nodeid: str) -> None:
+    # A renamed test would drop back into make quick silently
+    module, name = nodeid.split("::")
+    source = ast.parse((parallel.ROOT / module).read_text())
+    tests = {node.name for node in source.body if isinstance(node, ast.FunctionDef)}
+    assert name in tests, f"{nodeid} is named in tests/parallel.py but {module} has no such test"
 
 
 @pytest.mark.parametrize(
@@ -23,9 +34,13 @@ def test_every_module_the_scheduling_names_exists(module: str) -> None:
         ("tests/test_warm_volume.py::test_x", ("make_nodes",), True),
         ("tests/test_config.py::test_x", ("tmp_path",), False),
         ("tests/bootstrap/test_agent_endings.py::test_x", (), False),
+        ("tests/test_review_gates.py::test_the_review_of_two_commits_names_the_change_and_passes_the_gates", (), True),
+        ("tests/test_cfn_validate.py::test_worker_reports_what_aws_cdk_lib_reports", (), True),
+        ("tests/test_cfn_validate.py::test_the_collector_answers_for_its_own_templates", (), False),
+        ("tests/test_warm_volume.py::test_eight_nodes_racing_for_eight_volumes_never_share_one[x]", (), True),
     ],
 )
-def test_slow_means_the_emulated_cloud_nodes_or_training_processes(nodeid: str, fixtures: tuple, slow: bool) -> None:
+def test_slow_means_the_emulated_cloud_nodes_training_processes_or_a_toolchain(nodeid: str, fixtures: tuple, slow: bool) -> None:
     assert parallel.is_slow(nodeid, fixtures) is slow
 
 
