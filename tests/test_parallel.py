@@ -40,7 +40,9 @@ def test_every_test_the_slow_list_names_exists(nodeid: str) -> None:
         ("tests/test_warm_volume.py::test_eight_nodes_racing_for_eight_volumes_never_share_one[x]", (), True),
     ],
 )
-def test_slow_means_the_emulated_cloud_nodes_training_processes_or_a_toolchain(nodeid: str, fixtures: tuple, slow: bool) -> None:
+def test_slow_means_the_emulated_cloud_nodes_training_processes_or_a_toolchain(
+    nodeid: str, fixtures: tuple, slow: bool
+) -> None:
     assert parallel.is_slow(nodeid, fixtures) is slow
 
 
