@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Dict, List, Set
+from typing import Dict, Iterable, List, Set
 
 
 def process_tree(root: int) -> Set[int]:
@@ -30,9 +30,14 @@ def process_tree(root: int) -> Set[int]:
     return found
 
 
-def kill_all(pids: Set[int], sig: int = signal.SIGKILL) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to every process in ``pids`` as one event: the tree is stopped first, so no parent runs another
+    line of its script when its child dies (a shell woken by SIGCHLD between two kills would), then signalled, then
+    continued (a stopped process acts on a SIGTERM only once it runs)."""
+    pids = list(pids)
+    for each in (signal.SIGSTOP, sig, signal.SIGCONT):
+        for pid in pids:
+            try:
+                os.kill(pid, each)
+            except (ProcessLookupError, PermissionError):
+                pass
