@@ -37,7 +37,8 @@ def test_a_resume_on_fewer_processes_neither_skips_nor_repeats_samples(tmp_path:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    train = [str(EXAMPLE_DIR / "train.py"), "--epochs", "1", "--batch-size", str(BATCH), "--step-sleep-s", "0.01"]
+    # 0.05 s a step: the 11 steps after step 10 leave room for the signal to arrive on a loaded machine
+    train = [str(EXAMPLE_DIR / "train.py"), "--epochs", "1", "--batch-size", str(BATCH), "--step-sleep-s", "0.05"]
     two = subprocess.Popen(
         [sys.executable, "-m", "spot_training.launch", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
          f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1", "--max-restarts=0", *train],

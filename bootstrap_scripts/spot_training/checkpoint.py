@@ -272,12 +272,14 @@ class Checkpointer:
         True if it did. The ranks poll together every CHECK_S (rank 0 reads the agent's report), so no collective
         blocks for the length of an upload (a rank waiting alone would leave the others in their next collective
         until the process group's timeout) and a notice on any rank ends the wait at once (``stop_requested`` is
-        then set on every rank)."""
-        self.wait()
-        deadline = time.monotonic() + timeout_s
+        then set on every rank). Rank 0's local write of the checkpoint is part of the wait (nothing is uploaded
+        before it); ``timeout_s`` counts from its end."""
+        deadline: Optional[float] = None
         while True:
             state = _WAITING
-            if self.rank == 0:
+            if self.rank == 0 and not (self._writer is not None and self._writer.is_alive()):
+                self.wait()  # the write is on disk (or its error is raised)
+                deadline = time.monotonic() + timeout_s if deadline is None else deadline
                 uploaded = read_sync_state(self.directory).get("last_uploaded_step")
                 if isinstance(uploaded, int) and uploaded >= step:
                     state = _DURABLE

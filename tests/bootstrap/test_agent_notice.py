@@ -400,8 +400,11 @@ def test_a_restart_judges_progress_after_the_final_sync_of_a_peer_that_stays(mak
             return 1, False
         raise errors.LeavingBeforeTraining("the test ends here")  # bounded: the second attempt never trains
 
-    def a_uploads_then_syncs() -> None:
-        time.sleep(1.0)
+    def a_uploads_then_syncs() -> None:  # once the agent waits for it, however long the agent's reads took
+        waiting = f"waiting for the final checkpoint sync of peer(s) {a}"
+        deadline = time.monotonic() + 30
+        while waiting not in lines and time.monotonic() < deadline:
+            time.sleep(0.05)
         (tmp_path / "model.bin").write_text("state 2")
         store.upload(2, {"model.bin": str(tmp_path / "model.bin")}, "flat")
         agent.markers.put_marker(job, f"nodes/{a}/synced", {"attempt": 0, "pending": None})

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from spot_training.agent.checkpoint_store import CheckpointStore
+from spot_training.agent.stall import StallWatch
 
 from .conftest import Cluster, address_map
 from .test_agent_notice import agent_for, raising, store_of
@@ -302,21 +303,30 @@ def test_an_agent_whose_trainer_prints_writes_its_progress_marker_at_most_every_
     cluster.submit("job-marks", {"train.py": ""}, "python train.py")
     trainer = [sys.executable, "-c", UNFLUSHED, "0.05", str(2 * STALL_S), str(tmp_path / "report")]
     agent, job, lines = stall_agent(cluster, tmp_path, trainer, monkeypatch, attempts=1, agents_env=True)
-    written: list[float] = []
-    put_marker = agent.markers.put_marker
+    written: list[float] = []  # the agent's own time of each mark (its clock read before the PUT)
+    puts: list[str] = []
+    put_marker, mark = agent.markers.put_marker, StallWatch.mark
 
-    def recording(job: Any, name: str, body: Any) -> None:
+    def recording_put(job: Any, name: str, body: Any) -> None:
         if name == f"nodes/{agent.node.instance_id}/progress":
-            written.append(time.monotonic())  # before the PUT, as the agent times it
+            puts.append(name)
         put_marker(job, name, body)
 
-    monkeypatch.setattr(agent.markers, "put_marker", recording)
+    def recording_mark(watch: StallWatch) -> None:
+        before = watch.marked_at
+        mark(watch)
+        if watch.marked_at != before:
+            written.append(watch.marked_at)
+
+    monkeypatch.setattr(agent.markers, "put_marker", recording_put)
+    monkeypatch.setattr(StallWatch, "mark", recording_mark)
 
     assert agent.attempts(job, cluster.group, str(tmp_path), store_of(agent, job)) == 0
 
     assert len(written) >= 3, (written, lines)  # printing for 2 timeouts: about every quarter of one
+    assert len(puts) == len(written)  # each mark is one PUT of the marker
     gaps = [b - a for a, b in itertools.pairwise(written)]
-    assert min(gaps) >= STALL_S / 4 - 0.01, gaps
+    assert min(gaps) >= STALL_S / 4, gaps
     assert cluster.marker("job-marks", f"nodes/{agent.node.instance_id}/progress") is not None
 
 

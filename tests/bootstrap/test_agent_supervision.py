@@ -64,11 +64,17 @@ def test_a_killed_agent_comes_back_ends_its_old_trainer_and_the_job_ends_bitwise
     old_trainer = tagged_processes(trainer_token(node))
     assert old_trainer, node.text
     (agent,) = agent_pids(node)
-    os.kill(agent, signal.SIGKILL)
-    for line in node.lines():
-        if "running:" in line:  # the new agent starts its trainer: the old one must be gone by now
-            assert not [pid for pid in old_trainer if Path(f"/proc/{pid}/environ").exists() and tagged(pid)], line
-            break
+    # The killed agent was the only reader of the trainer's output pipe: the trainer's next print would fail and end
+    # it before the new agent looks. A reader held here keeps it running, as a trainer that prints nothing runs on.
+    reader = os.open(f"/proc/{min(old_trainer)}/fd/1", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.kill(agent, signal.SIGKILL)
+        for line in node.lines():
+            if "running:" in line:  # the new agent starts its trainer: the old one must be gone by now
+                assert not [pid for pid in old_trainer if Path(f"/proc/{pid}/environ").exists() and tagged(pid)], line
+                break
+    finally:
+        os.close(reader)
     assert node.wait() == 0, node.text
     assert "node agent ended with signal KILL: starting it again (restart 1 of 3)" in node.text
     assert "a trainer of an earlier agent is still running" in node.text

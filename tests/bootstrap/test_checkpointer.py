@@ -322,8 +322,11 @@ def sigterm():
     time.sleep(0.5)
     ckpt.stop_requested.set()
 
-if rank == 0 and mode == "slow":
+if rank == 0 and mode in ("slow", "slow-write"):
     threading.Thread(target=agent, daemon=True).start()
+if rank == 0 and mode == "slow-write":  # the local write alone outlasts the process group's timeout twice
+    write = Checkpointer._write
+    Checkpointer._write = lambda *args: (time.sleep(4), write(*args))[1]
 if rank == 1 and mode == "notice":
     threading.Thread(target=sigterm, daemon=True).start()
 stopped, durable_at_return = None, None
@@ -353,6 +356,18 @@ def test_with_wait_for_upload_all_ranks_wait_together_longer_than_the_process_gr
     rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "slow"))
     assert rank0["stopped"] is None and rank1["stopped"] is None
     assert rank0["last"] == rank1["last"] == 400  # both trained to the end
+    assert len(rank0["saved"]) == 1 and rank0["saved"][0] >= 20
+    assert rank0["durable"] is True
+
+
+def test_with_wait_for_upload_a_local_write_longer_than_the_process_group_timeout_is_waited_for_together(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's write of the checkpoint to its disk takes twice the process group's timeout: it is part of the
+    polled wait, so rank 1 does not sit in a collective for its length."""
+    rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "slow-write"))
+    assert rank0["stopped"] is None and rank1["stopped"] is None
+    assert rank0["last"] == rank1["last"] == 400
     assert len(rank0["saved"]) == 1 and rank0["saved"][0] >= 20
     assert rank0["durable"] is True
 

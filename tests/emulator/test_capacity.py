@@ -123,8 +123,9 @@ def test_without_spot_capacity_the_job_waits_then_runs_on_demand_to_done_and_the
             shown = _trainctl(capsys, "status", "--team", TEAM, "--cluster", CLUSTER, job_id)
             assert "waiting for capacity: 0 of 1 node(s) since " in shown and NO_CAPACITY_MESSAGE in shown
 
-            report = watch(client, env, time.time())
-            assert report["action"] is None and report["record"]["market"] == "spot"  # not yet 6 s
+            # 5 s after the failed launch, whatever the status calls above took on a loaded machine: not yet 6 s
+            report = watch(client, env, failed[0]["StartTime"].timestamp() + 5.0)
+            assert report["action"] is None and report["record"]["market"] == "spot"
             time.sleep(max(0.0, failed[0]["StartTime"].timestamp() + 6.0 - time.time()) + 0.5)
             report = watch(client, env, time.time())
             assert report["action"] == "on-demand", report

@@ -64,6 +64,13 @@ class Endings:
                 self.node.log(f"job {job.job_id} is DONE (a peer finished it)")
                 self.handover.after_end(job, group, DONE)
                 return True
+            # the peers are looked at before the deadline: one that trains again is seen however short the barrier
+            still = self.still_finishing(job, waiting)
+            if still is None:
+                return False
+            waiting = still
+            if not waiting:
+                break
             if time.monotonic() >= deadline:  # one may still upload the final checkpoint: the last one writes DONE
                 self.lifecycle.move(state.DONE, f"this node finished; peers {', '.join(waiting)} write DONE")
                 self.node.log(
@@ -73,12 +80,7 @@ class Endings:
                 self.group_exit.warm.release()
                 self.group_exit.leave_group(group, for_good=True)
                 return True
-            still = self.still_finishing(job, waiting)
-            if still is None:
-                return False
-            waiting = still
-            if waiting:
-                time.sleep(min(self.node.poll_s, 1.0))
+            time.sleep(min(self.node.poll_s, 1.0))
         self.lifecycle.move(state.DONE, "every peer finished: this node writes DONE")
         self.markers.put_marker(job, DONE, {"peers": [i for i, _ in self.rendezvous.peers]})
         self.node.log(f"job {job.job_id} DONE: s3://{job.bucket}/{job.job_prefix}DONE")
