@@ -272,8 +272,7 @@ class Checkpointer:
         True if it did. The ranks poll together every CHECK_S (rank 0 reads the agent's report), so no collective
         blocks for the length of an upload (a rank waiting alone would leave the others in their next collective
         until the process group's timeout) and a notice on any rank ends the wait at once (``stop_requested`` is
-        then set on every rank). Rank 0's local write of the checkpoint is part of the wait (nothing is uploaded
-        before it); ``timeout_s`` counts from its end."""
+        then set on every rank). Rank 0's local write is part of the wait; ``timeout_s`` counts from its end."""
         deadline: Optional[float] = None
         while True:
             state = _WAITING
