@@ -4,12 +4,11 @@ volume, room for the job (``warm_cache_pruning``); then the job's setup (``job_s
 
 from __future__ import annotations
 
-import os
 from typing import Dict, List
 
 from spot_training.agent.job import Job
 from spot_training.agent.job_inputs import store_dir, sync_inputs
-from spot_training.agent.job_setup import CACHE_ENV, JobSetup, script_key
+from spot_training.agent.job_setup import CACHE_ENV, JobSetup
 from spot_training.agent.log_shipping import Timed
 from spot_training.agent.node import Node
 from spot_training.agent.notices import Notices
@@ -46,7 +45,5 @@ def prepare_job(node: Node, notices: Notices, warm: WarmClaim, job: Job, code_di
 def warm_entries(setup: JobSetup, job: Job, code_dir: str, volume_dir: str) -> List[str]:
     """The job's own entries on the warm volume, there or not yet: its setup's cache and its inputs' stores."""
     found = [store_dir(entry["s3"], volume_dir, "") for entry in job.spec.get("inputs") or []]
-    script = os.path.join(code_dir, job.spec.get("setup") or "")
-    if job.spec.get("setup") and os.path.isfile(script):
-        found.append(setup.cache_dir(script_key(script), volume_dir))
-    return found
+    keyed = setup.keyed_cache(job, code_dir, volume_dir)
+    return found if keyed is None else [*found, keyed[1]]

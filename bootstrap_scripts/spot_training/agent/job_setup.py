@@ -65,17 +65,27 @@ class JobSetup:
             return os.path.join(volume_dir, SETUP_CACHES, key)
         return os.path.join(self.node.settings.work_dir, SETUP_CACHES, boot_id(), key)
 
+    def keyed_cache(self, job: Job, code_dir: str, volume_dir: Optional[str]) -> Optional[Tuple[str, str]]:
+        """(the script's key, the cache directory) of the job's setup; None when the job has no setup or its code
+        archive lacks the script (``run`` refuses that job)."""
+        setup = job.spec.get("setup")
+        script = os.path.join(code_dir, setup or "")
+        if not setup or not os.path.isfile(script):
+            return None
+        key = script_key(script)
+        return key, self.cache_dir(key, volume_dir)
+
     def run(self, job: Job, code_dir: str, volume_dir: Optional[str]) -> Optional[str]:
         """Run the job's setup unless its cache says it ran; its cache directory (None: the job has no setup).
         ``AgentError`` with its last lines if it fails."""
         setup = job.spec.get("setup")
         if not setup:
             return None
-        script = os.path.join(code_dir, setup)
-        if not os.path.isfile(script):
+        keyed = self.keyed_cache(job, code_dir, volume_dir)
+        if keyed is None:
             raise AgentError(f"setup script {setup!r} is not in the code archive s3://{job.bucket}/{job.code_key}")
-        key = script_key(script)
-        cache = self.cache_dir(key, volume_dir)
+        key, cache = keyed
+        script = os.path.join(code_dir, setup)
         where = "on the warm volume" if volume_dir is not None else "for this boot"
         if os.path.isfile(os.path.join(cache, COMPLETE)):
             self.node.log(f"setup: cached {where} (key {key[:12]}, {cache}); skipped")
