@@ -350,24 +350,16 @@ os._exit(0)
 """
 
 
-def test_with_wait_for_upload_all_ranks_wait_together_longer_than_the_process_group_timeout(tmp_path: Path) -> None:
-    """The upload takes twice the process group's timeout: the ranks wait together (polling), nobody times out,
-    and the checkpoint step returned only once the agent reported it durable."""
-    rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "slow"))
+@pytest.mark.parametrize("slow", ["slow", "slow-write"], ids=["upload", "local-write"])
+def test_with_wait_for_upload_all_ranks_wait_together_longer_than_the_process_group_timeout(
+    tmp_path: Path, slow: str
+) -> None:
+    """The upload, or rank 0's write of the checkpoint to its disk, takes twice the process group's timeout: the
+    ranks wait together (polling), nobody sits in a collective for its length or times out, and the checkpoint step
+    returned only once the agent reported it durable."""
+    rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, slow))
     assert rank0["stopped"] is None and rank1["stopped"] is None
     assert rank0["last"] == rank1["last"] == 400  # both trained to the end
-    assert len(rank0["saved"]) == 1 and rank0["saved"][0] >= 20
-    assert rank0["durable"] is True
-
-
-def test_with_wait_for_upload_a_local_write_longer_than_the_process_group_timeout_is_waited_for_together(
-    tmp_path: Path,
-) -> None:
-    """Rank 0's write of the checkpoint to its disk takes twice the process group's timeout: it is part of the
-    polled wait, so rank 1 does not sit in a collective for its length."""
-    rank0, rank1 = results(start_two_ranks(tmp_path, WAIT_TWO_RANKS, "slow-write"))
-    assert rank0["stopped"] is None and rank1["stopped"] is None
-    assert rank0["last"] == rank1["last"] == 400
     assert len(rank0["saved"]) == 1 and rank0["saved"][0] >= 20
     assert rank0["durable"] is True
 

@@ -16,20 +16,22 @@ SCRIPT = 'echo started\nsleep 60\necho never > "$1"\n'
 ROUNDS = 20
 
 
-def _started(proc: subprocess.Popen[bytes]) -> None:
+def _shell(marker: Path) -> subprocess.Popen[bytes]:
+    """``SCRIPT`` under bash, once bash has forked its ``sleep`` (a tree of two; bounded: 10 s)."""
+    proc = subprocess.Popen(["bash", "-c", SCRIPT, "bash", str(marker)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"started\n"
     deadline = time.monotonic() + 10
     while len(process_tree(proc.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)  # bash has forked its sleep
+        time.sleep(0.01)
     assert len(process_tree(proc.pid)) == 2
+    return proc
 
 
 def test_killing_a_shell_and_its_child_leaves_the_shell_no_next_line(tmp_path: Path) -> None:
     for n in range(ROUNDS):
         marker = tmp_path / f"never-{n}"
-        proc = subprocess.Popen(["bash", "-c", SCRIPT, "bash", str(marker)], stdout=subprocess.PIPE)
-        _started(proc)
+        proc = _shell(marker)
         tree = process_tree(proc.pid)
         kill_all(tree)
         assert proc.wait(timeout=10) == -signal.SIGKILL
@@ -50,8 +52,7 @@ def test_a_killer_preempted_between_two_kills_still_leaves_the_shell_no_next_lin
 
     monkeypatch.setattr(proctree.os, "kill", slow_kill)
     marker = tmp_path / "never"
-    proc = subprocess.Popen(["bash", "-c", SCRIPT, "bash", str(marker)], stdout=subprocess.PIPE)
-    _started(proc)
+    proc = _shell(marker)
     children_first = sorted(process_tree(proc.pid), key=lambda pid: pid == proc.pid)
     kill_all(children_first)  # the child first
     assert proc.wait(timeout=10) == -signal.SIGKILL
@@ -59,8 +60,7 @@ def test_a_killer_preempted_between_two_kills_still_leaves_the_shell_no_next_lin
 
 
 def test_a_sigterm_reaches_the_stopped_tree(tmp_path: Path) -> None:
-    proc = subprocess.Popen(["bash", "-c", SCRIPT, "bash", str(tmp_path / "never")], stdout=subprocess.PIPE)
-    _started(proc)
+    proc = _shell(tmp_path / "never")
     kill_all(process_tree(proc.pid), signal.SIGTERM)
     assert proc.wait(timeout=10) == -signal.SIGTERM
 
